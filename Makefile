@@ -1,0 +1,32 @@
+# tidemark: the commands a newcomer and CI use. See README.md.
+GO ?= go
+PKGS := ./...
+
+.PHONY: run test vet fmtcheck bench bench-short fuzz torture
+
+# The ledger demonstration: kill -9 part way through, restart, check.
+run:
+	$(GO) run ./examples/ledger demo
+
+# What CI runs: formatting, vet, and every test (crash tests included) with
+# the race detector.
+test: fmtcheck vet
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+fmtcheck:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+bench:
+	$(GO) run ./bench/cmd/benchtable
+
+bench-short:
+	$(GO) run ./bench/cmd/benchtable -short
+
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test ./feed -run '^$$' -fuzz '^FuzzDecodePointer$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./feed -run '^$$' -fuzz '^FuzzFramer$$' -fuzztime $(FUZZTIME)

@@ -1,0 +1,146 @@
+package checkpoint
+
+import (
+	"sync"
+)
+
+// Mark is how far a processor group's queue on a feed had finished when the
+// mark was taken: the last finished item's sequence number, epoch and
+// position, and the count of items (lines and status events) it finished.
+// Marks are compared by Count.
+type Mark struct {
+	gen uint64
+	// Count is how many items the queue had finished.
+	Count uint64
+	// Seq is the feed sequence number of the last finished line, 0 if none.
+	Seq uint64
+	// Epoch and Position are those of the last finished line.
+	Epoch    uint64
+	Position int64
+}
+
+// Progress reports the last item a subscriber queue has finished. The
+// framework binds one to a hold when the group's queue subscribes.
+type Progress func() Mark
+
+// Registry holds the checkpoints of a server, by feed and processor group.
+// The framework consults it when it computes what a group has processed.
+// It is safe for concurrent use.
+type Registry struct {
+	mu    sync.Mutex
+	holds map[key]*Checkpoint
+}
+
+type key struct{ feed, group string }
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{holds: make(map[key]*Checkpoint)}
+}
+
+// Hold returns the checkpoint of (feed, group), creating it if needed. While
+// it is held, the group's queue on the feed counts as processed only up to
+// the last mark declared durable. Take the hold before the feed delivers:
+// items committed before it stay committed.
+func (r *Registry) Hold(feed, group string) *Checkpoint {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := key{feed, group}
+	c := r.holds[k]
+	if c == nil {
+		c = &Checkpoint{feed: feed, group: group}
+		r.holds[k] = c
+	}
+	c.mu.Lock()
+	c.held = true
+	c.mu.Unlock()
+	return c
+}
+
+// Lookup returns the checkpoint of (feed, group), or nil if none was taken.
+func (r *Registry) Lookup(feed, group string) *Checkpoint {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.holds[key{feed, group}]
+}
+
+// Bind attaches the progress of a newly subscribed queue of group on feed.
+// Marks taken before are ignored from now on: a group that subscribes again
+// starts with nothing durable. The framework calls Bind; it creates no hold.
+func (r *Registry) Bind(feed, group string, progress Progress) {
+	r.mu.Lock()
+	k := key{feed, group}
+	c := r.holds[k]
+	if c == nil {
+		c = &Checkpoint{feed: feed, group: group}
+		r.holds[k] = c
+	}
+	r.mu.Unlock()
+	c.mu.Lock()
+	c.gen++
+	c.progress = progress
+	c.durable = Mark{gen: c.gen}
+	c.mu.Unlock()
+}
+
+// Checkpoint is the hold of one processor group on one feed. Its methods are
+// safe for concurrent use: DurableThrough may be called from any goroutine.
+type Checkpoint struct {
+	feed, group string
+
+	mu       sync.Mutex
+	held     bool
+	gen      uint64
+	progress Progress
+	durable  Mark
+}
+
+// Feed returns the name of the feed the checkpoint holds.
+func (c *Checkpoint) Feed() string { return c.feed }
+
+// Group returns the name of the processor group the checkpoint holds.
+func (c *Checkpoint) Group() string { return c.group }
+
+// Mark reads how many items the group's queue has finished. Inside a
+// handler, that excludes the item being handled, which is therefore
+// re-delivered after a crash: conservative, never lossy. Before the queue
+// subscribes, Mark returns a mark of nothing.
+func (c *Checkpoint) Mark() Mark {
+	c.mu.Lock()
+	p, gen := c.progress, c.gen
+	c.mu.Unlock()
+	if p == nil {
+		return Mark{gen: gen}
+	}
+	m := p()
+	m.gen = gen
+	return m
+}
+
+// DurableThrough declares that the effects of every item up to m are
+// durable. Marks only advance: an older mark, or one taken before the group
+// subscribed again, is ignored.
+func (c *Checkpoint) DurableThrough(m Mark) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m.gen != c.gen || m.Count <= c.durable.Count {
+		return
+	}
+	c.durable = m
+}
+
+// Release ends the hold: the group's queue counts as processed again when
+// its handling returns.
+func (c *Checkpoint) Release() {
+	c.mu.Lock()
+	c.held = false
+	c.mu.Unlock()
+}
+
+// Durable returns the last mark declared durable and whether the checkpoint
+// is held. The framework caps what it commits for the group by it.
+func (c *Checkpoint) Durable() (m Mark, held bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.durable, c.held
+}

@@ -1,0 +1,23 @@
+// Package checkpoint lets a processor that saves its state asynchronously or
+// in batches hold a feed's commits until that state is durable.
+//
+// By default a line counts as processed when its handler returns. A
+// processor that saves later takes a hold on (feed, group); from then on the
+// group's queue counts as processed only up to the last [Mark] it declared
+// durable:
+//
+//	cp := registry.Hold("orders", "orders-agent")
+//	...
+//	m := cp.Mark()           // what the queue has finished so far
+//	go func() {
+//		saveBatch(batch)      // make the state durable
+//		cp.DurableThrough(m)  // any goroutine
+//	}()
+//
+// Marks only advance. A group that subscribes again (restarted) ignores
+// marks taken before. The framework binds each subscriber queue's progress
+// to its checkpoint and consults [Checkpoint.Durable] when it computes the
+// position every subscriber has finished.
+//
+// The package knows nothing of files or stores.
+package checkpoint

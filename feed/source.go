@@ -1,0 +1,107 @@
+package feed
+
+import (
+	"context"
+	"time"
+
+	"github.com/tidemark-go/tidemark/dedupe"
+)
+
+// Item is one line read from a source.
+type Item struct {
+	// Seq is the line's sequence number in this run, from 1.
+	Seq uint64
+	// Epoch names the position space; 0 when the source has no positions.
+	Epoch uint64
+	// Position is the byte offset just after the line's terminator.
+	Position int64
+	// Line is the payload without its terminator ("\n" or "\r\n"). It is
+	// only valid until the next call of Poll: copy what you keep.
+	Line []byte
+	// Origin describes the file the epoch was opened on; shared by every
+	// item of the epoch. Nil when unknown.
+	Origin *dedupe.Origin
+}
+
+// Source is what the framework reads lines from and commits positions to.
+// A Source is used by one goroutine at a time (the feed's runner), except
+// Status, which may be called from any goroutine.
+type Source interface {
+	// Poll fills items with up to len(items) lines and returns how many it
+	// filled. It returns 0 and a nil error when nothing is available now
+	// (the caller backs off with its idle strategy), and [ErrDone] when a
+	// once strategy has reached its end. Lines are valid until the next Poll.
+	Poll(ctx context.Context, items []Item) (int, error)
+	// Commit records that every line up to position in epoch has been
+	// processed. A commit for an epoch other than the current one, or below
+	// the committed position, is ignored. Sources without positions ignore
+	// every commit.
+	Commit(epoch uint64, position int64) error
+	// Rereadable reports whether the source can deliver lines again after a
+	// restart (a file with a pointer can; a pipe cannot). The framework
+	// picks the default overload policy by it.
+	Rereadable() bool
+	// Status returns the source's own facts.
+	Status() Status
+	// Close releases the source's files. It does not commit.
+	Close() error
+}
+
+// State is where a source is in its input.
+type State int
+
+// The states of a source.
+const (
+	StateStarting State = iota
+	StateWaiting        // the input does not exist yet
+	StateBehind         // there is more to read, or a reopen is in progress
+	StateCaughtUp       // at the end of the input, tailing
+	StateDone           // a once strategy reached its end
+	StateStopped        // closed
+)
+
+// String returns the state's name as status shows it.
+func (s State) String() string {
+	switch s {
+	case StateStarting:
+		return "starting"
+	case StateWaiting:
+		return "waiting"
+	case StateBehind:
+		return "behind"
+	case StateCaughtUp:
+		return "caught up"
+	case StateDone:
+		return "done"
+	case StateStopped:
+		return "stopped"
+	}
+	return "unknown"
+}
+
+// Status is a source's own facts at one moment.
+type Status struct {
+	Path     string
+	Strategy ReadStrategy
+	State    State
+	// Detail says more about State: "partial line pending", "waiting for
+	// <path>", the reason of a reopen.
+	Detail            string
+	Epoch             uint64
+	ReadPosition      int64 // offset just after the last line read
+	CommittedPosition int64 // position in the pointer file
+	FileSize          int64
+	LinesRead         uint64
+	BytesRead         uint64
+	OversizeSkipped   uint64
+	PartialPending    bool
+	// PartialDropped counts unterminated last lines of rotated-away files.
+	PartialDropped   uint64
+	Reopens          map[string]uint64 // by reason
+	LastReopenReason string
+	LastReopenAt     time.Time
+	// CommitErrors counts failed pointer writes; LastCommitError is the
+	// last one's message, empty when the last commit succeeded.
+	CommitErrors    uint64
+	LastCommitError string
+}

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package vfs
+
+func (f osFile) Datasync() error { return f.Sync() }

@@ -1,0 +1,96 @@
+// Package vfs is the small file system interface through which tidemark does
+// every file operation that a test must be able to make fail: create, write,
+// sync, rename, truncate and remove. Production code uses [Default], which is
+// the operating system; tests wrap it with [Inject] to fail chosen operations.
+//
+// Only the operations tidemark needs are here. Reads of the input file go
+// through the same interface so that a test can also fail them.
+package vfs
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// File is an open file.
+type File interface {
+	io.Reader
+	io.ReaderAt
+	io.Writer
+	io.WriterAt
+	io.Seeker
+	io.Closer
+	// Name returns the name the file was opened with.
+	Name() string
+	// Stat returns the file's information, including its identity.
+	Stat() (fs.FileInfo, error)
+	// Sync makes the file's contents and metadata durable (fsync).
+	Sync() error
+	// Datasync makes the file's contents durable, and its metadata only as
+	// far as needed to read them back (fdatasync where the platform has it,
+	// else fsync).
+	Datasync() error
+	// Truncate changes the size of the file.
+	Truncate(size int64) error
+}
+
+// FS is a file system.
+type FS interface {
+	// Open opens a file for reading.
+	Open(name string) (File, error)
+	// OpenFile opens a file with the given flags (os.O_*) and permissions.
+	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
+	// Stat describes the named file.
+	Stat(name string) (fs.FileInfo, error)
+	// Rename renames oldname to newname, replacing newname if it exists.
+	Rename(oldname, newname string) error
+	// Remove removes a file or an empty directory.
+	Remove(name string) error
+	// MkdirAll creates a directory and its parents.
+	MkdirAll(name string, perm fs.FileMode) error
+	// SyncDir makes the directory's entries (creations, renames, removals)
+	// durable.
+	SyncDir(dir string) error
+}
+
+// Default returns the operating system's file system.
+func Default() FS { return osFS{} }
+
+type osFS struct{}
+
+func (osFS) Open(name string) (File, error) { return wrap(os.Open(name)) }
+func (osFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	return wrap(os.OpenFile(name, flag, perm))
+}
+
+type osFile struct{ *os.File }
+
+func wrap(f *os.File, err error) (File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+func (osFS) Stat(name string) (fs.FileInfo, error)        { return os.Stat(name) }
+func (osFS) Rename(oldname, newname string) error         { return os.Rename(oldname, newname) }
+func (osFS) Remove(name string) error                     { return os.Remove(name) }
+func (osFS) MkdirAll(name string, perm fs.FileMode) error { return os.MkdirAll(name, perm) }
+func (osFS) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
+}
+
+// RenameDurable renames oldname to newname and then syncs the directory of
+// newname, so that the rename survives a power loss.
+func RenameDurable(fsys FS, oldname, newname string) error {
+	if err := fsys.Rename(oldname, newname); err != nil {
+		return err
+	}
+	return fsys.SyncDir(filepath.Dir(newname))
+}
