@@ -1,11 +1,20 @@
 package feed
 
-// This file is the contract between the pointer file and the file source.
-// The bodies are placeholders, replaced by the pointer file's implementation.
+// This file is the contract between the pointer file and the file source,
+// and the pointer file's implementation.
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
 	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
@@ -15,9 +24,50 @@ import (
 // PointerSuffix is appended to the input's path to name its pointer file.
 const PointerSuffix = ".readPointer"
 
+// PointerTempSuffix is appended to a pointer file's path to name the
+// temporary file through which a pointer file is created or replaced. A
+// leftover temporary file is never read: [PointerFile.Load] removes it.
+const PointerTempSuffix = ".tmp"
+
+// The sizes and limits of the pointer file format, version 1.
+const (
+	// PointerRecordSize is the size of one encoded record.
+	PointerRecordSize = 80
+	// PointerSlotSize is the distance between the two slots of a pointer
+	// file: a record starts at offset 0 or PointerSlotSize.
+	PointerSlotSize = 4096
+	// PointerFileSize is the size of a pointer file: two slots.
+	PointerFileSize = 2 * PointerSlotSize
+	// PointerVersion is the format version this package writes.
+	PointerVersion = 1
+	// MaxFingerprintLen is the largest Fingerprint.Len a record holds.
+	MaxFingerprintLen = 4096
+	// MaxTailLen is the largest Pointer.TailLen a record holds.
+	MaxTailLen = 64
+	// LegacyPointerSize is the size of a pointer file written by the
+	// product tidemark replaces.
+	LegacyPointerSize = 1024
+	// minPointerFileSize: a shorter pointer file is treated as absent.
+	minPointerFileSize = 8
+)
+
+// pointerMagic opens every record: "TDMP" (tidemark pointer).
+var pointerMagic = [4]byte{'T', 'D', 'M', 'P'}
+
+// crcTable is the CRC-32C (Castagnoli) table, built once.
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
 // ErrCorruptPointer is wrapped by errors of a pointer record that does not
 // verify (bad magic, checksum, length or version).
 var ErrCorruptPointer = errors.New("feed: corrupt pointer record")
+
+// ErrPointerClosed is returned by a [PointerFile] used after Close.
+var ErrPointerClosed = errors.New("feed: pointer file closed")
+
+// ErrInvalidPointer is returned by [PointerFile.Store] for a pointer that
+// cannot be encoded (a negative position, or a fingerprint or tail length
+// out of range).
+var ErrInvalidPointer = errors.New("feed: invalid pointer")
 
 // Pointer is the content of a pointer record.
 type Pointer struct {
@@ -30,34 +80,185 @@ type Pointer struct {
 	TailHash uint64
 }
 
-// SyncPolicy decides when a pointer write is made durable.
+// SyncPolicy decides when a pointer write is made durable. Whatever the
+// policy, the pointer on disk only ever lags the pointer stored: a power loss
+// or an operating system crash costs re-delivery of the lines committed
+// since the last durable record, never a gap. A process crash (kill -9)
+// costs nothing under any policy: the operating system still holds every
+// completed write.
 type SyncPolicy int
 
 // The sync policies.
 const (
-	SyncEveryCommit SyncPolicy = iota // the zero value
+	// SyncEveryCommit makes every Store durable (one fdatasync) before it
+	// returns. A power loss loses no stored commit. The zero value.
+	SyncEveryCommit SyncPolicy = iota
+	// SyncInterval makes a Store durable at most once every
+	// PointerFileOptions.SyncInterval: a Store within the interval after the
+	// last sync only writes; the first Store after the interval, Sync, or
+	// Close makes it durable. A power loss costs re-delivery of the lines
+	// committed since the last sync (at most one interval plus the time to
+	// the next Store). Writes between syncs go to the same slot, so the
+	// record of the last sync is never overwritten before the next sync.
 	SyncInterval
+	// SyncNever never calls fdatasync: the operating system writes the file
+	// back on its own schedule (typically within 30 s on Linux). A power
+	// loss can cost re-delivery of everything committed since the last
+	// write-back, possibly since the file was created.
 	SyncNever
 )
 
-// HashBytes is the hash used for fingerprints and tail hashes.
-func HashBytes(b []byte) uint64 { panic("not yet") }
+// String returns the policy's name.
+func (p SyncPolicy) String() string {
+	switch p {
+	case SyncEveryCommit:
+		return "every commit"
+	case SyncInterval:
+		return "interval"
+	case SyncNever:
+		return "never"
+	}
+	return fmt.Sprintf("SyncPolicy(%d)", int(p))
+}
 
-// NewEpoch returns an epoch larger than prev, based on now.
-func NewEpoch(prev uint64, now time.Time) uint64 { panic("not yet") }
+// DefaultSyncInterval is the interval of [SyncInterval] when
+// PointerFileOptions.SyncInterval is not positive.
+const DefaultSyncInterval = 100 * time.Millisecond
 
-// EncodePointer appends p's record to dst.
-func EncodePointer(dst []byte, p Pointer) []byte { panic("not yet") }
+// FNV-1a 64 parameters.
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
 
-// DecodePointer decodes one record.
-func DecodePointer(b []byte) (Pointer, error) { panic("not yet") }
+// HashBytes is the hash used for fingerprints and tail hashes: 64-bit FNV-1a
+// (the same value as hash/fnv.New64a). It is stored in pointer files and
+// state stores, so it never changes.
+func HashBytes(b []byte) uint64 {
+	h := uint64(fnvOffset64)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= fnvPrime64
+	}
+	return h
+}
+
+// NewEpoch returns an epoch larger than prev, based on now: now in
+// nanoseconds since 1970 when that is larger than prev, else prev+1. At the
+// largest uint64 it returns prev, which no real clock reaches.
+func NewEpoch(prev uint64, now time.Time) uint64 {
+	if ns := now.UnixNano(); ns > 0 && uint64(ns) > prev {
+		return uint64(ns)
+	}
+	if prev == math.MaxUint64 {
+		return prev
+	}
+	return prev + 1
+}
+
+// EncodePointer appends p's record to dst. The record's write sequence is 0;
+// [PointerFile] writes its own. It does not check p: see [PointerFile.Store]
+// for the limits.
+func EncodePointer(dst []byte, p Pointer) []byte { return appendRecord(dst, p, 0) }
+
+// appendRecord appends p's record with write sequence seq to dst.
+func appendRecord(dst []byte, p Pointer, seq uint64) []byte {
+	start := len(dst)
+	dst = append(dst, pointerMagic[:]...)
+	dst = binary.LittleEndian.AppendUint16(dst, PointerVersion)
+	dst = binary.LittleEndian.AppendUint16(dst, PointerRecordSize)
+	dst = binary.LittleEndian.AppendUint64(dst, seq)
+	dst = binary.LittleEndian.AppendUint64(dst, p.Epoch)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(p.Position))
+	dst = binary.LittleEndian.AppendUint64(dst, p.Identity.Dev)
+	dst = binary.LittleEndian.AppendUint64(dst, p.Identity.Ino)
+	dst = binary.LittleEndian.AppendUint64(dst, p.Fingerprint.Hash)
+	dst = binary.LittleEndian.AppendUint64(dst, p.TailHash)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(p.Fingerprint.Len))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(p.TailLen))
+	dst = binary.LittleEndian.AppendUint32(dst, 0) // reserved
+	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], crcTable))
+}
+
+// DecodePointer decodes the record at the start of b; bytes after the
+// record are ignored. Its errors wrap [ErrCorruptPointer].
+func DecodePointer(b []byte) (Pointer, error) {
+	p, _, err := decodeRecord(b)
+	return p, err
+}
+
+// checkPointer reports why p cannot be stored, or nil.
+func checkPointer(p Pointer) error {
+	switch {
+	case p.Position < 0:
+		return fmt.Errorf("negative position %d", p.Position)
+	case p.Fingerprint.Len < 0 || p.Fingerprint.Len > MaxFingerprintLen:
+		return fmt.Errorf("fingerprint length %d outside 0..%d", p.Fingerprint.Len, MaxFingerprintLen)
+	case p.TailLen < 0 || p.TailLen > MaxTailLen:
+		return fmt.Errorf("tail length %d outside 0..%d", p.TailLen, MaxTailLen)
+	case int64(p.TailLen) > p.Position:
+		return fmt.Errorf("tail length %d beyond position %d", p.TailLen, p.Position)
+	}
+	return nil
+}
+
+// decodeRecord decodes the record at the start of b and its write sequence.
+func decodeRecord(b []byte) (Pointer, uint64, error) {
+	if len(b) < 8 {
+		return Pointer{}, 0, fmt.Errorf("%w: %d bytes, shorter than a record header", ErrCorruptPointer, len(b))
+	}
+	if [4]byte(b[:4]) != pointerMagic {
+		return Pointer{}, 0, fmt.Errorf("%w: bad magic %q", ErrCorruptPointer, b[:4])
+	}
+	if v := binary.LittleEndian.Uint16(b[4:]); v != PointerVersion {
+		return Pointer{}, 0, fmt.Errorf("%w: unknown version %d (this build reads version %d)", ErrCorruptPointer, v, PointerVersion)
+	}
+	if n := binary.LittleEndian.Uint16(b[6:]); n != PointerRecordSize {
+		return Pointer{}, 0, fmt.Errorf("%w: record length %d, want %d", ErrCorruptPointer, n, PointerRecordSize)
+	}
+	if len(b) < PointerRecordSize {
+		return Pointer{}, 0, fmt.Errorf("%w: truncated: %d of %d bytes", ErrCorruptPointer, len(b), PointerRecordSize)
+	}
+	b = b[:PointerRecordSize]
+	body := b[:PointerRecordSize-4]
+	if want, got := binary.LittleEndian.Uint32(b[PointerRecordSize-4:]), crc32.Checksum(body, crcTable); want != got {
+		return Pointer{}, 0, fmt.Errorf("%w: checksum mismatch (stored %08x, computed %08x)", ErrCorruptPointer, want, got)
+	}
+	le := binary.LittleEndian
+	seq := le.Uint64(b[8:])
+	p := Pointer{
+		Epoch:       le.Uint64(b[16:]),
+		Position:    int64(le.Uint64(b[24:])),
+		Identity:    dedupe.Identity{Dev: le.Uint64(b[32:]), Ino: le.Uint64(b[40:])},
+		Fingerprint: dedupe.Fingerprint{Hash: le.Uint64(b[48:])},
+		TailHash:    le.Uint64(b[56:]),
+	}
+	fpLen, tailLen, reserved := le.Uint32(b[64:]), le.Uint32(b[68:]), le.Uint32(b[72:])
+	if reserved != 0 {
+		return Pointer{}, 0, fmt.Errorf("%w: reserved field is %08x, want 0", ErrCorruptPointer, reserved)
+	}
+	if fpLen > MaxFingerprintLen || tailLen > MaxTailLen {
+		return Pointer{}, 0, fmt.Errorf("%w: fingerprint length %d or tail length %d out of range", ErrCorruptPointer, fpLen, tailLen)
+	}
+	p.Fingerprint.Len, p.TailLen = int(fpLen), int(tailLen)
+	if err := checkPointer(p); err != nil {
+		return Pointer{}, 0, fmt.Errorf("%w: %v", ErrCorruptPointer, err)
+	}
+	return p, seq, nil
+}
 
 // PointerFileOptions configures a PointerFile.
 type PointerFileOptions struct {
-	FS           vfs.FS
-	Sync         SyncPolicy
+	// FS is the file system; nil means vfs.Default().
+	FS vfs.FS
+	// Sync is when a Store is made durable.
+	Sync SyncPolicy
+	// SyncInterval is the interval of SyncInterval; not positive means
+	// DefaultSyncInterval.
 	SyncInterval time.Duration
-	Logger       *slog.Logger
+	// Logger receives warnings (a removed temporary file); nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // LoadResult is what Load found.
@@ -69,17 +270,454 @@ type LoadResult struct {
 	Reason  string // why a present file gave no valid record, or which slot was used
 }
 
-// PointerFile is the durable pointer of one input.
-type PointerFile struct{}
+// PointerFile is the durable pointer of one input: a file of two fixed-size
+// slots, each holding one checksummed record, written alternately in place.
+//
+// # Format (version 1)
+//
+// The file is PointerFileSize (8192) bytes: slot A at offset 0 and slot B
+// at offset 4096, each a PointerRecordSize (80) byte record followed by
+// zeros up to the next slot. All integers are little-endian.
+//
+//	offset  size  field
+//	     0     4  magic "TDMP" (54 44 4d 50)
+//	     4     2  version, 1
+//	     6     2  record length, 80
+//	     8     8  write sequence: one more than the previous write
+//	    16     8  epoch
+//	    24     8  position (signed, >= 0): the byte offset after a line's '\n'
+//	    32     8  identity: device
+//	    40     8  identity: inode
+//	    48     8  fingerprint hash: HashBytes of the input's first Len bytes
+//	    56     8  tail hash: HashBytes of the TailLen bytes before position
+//	    64     4  fingerprint length (0..4096)
+//	    68     4  tail length (0..64, at most position)
+//	    72     4  reserved, 0
+//	    76     4  CRC-32C (Castagnoli) of bytes 0..75
+//
+//	 0            80                4096           4176               8192
+//	 +------------+-----------------+--------------+------------------+
+//	 | record A   | zeros           | record B     | zeros            |
+//	 +------------+-----------------+--------------+------------------+
+//
+// Load decodes both slots and uses the valid record with the higher write
+// sequence. A slot that does not verify (torn, zeros, bit rot, unknown
+// version) is skipped; when neither verifies the pointer is not found and
+// LoadResult.Reason says why.
+//
+// # Why two slots
+//
+// A Store writes the new record over the slot that does not hold the last
+// durable record, then makes it durable with one fdatasync. A write torn at
+// any byte by a power loss leaves the other slot, the last durable record,
+// intact, so Load falls back to it: the position only ever lags. Because
+// the file keeps its size, fdatasync has no metadata to write, and a commit
+// costs one small in-place write and one fdatasync. The usual alternative,
+// write a temporary file, fsync it, rename it over the pointer and fsync the
+// directory, costs a file creation, an fsync with metadata, a rename and a
+// directory fsync per commit, and leaves temporary files behind after a
+// crash. After a failed write or fdatasync the slot written is of unknown
+// content; the next Store writes the same slot again, never the one holding
+// the last durable record.
+//
+// The file is created, or replaced when it holds no valid record of this
+// format (absent, empty, legacy, corrupt), the careful way: the full
+// 8192-byte image is written to path+".tmp", fdatasynced, renamed over path,
+// and the parent directory is synced. A crash during that leaves the old
+// file (or none) in place and a temporary file that Load removes.
+//
+// # Legacy files
+//
+// A file of exactly 1024 bytes whose first four bytes are not the magic is
+// the pointer of the product tidemark replaces: a big-endian signed 64-bit
+// count of UTF-16 code units at offset 0. Load returns it with Legacy set and
+// the count in Pointer.Position; the file source resolves it to a line start
+// and stores a record of this format under a new epoch.
+//
+// A PointerFile is safe for concurrent use, but Store is meant to be called
+// by one goroutine.
+type PointerFile struct {
+	path     string
+	tmpPath  string
+	fs       vfs.FS
+	policy   SyncPolicy
+	interval time.Duration
+	log      *slog.Logger
+
+	mu sync.Mutex
+	// f is the pointer file open for reading and writing in place; nil
+	// until prepared, or when the file must be (re)created first.
+	f vfs.File
+	// prepared is set once the write state below has been read from disk.
+	// It is never reset after a failed write or sync: the page cache may
+	// then show a record that is not durable.
+	prepared bool
+	// seq is the highest write sequence read or written.
+	seq uint64
+	// keep is the slot the next in-place write must not touch: it holds the
+	// last durable record (under SyncNever, the last written one).
+	keep int
+	// last is the last record written successfully (or loaded), for the
+	// forward-only rule.
+	last     Pointer
+	haveLast bool
+	pending  bool // a write not yet made durable
+	lastSync time.Time
+	closed   bool
+	buf      [PointerRecordSize]byte
+}
 
 // OpenPointerFile prepares the pointer file at path; it does not read it.
-func OpenPointerFile(path string, opts PointerFileOptions) *PointerFile { panic("not yet") }
+func OpenPointerFile(path string, opts PointerFileOptions) *PointerFile {
+	pf := &PointerFile{
+		path:     path,
+		tmpPath:  path + PointerTempSuffix,
+		fs:       opts.FS,
+		policy:   opts.Sync,
+		interval: opts.SyncInterval,
+		log:      opts.Logger,
+	}
+	if pf.fs == nil {
+		pf.fs = vfs.Default()
+	}
+	if pf.interval <= 0 {
+		pf.interval = DefaultSyncInterval
+	}
+	if pf.log == nil {
+		pf.log = slog.Default()
+	}
+	return pf
+}
 
-// Load reads the last valid record.
-func (pf *PointerFile) Load() (LoadResult, error) { panic("not yet") }
+// Path returns the pointer file's path.
+func (pf *PointerFile) Path() string { return pf.path }
 
-// Store writes p durably according to the sync policy.
-func (pf *PointerFile) Store(p Pointer) error { panic("not yet") }
+// slotState is what one slot of a file held.
+type slotState struct {
+	p     Pointer
+	seq   uint64
+	valid bool
+	err   error
+}
 
-// Close flushes a pending sync and closes the file.
-func (pf *PointerFile) Close() error { panic("not yet") }
+// fileState is what a pointer file held.
+type fileState struct {
+	size  int64
+	slots [2]slotState
+	best  int // index of the valid slot with the higher sequence, or -1
+}
+
+// readState reads the slots of an open pointer file.
+func readState(f vfs.File) (fileState, []byte, error) {
+	st := fileState{best: -1}
+	info, err := f.Stat()
+	if err != nil {
+		return st, nil, err
+	}
+	st.size = info.Size()
+	n := min(st.size, PointerFileSize)
+	data := make([]byte, n)
+	if n > 0 {
+		m, err := f.ReadAt(data, 0)
+		switch {
+		case m == len(data):
+		case errors.Is(err, io.EOF):
+			data = data[:m] // the file shrank under us: decode what is there
+		default:
+			return st, nil, err
+		}
+	}
+	for i := range st.slots {
+		off := i * PointerSlotSize
+		s := &st.slots[i]
+		if off >= len(data) {
+			s.err = fmt.Errorf("%w: slot beyond the end of the file", ErrCorruptPointer)
+			continue
+		}
+		s.p, s.seq, s.err = decodeRecord(data[off:min(len(data), off+PointerRecordSize)])
+		s.valid = s.err == nil
+		if s.valid && (st.best < 0 || s.seq > st.slots[st.best].seq) {
+			st.best = i
+		}
+	}
+	return st, data, nil
+}
+
+func slotName(i int) byte { return 'A' + byte(i) }
+
+// Load reads the last valid record. A missing file, or a present file that
+// holds no valid record, is not an error: LoadResult says what was found and
+// why. Load removes a leftover temporary file. Its error reports a file that
+// exists but cannot be read.
+func (pf *PointerFile) Load() (LoadResult, error) {
+	pf.mu.Lock()
+	defer pf.mu.Unlock()
+	if pf.closed {
+		return LoadResult{}, ErrPointerClosed
+	}
+	pf.removeTemp()
+	f, err := pf.fs.Open(pf.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return LoadResult{Missing: true, Reason: fmt.Sprintf("pointer file %s does not exist", pf.path)}, nil
+	}
+	if err != nil {
+		return LoadResult{}, fmt.Errorf("feed: open pointer file %s: %w; fix its permissions or the disk, or remove it to restart the input from 0", pf.path, err)
+	}
+	st, data, err := readState(f)
+	err = errors.Join(err, f.Close())
+	if err != nil {
+		return LoadResult{}, fmt.Errorf("feed: read pointer file %s: %w; fix the disk, or remove it to restart the input from 0", pf.path, err)
+	}
+	res := pf.describe(st, data)
+	if res.Found && !pf.haveLast {
+		pf.last, pf.haveLast = res.Pointer, true
+	}
+	if !pf.prepared {
+		for _, s := range st.slots {
+			if s.valid {
+				pf.seq = max(pf.seq, s.seq)
+			}
+		}
+	}
+	return res, nil
+}
+
+// describe turns a file's state into a LoadResult.
+func (pf *PointerFile) describe(st fileState, data []byte) LoadResult {
+	if st.best >= 0 {
+		s := st.slots[st.best]
+		reason := fmt.Sprintf("pointer file %s: slot %c, write %d", pf.path, slotName(st.best), s.seq)
+		if o := st.slots[1-st.best]; !o.valid {
+			reason += fmt.Sprintf(" (slot %c: %v)", slotName(1-st.best), o.err)
+		}
+		return LoadResult{Pointer: s.p, Found: true, Reason: reason}
+	}
+	switch {
+	case st.size == 0:
+		return LoadResult{Reason: fmt.Sprintf("pointer file %s is empty", pf.path)}
+	case st.size < minPointerFileSize:
+		return LoadResult{Reason: fmt.Sprintf("pointer file %s is %d bytes long, shorter than %d", pf.path, st.size, minPointerFileSize)}
+	case st.size == LegacyPointerSize && len(data) == LegacyPointerSize && [4]byte(data[:4]) != pointerMagic:
+		count := int64(binary.BigEndian.Uint64(data))
+		if count < 0 {
+			return LoadResult{Reason: fmt.Sprintf("legacy pointer file %s holds a negative count %d", pf.path, count)}
+		}
+		return LoadResult{Legacy: true, Pointer: Pointer{Position: count},
+			Reason: fmt.Sprintf("legacy pointer file %s (1024 bytes, count %d)", pf.path, count)}
+	case allZero(data):
+		return LoadResult{Reason: fmt.Sprintf("pointer file %s (%d bytes) holds only NUL bytes", pf.path, st.size)}
+	}
+	return LoadResult{Reason: fmt.Sprintf("pointer file %s (%d bytes) holds no valid record: slot A: %v; slot B: %v",
+		pf.path, st.size, st.slots[0].err, st.slots[1].err)}
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// removeTemp removes a leftover temporary file; it is never read.
+func (pf *PointerFile) removeTemp() {
+	if _, err := pf.fs.Stat(pf.tmpPath); err != nil {
+		return
+	}
+	if err := pf.fs.Remove(pf.tmpPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		pf.log.Warn("feed: cannot remove leftover temporary pointer file; it is ignored", "file", pf.tmpPath, "err", err)
+		return
+	}
+	pf.log.Warn("feed: removed leftover temporary pointer file; it was ignored", "file", pf.tmpPath, "pointer", pf.path)
+}
+
+// prepare reads the write state from disk: which slot to keep, the write
+// sequence, the last record. It leaves pf.f nil when the file must be
+// created or replaced.
+func (pf *PointerFile) prepare() error {
+	f, err := pf.fs.OpenFile(pf.path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		pf.prepared = true
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("feed: open pointer file %s for writing: %w; fix its permissions or the disk", pf.path, err)
+	}
+	st, _, err := readState(f)
+	if err != nil {
+		return errors.Join(fmt.Errorf("feed: read pointer file %s: %w; fix the disk, or remove it to restart the input from 0", pf.path, err), f.Close())
+	}
+	for _, s := range st.slots {
+		if s.valid {
+			pf.seq = max(pf.seq, s.seq)
+		}
+	}
+	pf.prepared = true
+	if st.best < 0 || st.size != PointerFileSize {
+		// Not a file of this format, or one of the wrong size: replace it.
+		return f.Close()
+	}
+	pf.f, pf.keep = f, st.best
+	if !pf.haveLast {
+		pf.last, pf.haveLast = st.slots[st.best].p, true
+	}
+	return nil
+}
+
+// Store writes p according to the sync policy. Within an epoch the position
+// only moves forward: a Store with the epoch of the last record and a lower
+// position, or a Store of the last record again, writes nothing. A Store
+// with another epoch is written. A failed Store leaves the last durable
+// record in place and readable; the next Store retries.
+func (pf *PointerFile) Store(p Pointer) error {
+	pf.mu.Lock()
+	defer pf.mu.Unlock()
+	if pf.closed {
+		return ErrPointerClosed
+	}
+	if err := checkPointer(p); err != nil {
+		return fmt.Errorf("%w: %v (pointer file %s); this is a bug in the caller", ErrInvalidPointer, err, pf.path)
+	}
+	if !pf.prepared {
+		if err := pf.prepare(); err != nil {
+			return err
+		}
+	}
+	if pf.haveLast && p.Epoch == pf.last.Epoch && (p.Position < pf.last.Position || p == pf.last) {
+		return pf.syncIfDue()
+	}
+	pf.seq++
+	if pf.f == nil {
+		if err := pf.create(p, pf.seq); err != nil {
+			return err
+		}
+		pf.last, pf.haveLast = p, true
+		return nil
+	}
+	slot := 1 - pf.keep
+	rec := appendRecord(pf.buf[:0], p, pf.seq)
+	if _, err := pf.f.WriteAt(rec, int64(slot)*PointerSlotSize); err != nil {
+		// The slot's content is unknown; keep stays, so the next Store
+		// writes this slot again.
+		return fmt.Errorf("feed: write pointer file %s (slot %c, epoch %d, position %d): %w; the previous pointer is still in place and the next commit retries; check the disk and free space",
+			pf.path, slotName(slot), p.Epoch, p.Position, err)
+	}
+	pf.pending = true
+	switch pf.policy {
+	case SyncNever:
+		pf.keep, pf.pending = slot, false
+	case SyncInterval:
+		if err := pf.syncIfDue(); err != nil {
+			return err
+		}
+	default:
+		if err := pf.sync(); err != nil {
+			return err
+		}
+	}
+	pf.last, pf.haveLast = p, true
+	return nil
+}
+
+// syncIfDue syncs a pending write when the interval has passed.
+func (pf *PointerFile) syncIfDue() error {
+	if pf.pending && pf.policy == SyncInterval && time.Since(pf.lastSync) >= pf.interval {
+		return pf.sync()
+	}
+	return nil
+}
+
+// sync makes the slot last written durable; it becomes the slot to keep.
+func (pf *PointerFile) sync() error {
+	if !pf.pending || pf.f == nil {
+		return nil
+	}
+	if err := pf.f.Datasync(); err != nil {
+		// The slot may or may not be on disk: keep stays on the slot
+		// known durable, and the write stays pending.
+		return fmt.Errorf("feed: sync pointer file %s: %w; the previous pointer is still in place and the next commit retries; check the disk", pf.path, err)
+	}
+	pf.keep, pf.pending = 1-pf.keep, false
+	pf.lastSync = time.Now()
+	return nil
+}
+
+// create writes a new pointer file holding p in slot A through a temporary
+// file, renames it over the path and syncs the directory.
+func (pf *PointerFile) create(p Pointer, seq uint64) (err error) {
+	fail := func(what string, err error) error {
+		return fmt.Errorf("feed: create pointer file %s (epoch %d, position %d): %s: %w; the previous pointer file, if any, is still in place and the next commit retries; check the directory's permissions and free space",
+			pf.path, p.Epoch, p.Position, what, err)
+	}
+	img := make([]byte, PointerFileSize)
+	appendRecord(img[:0], p, seq)
+	t, err := pf.fs.OpenFile(pf.tmpPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fail("create "+pf.tmpPath, err)
+	}
+	if _, err := t.WriteAt(img, 0); err != nil {
+		return errors.Join(fail("write "+pf.tmpPath, err), t.Close(), pf.fs.Remove(pf.tmpPath))
+	}
+	if err := t.Datasync(); err != nil {
+		return errors.Join(fail("sync "+pf.tmpPath, err), t.Close(), pf.fs.Remove(pf.tmpPath))
+	}
+	if err := t.Close(); err != nil {
+		return errors.Join(fail("close "+pf.tmpPath, err), pf.fs.Remove(pf.tmpPath))
+	}
+	if err := pf.fs.Rename(pf.tmpPath, pf.path); err != nil {
+		return errors.Join(fail("rename "+pf.tmpPath, err), pf.fs.Remove(pf.tmpPath))
+	}
+	if err := pf.fs.SyncDir(filepath.Dir(pf.path)); err != nil {
+		// The new file may or may not survive a power loss: the next Store
+		// creates it again.
+		return fail("sync directory", err)
+	}
+	pf.pending = false
+	pf.lastSync = time.Now()
+	f, err := pf.fs.OpenFile(pf.path, os.O_RDWR, 0)
+	if err != nil {
+		// The record is durable; the next Store reads the file again.
+		pf.prepared = false
+		return fail("reopen", err)
+	}
+	pf.f, pf.keep = f, 0
+	return nil
+}
+
+// Sync makes a write pending under SyncInterval durable now. Under the
+// other policies it does nothing.
+func (pf *PointerFile) Sync() error {
+	pf.mu.Lock()
+	defer pf.mu.Unlock()
+	if pf.closed {
+		return ErrPointerClosed
+	}
+	if pf.policy == SyncNever {
+		return nil
+	}
+	return pf.sync()
+}
+
+// Close makes a pending write durable (except under SyncNever) and closes
+// the file. Closing twice returns nil.
+func (pf *PointerFile) Close() error {
+	pf.mu.Lock()
+	defer pf.mu.Unlock()
+	if pf.closed {
+		return nil
+	}
+	pf.closed = true
+	if pf.f == nil {
+		return nil
+	}
+	var err error
+	if pf.policy != SyncNever {
+		err = pf.sync()
+	}
+	if cerr := pf.f.Close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("feed: close pointer file %s: %w", pf.path, cerr))
+	}
+	pf.f = nil
+	return err
+}
