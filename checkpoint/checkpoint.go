@@ -19,6 +19,13 @@ type Mark struct {
 	Position int64
 }
 
+// Binding identifies the subscription the mark was taken under: it changes
+// each time the framework binds a new queue of the group to the checkpoint
+// (see [Registry.Bind]). A mark of an earlier binding is ignored by
+// [Checkpoint.DurableThrough]. The framework compares bindings to tell
+// whether a durable mark belongs to a queue it has removed.
+func (m Mark) Binding() uint64 { return m.gen }
+
 // Progress reports the last item a subscriber queue has finished. The
 // framework binds one to a hold when the group's queue subscribes.
 type Progress func() Mark
