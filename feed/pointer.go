@@ -409,24 +409,29 @@ type fileState struct {
 
 // readState reads the slots of an open pointer file.
 func readState(f vfs.File) (fileState, []byte, error) {
-	st := fileState{best: -1}
 	info, err := f.Stat()
 	if err != nil {
-		return st, nil, err
+		return fileState{best: -1}, nil, err
 	}
-	st.size = info.Size()
-	n := min(st.size, PointerFileSize)
-	data := make([]byte, n)
-	if n > 0 {
+	size := info.Size()
+	data := make([]byte, min(max(size, 0), PointerFileSize))
+	if len(data) > 0 {
 		m, err := f.ReadAt(data, 0)
 		switch {
 		case m == len(data):
 		case errors.Is(err, io.EOF):
 			data = data[:m] // the file shrank under us: decode what is there
 		default:
-			return st, nil, err
+			return fileState{best: -1}, nil, err
 		}
 	}
+	return parseState(data, size), data, nil
+}
+
+// parseState decodes the slots of a pointer file of size bytes whose first
+// bytes are data.
+func parseState(data []byte, size int64) fileState {
+	st := fileState{size: size, best: -1}
 	for i := range st.slots {
 		off := i * PointerSlotSize
 		s := &st.slots[i]
@@ -440,7 +445,7 @@ func readState(f vfs.File) (fileState, []byte, error) {
 			st.best = i
 		}
 	}
-	return st, data, nil
+	return st
 }
 
 func slotName(i int) byte { return 'A' + byte(i) }
