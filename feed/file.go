@@ -1,0 +1,778 @@
+package feed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/internal/vfs"
+)
+
+// The reasons a file source reopens its input, as counted in
+// Status.Reopens and shown in Status.Detail and Status.LastReopenReason.
+const (
+	// ReasonReplaced: the path names another file than the one being read
+	// (a rotation by rename, a write-temp-and-rename writer).
+	ReasonReplaced = "input replaced while being read"
+	// ReasonTruncated: the file being read is shorter than what was read.
+	ReasonTruncated = "input truncated"
+)
+
+// The reasons of a [Reject].
+const (
+	// RejectOversize: the line's payload is longer than MaxLineBytes.
+	RejectOversize = "line longer than MaxLineBytes"
+	// RejectPartialDropped: the unterminated last line of a file that was
+	// replaced or truncated while being read; it was never delivered.
+	RejectPartialDropped = "unterminated last line of a replaced or truncated input"
+)
+
+// DetailPartialLine is Status.Detail of a source caught up with a line whose
+// '\n' has not arrived yet.
+const DetailPartialLine = "partial line pending"
+
+// Errors of a file source.
+var (
+	// ErrInvalidConfig is wrapped by NewFileSource's errors.
+	ErrInvalidConfig = errors.New("feed: invalid file source config")
+	// ErrClosed is returned by Poll and Commit after Close.
+	ErrClosed = errors.New("feed: source closed")
+	// ErrCommitAhead is wrapped by the error of a Commit beyond the lines
+	// read: a bug in the caller.
+	ErrCommitAhead = errors.New("feed: commit beyond the lines read")
+)
+
+// maxConfigLineBytes bounds Config.MaxLineBytes: the framer may hold that
+// many bytes in memory.
+const maxConfigLineBytes = 1 << 30
+
+// Config configures a [FileSource]. The zero value of every field but Path
+// is a sensible default.
+type Config struct {
+	// Path is the input file. It need not exist yet: the source waits for
+	// it.
+	Path string
+	// Strategy is the read strategy; the zero value is Committed, the only
+	// strategy that opens the pointer file Path+".readPointer".
+	Strategy ReadStrategy
+	// MaxLineBytes is the longest line payload (without its terminator)
+	// delivered; longer lines are skipped and reported. 0 means
+	// DefaultMaxLineBytes (1 MiB). The source holds at most this many bytes
+	// (plus 2) of one line in memory.
+	MaxLineBytes int
+	// Sync is when a pointer write is made durable (Committed only).
+	Sync SyncPolicy
+	// SyncInterval is the interval of SyncInterval; 0 means
+	// DefaultSyncInterval.
+	SyncInterval time.Duration
+	// FS is the file system; nil means vfs.Default(), the operating system.
+	FS vfs.FS
+	// Logger receives the source's warnings and notes; nil discards them
+	// (status and OnReject still report everything).
+	Logger *slog.Logger
+	// OnReject, when set, is called for every line that is not delivered:
+	// an oversize line, or the unterminated last line of a file that was
+	// replaced or truncated while being read. It is called from Poll.
+	OnReject func(Reject)
+	// Now is the clock for new epochs; nil means time.Now.
+	Now func() time.Time
+}
+
+// Reject describes a line the source did not deliver.
+type Reject struct {
+	// Path is the input's path.
+	Path string
+	// Epoch is the epoch the line was read in (0 for strategies without a
+	// pointer).
+	Epoch uint64
+	// Position is the offset of the line's first byte.
+	Position int64
+	// End is the offset just after the line's terminator, 0 when it has
+	// none (a dropped partial line).
+	End int64
+	// Length is the number of bytes of the line, its terminator included.
+	Length int64
+	// Reason is RejectOversize or RejectPartialDropped.
+	Reason string
+}
+
+// FileSource reads lines from one file: it implements [Source] with the read
+// strategies, the pointer file, epochs, tailing and the rotation and
+// truncation checks described in the package documentation.
+//
+// Poll, Commit and Close are called by one goroutine at a time; Status may
+// be called from any goroutine.
+type FileSource struct {
+	path   string
+	strat  ReadStrategy
+	fs     vfs.FS
+	log    *slog.Logger
+	now    func() time.Time
+	reject func(Reject)
+	pf     *PointerFile // nil unless Committed
+
+	fr *framer
+	in *inputFile // the open input; nil while waiting for it
+
+	epoch     uint64
+	origin    *dedupe.Origin
+	fp        dedupe.Fingerprint // of the epoch's file, refreshed while < 4096 bytes
+	committed int64              // the position stored in the pointer file for epoch
+	seq       uint64
+	size      int64 // last size seen by stat
+
+	polled         bool // Poll was called before
+	started        bool // the input was opened once
+	missingAtStart bool // the input did not exist at the first Poll
+	atEOF          bool // the last read of the open file found its end
+	waitWarned     bool
+	migrate        bool   // a legacy pointer's migration is stored once the resync completes
+	reopenReason   string // a reopen is due at the next end of the open file
+	cont           *continuation
+	done, closed   bool
+
+	lines, bytes, oversize, partialDropped uint64
+	commitErrors                           uint64
+	lastCommitErr                          string
+	state                                  State
+	detail                                 string
+
+	head [MaxFingerprintLen]byte
+	tail [MaxTailLen]byte
+
+	mu               sync.Mutex // guards st, reopens and the reopen facts
+	st               Status
+	reopens          map[string]uint64
+	lastReopenReason string
+	lastReopenAt     time.Time
+}
+
+var _ Source = (*FileSource)(nil)
+
+// continuation is what a reopen knows of the file it left: where it read to
+// and the bytes just before that, so that the file found at the path can be
+// recognised as the same content (a copy renamed over the path).
+type continuation struct {
+	forceNew bool // truncated: always a new epoch from 0
+	pos      int64
+	tailLen  int
+	tailHash uint64
+	ok       bool // tailHash was read
+}
+
+// inputFile is the open input. Its Origin's TailHash reads it concurrently
+// with the source, so closing takes the lock.
+type inputFile struct {
+	mu    sync.RWMutex
+	f     vfs.File // nil once closed
+	name  string
+	id    dedupe.Identity
+	hasID bool
+}
+
+// tailHash returns HashBytes of the n bytes just before pos.
+func (h *inputFile) tailHash(pos int64, n int) (uint64, error) {
+	if n < 0 || int64(n) > pos {
+		return 0, fmt.Errorf("feed: tail hash of input %s: %d bytes before position %d is out of range", h.name, n, pos)
+	}
+	b := make([]byte, n)
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.f == nil {
+		return 0, fmt.Errorf("feed: tail hash of input %s: the file of this epoch is closed (rotated or the source stopped)", h.name)
+	}
+	if _, err := h.f.ReadAt(b, pos-int64(n)); err != nil {
+		return 0, fmt.Errorf("feed: tail hash of input %s at position %d: %w", h.name, pos, err)
+	}
+	return HashBytes(b), nil
+}
+
+func (h *inputFile) close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.f == nil {
+		return nil
+	}
+	err := h.f.Close()
+	h.f = nil
+	return err
+}
+
+// NewFileSource validates cfg and returns a source. It opens nothing: the
+// first Poll opens the input (and the pointer file for Committed), so the
+// input need not exist yet.
+func NewFileSource(cfg Config) (*FileSource, error) {
+	switch {
+	case cfg.Path == "":
+		return nil, fmt.Errorf("%w: Path is empty: set it to the input file", ErrInvalidConfig)
+	case cfg.Strategy < Committed || cfg.Strategy > OnceLatest:
+		return nil, fmt.Errorf("%w: unknown read strategy %d for %s", ErrInvalidConfig, int(cfg.Strategy), cfg.Path)
+	case cfg.MaxLineBytes < 0 || cfg.MaxLineBytes > maxConfigLineBytes:
+		return nil, fmt.Errorf("%w: MaxLineBytes %d for %s is outside 0..%d (0 means %d)", ErrInvalidConfig, cfg.MaxLineBytes, cfg.Path, maxConfigLineBytes, DefaultMaxLineBytes)
+	case cfg.Sync < SyncEveryCommit || cfg.Sync > SyncNever:
+		return nil, fmt.Errorf("%w: unknown sync policy %d for %s", ErrInvalidConfig, int(cfg.Sync), cfg.Path)
+	case cfg.SyncInterval < 0:
+		return nil, fmt.Errorf("%w: negative SyncInterval %v for %s", ErrInvalidConfig, cfg.SyncInterval, cfg.Path)
+	}
+	s := &FileSource{
+		path:    cfg.Path,
+		strat:   cfg.Strategy,
+		fs:      cfg.FS,
+		log:     cfg.Logger,
+		now:     cfg.Now,
+		reject:  cfg.OnReject,
+		reopens: map[string]uint64{},
+	}
+	if s.fs == nil {
+		s.fs = vfs.Default()
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.fr = newFramer(cfg.MaxLineBytes, s.onSkip)
+	if s.strat.Commits() {
+		s.pf = OpenPointerFile(cfg.Path+PointerSuffix, PointerFileOptions{
+			FS: s.fs, Sync: cfg.Sync, SyncInterval: cfg.SyncInterval, Logger: s.log,
+		})
+	}
+	s.publish()
+	return s, nil
+}
+
+// Rereadable reports true: a file can always be read again. Only Committed
+// resumes where it was after a restart; the other strategies re-read from
+// their start (Earliest) or skip to the end (Latest).
+func (s *FileSource) Rereadable() bool { return true }
+
+// Poll fills items with the lines available now, up to len(items), and
+// returns how many it filled. It never blocks: at the end of the input it
+// returns 0 and nil, after checking (one stat) that the path still names the
+// file being read and that the file did not shrink. It returns ErrDone when
+// a once strategy has reached its end. Lines are slices into the source's
+// buffer, valid until the next Poll.
+func (s *FileSource) Poll(ctx context.Context, items []Item) (int, error) {
+	if s.closed {
+		return 0, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if s.done {
+		return 0, ErrDone
+	}
+	if s.strat == OnceLatest {
+		s.done = true
+		s.setState(StateDone, "ONCE_LATEST starts at the end of the file: nothing to read")
+		s.publish()
+		return 0, ErrDone
+	}
+	if len(items) == 0 {
+		return 0, nil
+	}
+	first := !s.polled
+	s.polled = true
+	if s.in == nil {
+		err := s.open(first)
+		if err != nil || s.in == nil {
+			s.publish()
+			return 0, err
+		}
+	}
+	n, err := s.read(items)
+	for i := range items[:n] {
+		s.seq++
+		it := &items[i]
+		it.Seq, it.Epoch, it.Origin = s.seq, s.epoch, s.origin
+	}
+	s.lines += uint64(n)
+	s.publish()
+	return n, err
+}
+
+// read fills items from the open input; see Poll.
+func (s *FileSource) read(items []Item) (int, error) {
+	n := 0
+	checked, reopened := false, false
+	for {
+		n += s.fr.frame(items[n:])
+		if n == len(items) {
+			s.setState(StateBehind, s.reopenReason)
+			return n, nil
+		}
+		if s.atEOF && s.reopenReason == "" {
+			if s.strat == OnceEarliest && s.fr.off > 0 {
+				s.done = true
+				s.setState(StateDone, "ONCE_EARLIEST reached the end of the file")
+				if n > 0 {
+					return n, nil
+				}
+				return 0, ErrDone
+			}
+			if checked {
+				s.caughtUp()
+				return n, nil
+			}
+			checked = true
+			more, err := s.check()
+			if err != nil {
+				return n, err
+			}
+			if !more {
+				s.caughtUp()
+				return n, nil
+			}
+		}
+		got, err := s.fr.fill(s.in.f, n == 0)
+		s.bytes += uint64(got)
+		if got > 0 {
+			s.atEOF = false
+			continue
+		}
+		if errors.Is(err, errBufferFull) {
+			s.setState(StateBehind, s.reopenReason)
+			return n, nil
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return n, fmt.Errorf("feed: read input %s at offset %d (epoch %d): %w; the next poll retries", s.path, s.fr.off, s.epoch, err)
+		}
+		s.atEOF = true
+		if s.reopenReason != "" {
+			if n > 0 || reopened {
+				s.setState(StateBehind, s.reopenReason)
+				return n, nil
+			}
+			reopened = true
+			if err := s.reopen(); err != nil || s.in == nil {
+				return 0, err
+			}
+			checked = false
+		}
+	}
+}
+
+// caughtUp records that the source is at the end of its input.
+func (s *FileSource) caughtUp() {
+	if s.fr.pending() > 0 {
+		s.setState(StateCaughtUp, DetailPartialLine)
+		return
+	}
+	s.setState(StateCaughtUp, "")
+}
+
+// check stats the path at the end of the open file. It returns whether the
+// open file may hold more bytes, and starts a reopen when the path names
+// another file or the file shrank.
+func (s *FileSource) check() (bool, error) {
+	fi, err := s.fs.Stat(s.path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			// A rotation in progress: read the open file on.
+			return true, nil
+		}
+		return false, fmt.Errorf("feed: stat input %s (epoch %d, read to %d): %w; the next poll retries", s.path, s.epoch, s.fr.off, err)
+	}
+	if s.in.hasID {
+		if id, ok := fileIdentity(fi); ok && id != s.in.id {
+			s.startReopen(ReasonReplaced)
+			return true, nil
+		}
+	}
+	size := fi.Size()
+	s.size = size
+	if size < s.fr.off {
+		s.startReopen(ReasonTruncated)
+		return true, nil
+	}
+	return size > s.fr.off, nil
+}
+
+// startReopen makes the next end of the open file reopen the path.
+func (s *FileSource) startReopen(reason string) {
+	s.reopenReason = reason
+	s.setState(StateBehind, reason)
+	s.log.Info("feed: "+reason+": reading the open file to its end, then opening the path again",
+		"path", s.path, "epoch", s.epoch, "position", s.fr.position())
+}
+
+// reopen closes the open file, dropping an unterminated last line, and opens
+// the path again.
+func (s *FileSource) reopen() error {
+	reason := s.reopenReason
+	s.reopenReason = ""
+	if p := s.fr.pending(); p > 0 && !(s.fr.discard && s.fr.discardKind == skipResync) {
+		start := s.fr.position()
+		s.partialDropped++
+		s.log.Warn("feed: dropped the unterminated last line of the old input: it was never delivered",
+			"path", s.path, "epoch", s.epoch, "position", start, "length", p, "reason", reason)
+		s.rejectLine(Reject{Path: s.path, Epoch: s.epoch, Position: start, Length: p, Reason: RejectPartialDropped})
+	}
+	c := &continuation{forceNew: reason == ReasonTruncated, pos: s.fr.position()}
+	if !c.forceNew {
+		c.tailLen = int(min(MaxTailLen, c.pos))
+		h, err := s.in.tailHash(c.pos, c.tailLen)
+		c.tailHash, c.ok = h, err == nil
+	}
+	s.mu.Lock()
+	s.reopens[reason]++
+	s.lastReopenReason = reason
+	s.lastReopenAt = s.now()
+	s.mu.Unlock()
+	err := s.in.close()
+	s.in = nil
+	s.cont = c
+	if err != nil {
+		s.log.Warn("feed: closing the old input failed", "path", s.path, "err", err)
+	}
+	return s.open(false)
+}
+
+// decision is where and in which epoch an opened input is read.
+type decision struct {
+	start     int64
+	resync    bool   // skip to the first line start after start
+	newEpoch  bool   // start a new epoch (the previous one is prev)
+	prev      uint64 // the largest epoch known
+	committed int64  // the committed position when the epoch is kept
+	store     bool   // store the pointer at start at once
+	migrate   bool   // store the pointer when the resync completes
+}
+
+// open opens the input at the path and decides where to read it. When the
+// file does not exist the source waits: s.in stays nil.
+func (s *FileSource) open(first bool) error {
+	f, err := s.fs.Open(s.path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			if first {
+				s.missingAtStart = true
+			}
+			if !s.waitWarned {
+				s.waitWarned = true
+				s.log.Warn("feed: input does not exist; waiting for it", "path", s.path)
+			}
+			s.setState(StateWaiting, "waiting for "+s.path)
+			return nil
+		}
+		return fmt.Errorf("feed: open input %s: %w; check that it is a readable file", s.path, err)
+	}
+	s.waitWarned = false
+	fi, err := f.Stat()
+	if err != nil {
+		return errors.Join(fmt.Errorf("feed: stat input %s: %w", s.path, err), f.Close())
+	}
+	h := &inputFile{f: f, name: s.path}
+	h.id, h.hasID = fileIdentity(fi)
+	size := fi.Size()
+	head, err := s.readHead(h, size)
+	if err != nil {
+		return errors.Join(err, f.Close())
+	}
+	fp := dedupe.Fingerprint{Len: len(head), Hash: HashBytes(head)}
+
+	var d decision
+	switch {
+	case s.started:
+		d, err = s.decideReopen(h, size, fp)
+	case s.strat.Commits():
+		d, err = s.decidePointer(h, size, fp)
+	case s.strat == Latest && !s.missingAtStart:
+		d.start = size
+		if size > 0 {
+			var b [1]byte
+			if _, err = f.ReadAt(b[:], size-1); err == nil {
+				d.resync = b[0] != '\n'
+			}
+		}
+	}
+	if err == nil {
+		_, err = f.Seek(d.start, io.SeekStart)
+		if err != nil {
+			err = fmt.Errorf("feed: seek input %s to %d: %w", s.path, d.start, err)
+		}
+	}
+	if err != nil {
+		return errors.Join(err, f.Close())
+	}
+
+	s.in = h
+	s.started = true
+	s.cont = nil
+	s.size = size
+	s.atEOF = false
+	s.fr.reset(d.start, d.resync)
+	s.fp = fp
+	s.setState(StateBehind, "")
+	if !s.strat.Commits() {
+		return nil
+	}
+	if d.newEpoch {
+		s.epoch = NewEpoch(d.prev, s.now())
+		s.committed = 0
+	} else {
+		s.committed = d.committed
+	}
+	s.origin = &dedupe.Origin{Identity: h.id, Fingerprint: fp, TailHash: h.tailHash}
+	s.migrate = d.migrate
+	if d.store {
+		// Failures are counted and logged; the next commit retries.
+		_ = s.store(d.start)
+	}
+	return nil
+}
+
+// readHead reads the first min(4096, size) bytes of the input into s.head.
+func (s *FileSource) readHead(h *inputFile, size int64) ([]byte, error) {
+	b := s.head[:min(int64(len(s.head)), size)]
+	n, err := h.f.ReadAt(b, 0)
+	if err != nil && !(errors.Is(err, io.EOF) && n < len(b)) {
+		return nil, fmt.Errorf("feed: read the first %d bytes of input %s: %w; the next poll retries", len(b), s.path, err)
+	}
+	return b[:n], nil
+}
+
+// sameContent compares the file with what is known of the file read before
+// (the pointer, or the file left by a reopen). It returns "" when the file
+// may be read on at pos, else why not.
+func (s *FileSource) sameContent(h *inputFile, size int64, head []byte, pos int64, fp dedupe.Fingerprint, tailLen int, tailHash uint64) string {
+	switch {
+	case size < pos:
+		return fmt.Sprintf("the input (%d bytes) is shorter than the position %d: truncated", size, pos)
+	case size < int64(fp.Len):
+		return fmt.Sprintf("the input (%d bytes) is shorter than its fingerprinted first %d bytes: truncated", size, fp.Len)
+	case HashBytes(head[:fp.Len]) != fp.Hash:
+		return fmt.Sprintf("the first %d bytes of the input differ: replaced or rewritten", fp.Len)
+	}
+	if tailLen > 0 {
+		got, err := h.tailHash(pos, tailLen)
+		if err != nil {
+			return fmt.Sprintf("the %d bytes before position %d cannot be read: %v", tailLen, pos, err)
+		}
+		if got != tailHash {
+			return fmt.Sprintf("the %d bytes before position %d differ: replaced or rewritten", tailLen, pos)
+		}
+	}
+	return ""
+}
+
+// decidePointer is the open-time decision of Committed at the first open.
+func (s *FileSource) decidePointer(h *inputFile, size int64, fp dedupe.Fingerprint) (decision, error) {
+	res, err := s.pf.Load()
+	if err != nil {
+		return decision{}, err
+	}
+	pfPath := s.pf.Path()
+	fresh := decision{newEpoch: true, store: true}
+	switch {
+	case res.Missing:
+		s.log.Info("feed: no pointer file: reading the input from 0 under a new epoch", "path", s.path, "pointer", pfPath)
+		return fresh, nil
+	case res.Legacy:
+		count := res.Pointer.Position
+		if count > size {
+			s.log.Warn("feed: legacy pointer is past the end of the input (truncated): reading from 0 under a new epoch",
+				"path", s.path, "pointer", pfPath, "count", count, "size", size)
+			return fresh, nil
+		}
+		d := decision{start: count, newEpoch: true}
+		var b [1]byte
+		if count > 0 {
+			if _, err := h.f.ReadAt(b[:], count-1); err != nil {
+				return decision{}, fmt.Errorf("feed: read input %s at %d to migrate legacy pointer %s: %w", s.path, count-1, pfPath, err)
+			}
+		}
+		if count > 0 && b[0] != '\n' {
+			d.resync, d.migrate = true, true
+		} else {
+			d.store = true
+		}
+		s.log.Info("feed: migrating legacy pointer file: its count is taken as a byte offset, resumed at the next line start, and stored at once under a new epoch",
+			"path", s.path, "pointer", pfPath, "count", count, "mid_line", d.resync)
+		return d, nil
+	case !res.Found:
+		s.log.Warn("feed: pointer file holds no valid record: reading the input from 0 under a new epoch",
+			"path", s.path, "pointer", pfPath, "reason", res.Reason)
+		return fresh, nil
+	}
+	p := res.Pointer
+	fresh.prev = p.Epoch
+	if why := s.sameContent(h, size, s.head[:fp.Len], p.Position, p.Fingerprint, p.TailLen, p.TailHash); why != "" {
+		s.log.Warn("feed: the input does not match its pointer: reading from 0 under a new epoch",
+			"path", s.path, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position, "reason", why)
+		return fresh, nil
+	}
+	if h.hasID && p.Identity != (dedupe.Identity{}) && p.Identity != h.id {
+		s.log.Warn("feed: the input is another file (identity changed) with the same leading bytes and not shorter: position and epoch kept",
+			"path", s.path, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position,
+			"old_dev", p.Identity.Dev, "old_ino", p.Identity.Ino, "dev", h.id.Dev, "ino", h.id.Ino)
+	}
+	s.epoch = p.Epoch
+	return decision{start: p.Position, committed: p.Position}, nil
+}
+
+// decideReopen is the decision for the file found at the path after a
+// rotation or truncation: it is read on in the same epoch only when it holds
+// the same bytes as the file left (a copy renamed over the path).
+func (s *FileSource) decideReopen(h *inputFile, size int64, fp dedupe.Fingerprint) (decision, error) {
+	fresh := decision{newEpoch: true, prev: s.epoch, store: true}
+	c := s.cont
+	if c == nil || c.forceNew || !c.ok {
+		s.log.Warn("feed: reading the input at the path from 0 under a new epoch", "path", s.path, "previous_epoch", s.epoch)
+		return fresh, nil
+	}
+	if why := s.sameContent(h, size, s.head[:fp.Len], c.pos, s.fp, c.tailLen, c.tailHash); why != "" {
+		s.log.Warn("feed: the file at the path is a new file: reading it from 0 under a new epoch",
+			"path", s.path, "previous_epoch", s.epoch, "reason", why)
+		return fresh, nil
+	}
+	s.log.Warn("feed: the file at the path is another file with the same bytes up to the position read: reading on under the same epoch",
+		"path", s.path, "epoch", s.epoch, "position", c.pos)
+	return decision{start: c.pos, committed: s.committed}, nil
+}
+
+// onSkip is the framer's report of skipped bytes.
+func (s *FileSource) onSkip(kind skipKind, start, end int64) {
+	switch kind {
+	case skipOversize:
+		s.oversize++
+		s.log.Warn("feed: skipped a line longer than the maximum",
+			"path", s.path, "epoch", s.epoch, "position", start, "end", end, "length", end-start, "max", s.fr.max)
+		s.rejectLine(Reject{Path: s.path, Epoch: s.epoch, Position: start, End: end, Length: end - start, Reason: RejectOversize})
+	case skipResync:
+		if s.migrate {
+			s.migrate = false
+			_ = s.store(end)
+		}
+	}
+}
+
+func (s *FileSource) rejectLine(r Reject) {
+	if s.reject != nil {
+		s.reject(r)
+	}
+}
+
+// Commit stores position in the pointer file when epoch is the current
+// epoch and position is beyond the committed one; other commits are ignored.
+// A position beyond the lines read is a caller bug: it returns an error
+// wrapping ErrCommitAhead. A failed pointer write returns its error, is
+// counted in Status, and is retried by the next Commit. Strategies without a
+// pointer ignore every commit.
+func (s *FileSource) Commit(epoch uint64, position int64) error {
+	if s.closed {
+		return ErrClosed
+	}
+	if s.pf == nil || s.in == nil || epoch != s.epoch || position <= s.committed {
+		return nil
+	}
+	if read := s.fr.position(); position > read {
+		return fmt.Errorf("%w: position %d of epoch %d of input %s, read only to %d; commit only positions of delivered lines",
+			ErrCommitAhead, position, epoch, s.path, read)
+	}
+	return s.store(position)
+}
+
+// store writes the pointer of the current epoch at position.
+func (s *FileSource) store(position int64) error {
+	p := Pointer{Epoch: s.epoch, Position: position, Identity: s.in.id}
+	if s.fp.Len < MaxFingerprintLen {
+		// The file was short when fingerprinted: cover more of it now.
+		if known := max(s.size, s.fr.off); known > int64(s.fp.Len) {
+			b := s.head[:min(int64(len(s.head)), known)]
+			if n, err := s.in.f.ReadAt(b, 0); n == len(b) && (err == nil || errors.Is(err, io.EOF)) {
+				s.fp = dedupe.Fingerprint{Len: n, Hash: HashBytes(b)}
+			}
+		}
+	}
+	p.Fingerprint = s.fp
+	if n := int(min(MaxTailLen, position)); n > 0 {
+		b := s.tail[:n]
+		if m, err := s.in.f.ReadAt(b, position-int64(n)); m == n && (err == nil || errors.Is(err, io.EOF)) {
+			p.TailLen, p.TailHash = n, HashBytes(b)
+		}
+		// Else the file shrank under us: store no tail; the truncation is
+		// noticed at the end of the file.
+	}
+	if err := s.pf.Store(p); err != nil {
+		s.commitErrors++
+		s.lastCommitErr = err.Error()
+		s.log.Warn("feed: pointer write failed; the next commit retries",
+			"path", s.path, "pointer", s.pf.Path(), "epoch", s.epoch, "position", position, "err", err)
+		s.publish()
+		return fmt.Errorf("feed: commit position %d of epoch %d of input %s: %w", position, s.epoch, s.path, err)
+	}
+	s.committed = position
+	s.lastCommitErr = ""
+	s.publish()
+	return nil
+}
+
+// Close closes the input and the pointer file (making a pending pointer
+// write durable). It does not commit. Closing twice returns nil.
+func (s *FileSource) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var err error
+	if s.in != nil {
+		if cerr := s.in.close(); cerr != nil {
+			err = fmt.Errorf("feed: close input %s: %w", s.path, cerr)
+		}
+		s.in = nil
+	}
+	if s.pf != nil {
+		err = errors.Join(err, s.pf.Close())
+	}
+	s.setState(StateStopped, "")
+	s.publish()
+	return err
+}
+
+func (s *FileSource) setState(st State, detail string) {
+	s.state, s.detail = st, detail
+}
+
+// publish copies the source's facts for Status.
+func (s *FileSource) publish() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st = Status{
+		Path:              s.path,
+		Strategy:          s.strat,
+		State:             s.state,
+		Detail:            s.detail,
+		Epoch:             s.epoch,
+		ReadPosition:      s.fr.position(),
+		CommittedPosition: s.committed,
+		FileSize:          max(s.size, s.fr.off),
+		LinesRead:         s.lines,
+		BytesRead:         s.bytes,
+		OversizeSkipped:   s.oversize,
+		PartialPending:    s.state == StateCaughtUp && s.fr.pending() > 0,
+		PartialDropped:    s.partialDropped,
+		LastReopenReason:  s.lastReopenReason,
+		LastReopenAt:      s.lastReopenAt,
+		CommitErrors:      s.commitErrors,
+		LastCommitError:   s.lastCommitErr,
+	}
+}
+
+// Status returns the source's facts as of the end of the last Poll, Commit
+// or Close. It is safe to call from any goroutine.
+func (s *FileSource) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st
+	st.Reopens = maps.Clone(s.reopens)
+	return st
+}
