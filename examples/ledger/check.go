@@ -1,0 +1,161 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// LedgerState is what a ledger's store holds.
+type LedgerState struct {
+	// Applied counts the lines applied.
+	Applied int64
+	// Total is the sum of the amounts applied.
+	Total int64
+	// Balances is the balance per account.
+	Balances map[string]int64
+}
+
+// Report is the outcome of comparing a data folder with its input.
+type Report struct {
+	// Missing counts input lines whose id has fewer output lines than input
+	// lines.
+	Missing int
+	// Twice counts output lines beyond what the input implies: lines written
+	// twice.
+	Twice int
+	// Unknown counts output lines whose id is not in the input, and output
+	// lines that do not parse.
+	Unknown int
+	// State and Want are the store's state and the model's.
+	State, Want LedgerState
+	// Rejects counts the distinct rejected lines; WantRejects the input's
+	// malformed lines.
+	Rejects, WantRejects int
+}
+
+// Exact reports whether the state equals the model's.
+func (r *Report) Exact() bool {
+	return r.State.Applied == r.Want.Applied && r.State.Total == r.Want.Total && len(r.BalanceDiffs()) == 0
+}
+
+// OK reports whether nothing is missing and the state is exact.
+func (r *Report) OK() bool { return r.Missing == 0 && r.Exact() }
+
+// BalanceDiffs returns the accounts whose balance differs, in byte order.
+func (r *Report) BalanceDiffs() []string {
+	var diff []string
+	for a, b := range r.State.Balances {
+		if b != r.Want.Balances[a] {
+			diff = append(diff, a)
+		}
+	}
+	for a, b := range r.Want.Balances {
+		if _, ok := r.State.Balances[a]; !ok && b != 0 {
+			diff = append(diff, a)
+		}
+	}
+	slices.Sort(diff)
+	return diff
+}
+
+// Compare compares a store's state and output with a model of the input.
+func Compare(m *Model, st LedgerState, out *OutputSummary, rejects int) *Report {
+	r := &Report{
+		State:       st,
+		Want:        LedgerState{Applied: m.Applied, Total: m.Total, Balances: m.Balances},
+		Rejects:     rejects,
+		WantRejects: m.Malformed,
+	}
+	for id, want := range m.IDs {
+		got := out.IDs[id]
+		if got < want {
+			r.Missing += want - got
+		} else {
+			r.Twice += got - want
+		}
+	}
+	for id, got := range out.IDs {
+		if _, ok := m.IDs[id]; !ok {
+			r.Unknown += got
+		}
+	}
+	r.Unknown += out.Bad
+	return r
+}
+
+// Write prints the report: the two contract lines, then one line per
+// account whose balance differs, then what else does not match.
+func (r *Report) Write(w io.Writer) {
+	fmt.Fprintf(w, "lines missing: %d, output lines written twice: %d\n", r.Missing, r.Twice)
+	fmt.Fprintf(w, "state: applied %d (expected %d), total %d (expected %d)\n",
+		r.State.Applied, r.Want.Applied, r.State.Total, r.Want.Total)
+	for _, a := range r.BalanceDiffs() {
+		fmt.Fprintf(w, "balance %s: %d (expected %d)\n", a, r.State.Balances[a], r.Want.Balances[a])
+	}
+	if r.Unknown > 0 {
+		fmt.Fprintf(w, "output lines not in the input: %d\n", r.Unknown)
+	}
+	if r.Rejects != r.WantRejects {
+		fmt.Fprintf(w, "rejected lines: %d (expected %d)\n", r.Rejects, r.WantRejects)
+	}
+}
+
+// stringList is a flag that can be given several times.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// CheckDir compares the data folder dir with the concatenation of inputs.
+func CheckDir(dir string, inputs ...string) (*Report, error) {
+	m, err := ModelOf(inputs...)
+	if err != nil {
+		return nil, err
+	}
+	st, err := ReadState(dir)
+	if err != nil {
+		return nil, err
+	}
+	out, err := ReadOutput(filepath.Join(dir, outputFile))
+	if err != nil {
+		return nil, err
+	}
+	rejects, err := CountRejects(filepath.Join(dir, rejectsFile))
+	if err != nil {
+		return nil, err
+	}
+	return Compare(m, st, out, rejects), nil
+}
+
+func cmdCheck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var inputs stringList
+	fs.Var(&inputs, "input", "the input file; several --input are read one after the other, as one input")
+	dir := fs.String("data", "", "the run's data folder")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: ledger check --input PATH --data DIR")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if len(inputs) == 0 || *dir == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	r, err := CheckDir(*dir, inputs...)
+	if err != nil {
+		fmt.Fprintln(stderr, "ledger check:", err)
+		return 1
+	}
+	r.Write(stdout)
+	if !r.OK() {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestParseLine(t *testing.T) {
+	good := []struct {
+		line string
+		want Entry
+	}{
+		{"1,alice,100", Entry{1, "alice", 100}},
+		{"42,bob,-250", Entry{42, "bob", -250}},
+		{"7,carol,+5", Entry{7, "carol", 5}},
+		{"9,zoë,0", Entry{9, "zoë", 0}},
+		{"3, spaced name ,1", Entry{3, " spaced name ", 1}},
+		{"9223372036854775807,max,-9223372036854775808", Entry{1<<63 - 1, "max", -1 << 63}},
+		{"5,a,007", Entry{5, "a", 7}},
+	}
+	for _, tc := range good {
+		got, err := ParseLine([]byte(tc.line))
+		if err != nil || got != tc.want {
+			t.Errorf("ParseLine(%q) = %+v, %v; want %+v", tc.line, got, err, tc.want)
+		}
+	}
+	bad := []string{
+		"",
+		"1",
+		"1,alice",
+		"1,alice,100,extra",
+		"1,alice,100,",
+		",alice,100",
+		"0,alice,100",
+		"01,alice,100",
+		"-1,alice,100",
+		"+1,alice,100",
+		"1.5,alice,100",
+		"x1,alice,100",
+		"9223372036854775808,alice,100",
+		"1,,100",
+		"1,alice,",
+		"1,alice,-",
+		"1,alice,12.50",
+		"1,alice,1e3",
+		"1,alice, 100",
+		"1,alice,100 ",
+		"1,alice,0x10",
+		"1,alice,1_000",
+		"1,alice,9223372036854775808",
+		"1,\xff\xfe,100",
+		"1,alice,100\r",
+	}
+	for _, line := range bad {
+		e, err := ParseLine([]byte(line))
+		if err == nil {
+			t.Errorf("ParseLine(%q) = %+v, want an error", line, e)
+			continue
+		}
+		if !errors.Is(err, errMalformed) {
+			t.Errorf("ParseLine(%q) error %v does not wrap errMalformed", line, err)
+		}
+	}
+}
+
+func TestAppendLineRoundTrip(t *testing.T) {
+	for _, e := range []Entry{{1, "a", 0}, {123, "zoë", -5}, {1<<63 - 1, "x y", -1 << 63}} {
+		line := AppendLine(nil, e)
+		if line[len(line)-1] != '\n' {
+			t.Fatalf("AppendLine(%+v) = %q: no newline", e, line)
+		}
+		got, err := ParseLine(line[:len(line)-1])
+		if err != nil || got != e {
+			t.Errorf("round trip of %+v: %+v, %v", e, got, err)
+		}
+	}
+}
+
+func TestOutputRoundTrip(t *testing.T) {
+	o := OutputLine{Entry{12, "olivia", -300}, 4500}
+	line := AppendOutput(nil, o)
+	if string(line) != "12,olivia,-300,4500\n" {
+		t.Fatalf("AppendOutput = %q", line)
+	}
+	got, err := ParseOutput(line[:len(line)-1])
+	if err != nil || got != o {
+		t.Fatalf("ParseOutput = %+v, %v", got, err)
+	}
+	for _, bad := range []string{"12,olivia,-300", "12,olivia,-300,", "12,olivia,-300,x"} {
+		if _, err := ParseOutput([]byte(bad)); err == nil {
+			t.Errorf("ParseOutput(%q): no error", bad)
+		}
+	}
+}
+
+// FuzzParseLine checks that ParseLine never panics, that every error is
+// malformed, and that what it accepts is what the format allows and prints
+// back to a line that parses to the same entry.
+func FuzzParseLine(f *testing.F) {
+	for _, s := range []string{"1,alice,100", "2,zoë,-5", "3,a,+0", "0,a,1", "1,,1", "1,a,1,1", "1,a,99999999999999999999", "1,\xff,1"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		e, err := ParseLine(line)
+		if err != nil {
+			if !errors.Is(err, errMalformed) {
+				t.Fatalf("ParseLine(%q): error %v does not wrap errMalformed", line, err)
+			}
+			return
+		}
+		if e.ID <= 0 || e.Account == "" || strings.Contains(e.Account, ",") || !utf8.ValidString(e.Account) {
+			t.Fatalf("ParseLine(%q) accepted %+v", line, e)
+		}
+		if strings.Count(string(line), ",") != 2 {
+			t.Fatalf("ParseLine(%q) accepted a line without exactly 3 fields", line)
+		}
+		out := AppendLine(nil, e)
+		again, err := ParseLine(out[:len(out)-1])
+		if err != nil || again != e {
+			t.Fatalf("ParseLine(%q) = %+v; printed back as %q it parses to %+v, %v", line, e, out, again, err)
+		}
+	})
+}

@@ -1,0 +1,63 @@
+// Command ledger is tidemark's complete example: a ledger server that reads
+// `id,account,amount` lines from a file feed and keeps balances in a durable
+// store, exactly once, and the kill -9 demonstration that proves it.
+//
+// Usage:
+//
+//	ledger gen --lines N [--accounts K] [--seed S] [--out PATH]
+//	ledger run --input PATH --data DIR [--store bbolt|pebble] [--dedupe=true|false] [--sync]
+//	           [--batch N] [--batch-interval D] [--follow] [--pace D]
+//	ledger balances --data DIR
+//	ledger check --input PATH --data DIR
+//	ledger demo
+//
+// See README.md beside this file for what each command prints.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `usage: ledger COMMAND [flags]
+
+commands:
+  gen       write a deterministic ledger
+  run       the server: apply a ledger file to a durable store
+  balances  print the balances a data folder holds
+  check     compare a data folder with its input
+  demo      the kill -9 demonstration (what make run runs)
+
+Run "ledger COMMAND -h" for a command's flags.
+`
+
+func main() {
+	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Main runs the command in args and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "gen":
+		return cmdGen(rest, stdout, stderr)
+	case "run":
+		return cmdRun(rest, stdout, stderr)
+	case "balances":
+		return cmdBalances(rest, stdout, stderr)
+	case "check":
+		return cmdCheck(rest, stdout, stderr)
+	case "demo":
+		return cmdDemo(rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "ledger: unknown command %q\n\n%s", cmd, usage)
+	return 2
+}
