@@ -547,11 +547,11 @@ func (pf *PointerFile) prepare() error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("feed: open pointer file %s for writing: %w; fix its permissions or the disk", pf.path, err)
+		return fmt.Errorf("feed: open pointer file %s for writing: %w; the previous pointer is still in place and the next commit retries; fix its permissions or the disk", pf.path, err)
 	}
 	st, _, err := readState(f)
 	if err != nil {
-		return errors.Join(fmt.Errorf("feed: read pointer file %s: %w; fix the disk, or remove it to restart the input from 0", pf.path, err), f.Close())
+		return errors.Join(fmt.Errorf("feed: read pointer file %s: %w; the next commit retries; fix the disk, or remove it to restart the input from 0", pf.path, err), f.Close())
 	}
 	for _, s := range st.slots {
 		if s.valid {
