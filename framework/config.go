@@ -1,0 +1,260 @@
+package framework
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/tidemark-go/tidemark/checkpoint"
+	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/feed"
+)
+
+// Defaults used when a Config field is zero.
+const (
+	// DefaultQueueCapacity is the most lines a subscriber queue holds.
+	DefaultQueueCapacity = 1024
+	// DefaultBatchSize is the most lines the feed reads and hands off at once.
+	DefaultBatchSize = 256
+	// DefaultSpin is how long a DropAfterSpin queue may stay full before
+	// the lines that do not fit are dropped for it.
+	DefaultSpin = 5 * time.Millisecond
+	// DefaultDrainTimeout bounds how long Stop waits for the groups to
+	// finish their queues.
+	DefaultDrainTimeout = 10 * time.Second
+	// DefaultRetries is how often a failed delivery is retried.
+	DefaultRetries = 3
+	// DefaultBackoff is the first retry's wait; it doubles up to DefaultMaxBackoff.
+	DefaultBackoff = 10 * time.Millisecond
+	// DefaultMaxBackoff caps the retry wait.
+	DefaultMaxBackoff = time.Second
+)
+
+// Config describes a server: its feeds, its processor groups, and how it
+// stops. The zero values of the fields are documented defaults. A Config
+// is loaded from YAML with [LoadConfig] or written in Go; processors are
+// bound by name when the server is made ([New]).
+type Config struct {
+	// Feeds are the sources lines are read from.
+	Feeds []FeedConfig
+	// Groups are the processor groups. Each runs on its own goroutine.
+	Groups []GroupConfig
+	// DrainTimeout bounds how long Stop lets the groups finish the lines
+	// already in their queues. Zero means DefaultDrainTimeout.
+	DrainTimeout time.Duration
+	// Logger receives the server's logs. Nil discards them.
+	Logger *slog.Logger
+	// Checkpoints is the registry of checkpoint holds. Nil means the server
+	// makes its own; pass one to share it with a store made before the server.
+	Checkpoints *checkpoint.Registry
+}
+
+// FeedConfig describes one feed.
+type FeedConfig struct {
+	// Name names the feed; processors subscribe to it by this name.
+	Name string
+	// Source is the source to read. When nil, File must be set and the
+	// server makes a file source from it.
+	Source feed.Source
+	// File describes a file source; used when Source is nil.
+	File *FileConfig
+	// AgentName is the name of the feed's reader in logs; defaults to
+	// "<name>-feed".
+	AgentName string
+	// Overload decides what a full subscriber queue does to the feed.
+	Overload OverloadConfig
+	// Idle is how the feed's reader waits when there is nothing to read.
+	// Nil means a [Backoff] from 1 ms to 50 ms.
+	Idle IdleStrategy
+	// QueueCapacity is the most lines one subscriber queue holds, rounded
+	// up to whole batches. Zero means DefaultQueueCapacity.
+	QueueCapacity int
+	// BatchSize is the most lines read and handed to the queues at once.
+	// Zero means DefaultBatchSize.
+	BatchSize int
+	// StatusEvents, when set, sends a [StatusEvent] through every
+	// subscriber queue each time the source's state changes. Processors
+	// that implement [StatusHandler] receive them; checkpoint marks count
+	// them.
+	StatusEvents bool
+}
+
+// FileConfig describes a file source: the spec's FileEventSource.
+type FileConfig struct {
+	// Filename is the path of the input file.
+	Filename string
+	// ReadStrategy decides where reading starts and whether a pointer file
+	// is kept. The zero value is feed.Committed.
+	ReadStrategy feed.ReadStrategy
+}
+
+// OverloadPolicy decides what the feed does when a subscriber queue is full.
+type OverloadPolicy int
+
+// The overload policies.
+const (
+	// PolicyDefault takes the source's default: Pause for a source that
+	// can re-read its lines after a restart, DropAfterSpin otherwise.
+	PolicyDefault OverloadPolicy = iota
+	// Pause stops the feed from reading until the queue has room. Nothing
+	// is dropped.
+	Pause
+	// DropAfterSpin waits up to the spin time, then drops the lines that
+	// did not fit, for that queue only. Dropped lines are counted, logged
+	// and committed past.
+	DropAfterSpin
+)
+
+// String returns the policy's configuration name.
+func (p OverloadPolicy) String() string {
+	switch p {
+	case PolicyDefault:
+		return "DEFAULT"
+	case Pause:
+		return "PAUSE"
+	case DropAfterSpin:
+		return "DROP_AFTER_SPIN"
+	}
+	return fmt.Sprintf("OverloadPolicy(%d)", int(p))
+}
+
+// UnmarshalText parses PAUSE or DROP_AFTER_SPIN, in any case.
+func (p *OverloadPolicy) UnmarshalText(b []byte) error {
+	switch strings.ToUpper(strings.TrimSpace(string(b))) {
+	case "", "DEFAULT":
+		*p = PolicyDefault
+	case "PAUSE":
+		*p = Pause
+	case "DROP_AFTER_SPIN", "DROPAFTERSPIN":
+		*p = DropAfterSpin
+	default:
+		return fmt.Errorf("framework: unknown overload policy %q: use PAUSE or DROP_AFTER_SPIN", string(b))
+	}
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (p OverloadPolicy) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// OverloadConfig is a feed's overload policy.
+type OverloadConfig struct {
+	// Policy is the policy; the zero value takes the source's default and
+	// logs which one at start.
+	Policy OverloadPolicy
+	// Spin is how long DropAfterSpin waits for room. Zero means DefaultSpin.
+	Spin time.Duration
+}
+
+// GroupConfig describes a processor group.
+type GroupConfig struct {
+	// Name names the group (the spec's agentName). Checkpoint holds are
+	// taken by (feed, group name).
+	Name string
+	// Processors are the names of the group's processors, bound to the
+	// [Registry] passed to [New]. They receive each line in this order.
+	Processors []string
+	// Failure is what the group does when a processor fails.
+	Failure FailurePolicy
+}
+
+// FailureAction is what a group does with a line whose retries are spent.
+type FailureAction int
+
+// The failure actions.
+const (
+	// Skip reports the line through the reject callback, logs and counts
+	// it, and counts it as finished. The zero value.
+	Skip FailureAction = iota
+	// Quarantine fences the group: it stops, and every feed it consumes
+	// from pauses for every consumer until the fence lifts
+	// ([Server.LiftFence]), the processor or group is removed, or the
+	// group is restarted.
+	Quarantine
+)
+
+// String returns the action's configuration name.
+func (a FailureAction) String() string {
+	switch a {
+	case Skip:
+		return "SKIP"
+	case Quarantine:
+		return "QUARANTINE"
+	}
+	return fmt.Sprintf("FailureAction(%d)", int(a))
+}
+
+// UnmarshalText parses SKIP or QUARANTINE, in any case.
+func (a *FailureAction) UnmarshalText(b []byte) error {
+	switch strings.ToUpper(strings.TrimSpace(string(b))) {
+	case "", "SKIP":
+		*a = Skip
+	case "QUARANTINE":
+		*a = Quarantine
+	default:
+		return fmt.Errorf("framework: unknown failure action %q: use SKIP or QUARANTINE", string(b))
+	}
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (a FailureAction) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// FailurePolicy is how a group handles a processor's error or panic: it
+// retries with a doubling back-off that sleeps only its own goroutine, then
+// takes the Action.
+type FailurePolicy struct {
+	// Retries is how many times a failed delivery is retried. Zero means
+	// DefaultRetries; a negative value means none.
+	Retries int
+	// Backoff is the wait before the first retry; it doubles up to
+	// MaxBackoff. Zero means DefaultBackoff.
+	Backoff time.Duration
+	// MaxBackoff caps the wait. Zero means DefaultMaxBackoff.
+	MaxBackoff time.Duration
+	// Action is taken once the retries are spent.
+	Action FailureAction
+	// OnReject is called, on the group's goroutine, with each line the
+	// Skip action gives up on. Optional.
+	OnReject func(Rejection)
+}
+
+func (p FailurePolicy) withDefaults() FailurePolicy {
+	if p.Retries == 0 {
+		p.Retries = DefaultRetries
+	} else if p.Retries < 0 {
+		p.Retries = 0
+	}
+	if p.Backoff <= 0 {
+		p.Backoff = DefaultBackoff
+	}
+	if p.MaxBackoff <= 0 {
+		p.MaxBackoff = DefaultMaxBackoff
+	}
+	if p.MaxBackoff < p.Backoff {
+		p.MaxBackoff = p.Backoff
+	}
+	return p
+}
+
+// delay returns the wait before retry number attempt (0-based).
+func (p FailurePolicy) delay(attempt int) time.Duration {
+	d := p.Backoff
+	for i := 0; i < attempt && d < p.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, p.MaxBackoff)
+}
+
+// Rejection is a line that a group skipped after its retries were spent.
+type Rejection struct {
+	// Group and Processor name who failed.
+	Group     string
+	Processor string
+	// Delivery is the line's delivery context: feed, epoch, position, seq.
+	Delivery dedupe.Delivery
+	// Line is a copy of the line's payload.
+	Line []byte
+	// Err is the last error.
+	Err error
+}

@@ -1,0 +1,465 @@
+package framework
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidemark-go/tidemark/feed"
+)
+
+// feedRunner is one feed's reader: it runs the duty cycle (commit, poll a
+// batch, hand it off to every live queue) on its own goroutine.
+type feedRunner struct {
+	s         *Server
+	name      string
+	src       feed.Source
+	policy    OverloadPolicy
+	explicit  bool // the policy was configured, not defaulted
+	spin      time.Duration
+	holds     bool // the source re-reads: removed and fenced consumers hold it
+	idle      IdleStrategy
+	batchSize int
+	qBatches  int // queue capacity in batches
+	events    bool
+	log       *slog.Logger
+
+	pool  sync.Pool
+	items []feed.Item
+	wake  chan struct{}
+	timer *time.Timer
+	seq   uint64 // last sequence number given; runner-owned
+
+	// mu guards the consumers and the runner's view of its progress. The
+	// runner holds it while it polls, so that status never sees lines that
+	// were read and not yet counted as pending.
+	mu         sync.Mutex
+	live       []*queue
+	ghosts     []*queue
+	lastHanded point // the last line handed to every live queue
+	committed  point // the last point passed to Commit
+	pending    int   // lines read and not yet handed off
+	done       bool  // the source returned feed.ErrDone
+	lastState  feed.State
+	lastDetail string
+
+	read, delivered, dropped, failed, skipped, released atomic.Uint64
+	pollErrors, commitErrors                            atomic.Uint64
+
+	exited chan struct{}
+}
+
+func newFeedRunner(s *Server, fc FeedConfig, src feed.Source) *feedRunner {
+	f := &feedRunner{
+		s:         s,
+		name:      fc.Name,
+		src:       src,
+		policy:    fc.Overload.Policy,
+		explicit:  fc.Overload.Policy != PolicyDefault,
+		spin:      fc.Overload.Spin,
+		holds:     src.Rereadable(),
+		idle:      fc.Idle,
+		batchSize: fc.BatchSize,
+		events:    fc.StatusEvents,
+		log:       s.log.With("feed", fc.Name),
+		wake:      make(chan struct{}, 1),
+		exited:    make(chan struct{}),
+		lastState: feed.StateStarting,
+	}
+	if f.spin <= 0 {
+		f.spin = DefaultSpin
+	}
+	if f.idle == nil {
+		f.idle = Backoff{}
+	}
+	if f.batchSize <= 0 {
+		f.batchSize = DefaultBatchSize
+	}
+	capacity := fc.QueueCapacity
+	if capacity <= 0 {
+		capacity = DefaultQueueCapacity
+	}
+	f.qBatches = max(1, (capacity+f.batchSize-1)/f.batchSize)
+	if f.policy == PolicyDefault {
+		if f.holds {
+			f.policy = Pause
+		} else {
+			f.policy = DropAfterSpin
+		}
+	}
+	f.items = make([]feed.Item, f.batchSize)
+	f.pool.New = func() any {
+		return &batch{items: make([]item, 0, f.batchSize+1), data: make([]byte, 0, 64*f.batchSize), pool: &f.pool}
+	}
+	return f
+}
+
+// logDefaultPolicy says which overload policy a feed without an explicit one
+// took, and why.
+func (f *feedRunner) logDefaultPolicy() {
+	if f.explicit {
+		return
+	}
+	why := "the source cannot re-read its lines after a restart, so a full queue drops lines instead of holding the source back"
+	if f.holds {
+		why = "the source re-reads what was not committed after a restart, so a full queue pauses the feed and nothing is dropped"
+	}
+	f.log.Warn("feed has no explicit overload policy: using the source's default; set overload.policy to silence this",
+		"policy", f.policy.String(), "reason", why)
+}
+
+func (f *feedRunner) signal() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits d, or until woken or stopped. It reports false when stopped.
+func (f *feedRunner) sleep(stop <-chan struct{}, d time.Duration) bool {
+	if f.timer == nil {
+		f.timer = time.NewTimer(d)
+	} else {
+		f.timer.Reset(d)
+	}
+	select {
+	case <-f.timer.C:
+		return true
+	case <-f.wake:
+		f.timer.Stop()
+		return true
+	case <-stop:
+		f.timer.Stop()
+		return false
+	}
+}
+
+// run is the feed's duty cycle: commit, then read a batch, then hand it to
+// every live queue.
+func (f *feedRunner) run(ctx context.Context, stop <-chan struct{}) {
+	defer close(f.exited)
+	var snap []*queue
+	idle := 0
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		f.commit()
+		snap = f.snapshot(snap[:0])
+		if !f.canRead(snap) {
+			if !f.sleep(stop, f.idle.Idle(idle)) {
+				return
+			}
+			idle++
+			continue
+		}
+		b := f.poll(ctx)
+		if b == nil {
+			if !f.sleep(stop, f.idle.Idle(idle)) {
+				return
+			}
+			idle++
+			continue
+		}
+		idle = 0
+		if !f.handoff(b, snap, stop) {
+			return
+		}
+	}
+}
+
+func (f *feedRunner) snapshot(dst []*queue) []*queue {
+	f.mu.Lock()
+	dst = append(dst, f.live...)
+	f.mu.Unlock()
+	return dst
+}
+
+// canRead reports whether the feed may read: it has a live consumer, is
+// not done, and (when it holds) no consumer's group is fenced or dead.
+func (f *feedRunner) canRead(snap []*queue) bool {
+	f.mu.Lock()
+	done := f.done
+	f.mu.Unlock()
+	if done || len(snap) == 0 {
+		return false
+	}
+	if f.holds {
+		for _, q := range snap {
+			if q.g.blocked() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// poll reads one batch; it returns nil when there was nothing to hand off.
+func (f *feedRunner) poll(ctx context.Context) *batch {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, err := f.src.Poll(ctx, f.items)
+	if err != nil {
+		if errors.Is(err, feed.ErrDone) {
+			if !f.done {
+				f.log.Info("feed done: the source has delivered everything it will")
+			}
+			f.done = true
+		} else {
+			if f.pollErrors.Add(1) == 1 || f.pollErrors.Load()%1000 == 0 {
+				f.log.Error("feed read failed; retrying after the idle wait", "err", err, "errors", f.pollErrors.Load())
+			}
+		}
+	}
+	var b *batch
+	if n > 0 {
+		b = f.pool.Get().(*batch)
+		b.refs.Store(1)
+		for i := range n {
+			it := &f.items[i]
+			f.seq++
+			off := len(b.data)
+			b.data = append(b.data, it.Line...)
+			b.items = append(b.items, item{seq: f.seq, epoch: it.Epoch, pos: it.Position, origin: it.Origin, off: off, end: len(b.data)})
+		}
+		b.lines = n
+		f.read.Add(uint64(n))
+	}
+	if f.events {
+		st := f.src.Status()
+		if st.State != f.lastState || st.Detail != f.lastDetail {
+			f.lastState, f.lastDetail = st.State, st.Detail
+			if b == nil {
+				b = f.pool.Get().(*batch)
+				b.refs.Store(1)
+			}
+			last := f.lastHanded
+			if b.lines > 0 {
+				last = b.last()
+			}
+			ev := &StatusEvent{Feed: f.name, State: st.State, Detail: st.Detail, Seq: last.seq, Epoch: last.epoch, Position: last.pos}
+			b.items = append(b.items, item{seq: last.seq, epoch: last.epoch, pos: last.pos, ev: ev})
+		}
+	}
+	if b != nil {
+		f.pending = b.lines
+	}
+	return b
+}
+
+// handoff sends b to every live queue, by the overload policy. It reports
+// false when the server stopped the feed meanwhile.
+func (f *feedRunner) handoff(b *batch, snap []*queue, stop <-chan struct{}) bool {
+	ok := true
+	for _, q := range snap {
+		if q.removed.Load() {
+			continue
+		}
+		b.refs.Add(1)
+		sent, stopped := f.send(q, b, stop)
+		if !sent {
+			b.refs.Add(-1) // the runner's own reference keeps it above zero
+		}
+		if stopped {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		f.mu.Lock()
+		if b.lines > 0 {
+			f.lastHanded = b.last()
+		}
+		f.pending = 0
+		f.mu.Unlock()
+	}
+	b.release()
+	return ok
+}
+
+// send puts b in q. It reports whether it was sent, and whether the server
+// stopped the feed while it waited.
+func (f *feedRunner) send(q *queue, b *batch, stop <-chan struct{}) (sent, stopped bool) {
+	select {
+	case q.ch <- b:
+		f.sent(q, b)
+		return true, false
+	default:
+	}
+	var t *time.Timer
+	if f.policy == DropAfterSpin {
+		t = time.NewTimer(f.spin)
+	} else {
+		t = time.NewTimer(f.idle.Idle(1 << 10))
+	}
+	defer t.Stop()
+	for {
+		select {
+		case q.ch <- b:
+			f.sent(q, b)
+			return true, false
+		case <-q.removedCh:
+			return false, false
+		case <-stop:
+			return false, true
+		case <-t.C:
+			if f.policy == DropAfterSpin {
+				f.drop(q, b)
+				return false, false
+			}
+			// Paused on a full queue: the others may still finish lines,
+			// so keep committing while waiting.
+			f.commit()
+			t.Reset(f.idle.Idle(1 << 10))
+		}
+	}
+}
+
+func (f *feedRunner) sent(q *queue, b *batch) {
+	q.sent.Add(uint64(len(b.items)))
+	f.delivered.Add(uint64(b.lines))
+	q.g.wakeUp()
+}
+
+// drop gives up b for q: DropAfterSpin found no room in time.
+func (f *feedRunner) drop(q *queue, b *batch) {
+	n := uint64(b.lines)
+	q.dropped.Add(n)
+	f.dropped.Add(n)
+	for i := range b.items {
+		it := &b.items[i]
+		if it.ev != nil {
+			continue
+		}
+		f.log.Warn("queue full after the spin time: line dropped for this group and committed past",
+			"group", q.g.name, "seq", it.seq, "epoch", it.epoch, "position", it.pos)
+	}
+}
+
+// commit moves the pointer to the highest line that every live queue has
+// finished and every hold has declared durable, and that no removed
+// consumer still holds.
+func (f *feedRunner) commit() {
+	f.mu.Lock()
+	target := f.lastHanded
+	for _, q := range f.live {
+		if p, c := q.bound(); c {
+			target = minPoint(target, p)
+		}
+	}
+	kept := f.ghosts[:0]
+	for _, q := range f.ghosts {
+		if p, c := q.bound(); c {
+			target = minPoint(target, p)
+			kept = append(kept, q)
+		} else {
+			f.log.Info("removed consumer finished what it was given: its hold ends", "group", q.g.name)
+		}
+	}
+	clear(f.ghosts[len(kept):])
+	f.ghosts = kept
+	if target.seq <= f.committed.seq {
+		f.mu.Unlock()
+		return
+	}
+	f.committed = target
+	f.mu.Unlock()
+	if err := f.src.Commit(target.epoch, target.pos); err != nil {
+		if n := f.commitErrors.Add(1); n == 1 || n%1000 == 0 {
+			f.log.Error("commit failed; the next duty cycle tries again", "epoch", target.epoch, "position", target.pos, "err", err, "errors", n)
+		}
+	}
+}
+
+// addQueue makes q a live consumer of the feed.
+func (f *feedRunner) addQueue(q *queue) {
+	f.mu.Lock()
+	q.base = f.lastHanded
+	f.live = append(f.live, q)
+	f.mu.Unlock()
+	f.signal()
+}
+
+// removeQueue makes q stop being a live consumer. A feed that holds keeps
+// it as a removed consumer until it no longer holds anything.
+func (f *feedRunner) removeQueue(q *queue, why string) {
+	f.mu.Lock()
+	i := slices.Index(f.live, q)
+	if i < 0 {
+		f.mu.Unlock()
+		return
+	}
+	f.live = slices.Delete(f.live, i, i+1)
+	if q.cp != nil {
+		q.frozenDurable, q.frozenHeld = q.cp.Durable()
+	}
+	q.removed.Store(true)
+	close(q.removedCh)
+	left := q.unfinished()
+	if f.holds {
+		f.ghosts = append(f.ghosts, q)
+	} else if left > 0 {
+		q.dropped.Add(left)
+		f.dropped.Add(left)
+	}
+	f.mu.Unlock()
+	f.log.Info("consumer removed", "group", q.g.name, "why", why, "unfinished", left, "consumers", f.consumers())
+	f.signal()
+}
+
+func (f *feedRunner) consumers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.live)
+}
+
+// release drops the hold of every removed queue of group.
+func (f *feedRunner) release(group string) (int, uint64) {
+	f.mu.Lock()
+	n := 0
+	var items uint64
+	f.ghosts = slices.DeleteFunc(f.ghosts, func(q *queue) bool {
+		if q.g.name != group {
+			return false
+		}
+		if _, c := q.bound(); c {
+			n++
+			items += q.unfinished()
+		}
+		return true
+	})
+	f.mu.Unlock()
+	return n, items
+}
+
+// stallReasons says why the feed holds its pointer, under f.mu.
+func (f *feedRunner) stallReasonsLocked() []string {
+	var r []string
+	if len(f.live) == 0 {
+		r = append(r, "no live consumer")
+	}
+	if f.holds {
+		for _, q := range f.live {
+			if q.g.blocked() {
+				r = append(r, fmt.Sprintf("consumer %s fenced or dead", q.g.name))
+			}
+		}
+		for _, q := range f.ghosts {
+			if _, c := q.bound(); c {
+				if n := q.unfinished(); n > 0 {
+					r = append(r, fmt.Sprintf("a removed consumer left unprocessed items: %s (%d items); restart, or Release the hold", q.g.name, n))
+				} else {
+					r = append(r, fmt.Sprintf("a removed consumer's checkpoint hold was not declared durable: %s; restart, or Release the hold", q.g.name))
+				}
+			}
+		}
+	}
+	return r
+}

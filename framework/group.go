@@ -1,0 +1,455 @@
+package framework
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidemark-go/tidemark/dedupe"
+)
+
+// The states of a group.
+const (
+	groupRunning int32 = iota
+	groupFenced        // quarantined: waits for the fence to lift
+	groupDead          // a restart failed: its queues are never read
+	groupRemoved
+)
+
+// procEntry is one processor of a group.
+type procEntry struct {
+	name    string
+	p       Processor
+	removed atomic.Bool
+	started bool // Start succeeded in the current incarnation; under g.mu
+}
+
+// fence is why a group is quarantined.
+type fence struct {
+	proc *procEntry
+	d    dedupe.Delivery
+	err  error
+}
+
+// incarnation is one run of a group's goroutine, from a start (or restart)
+// to its stop. Its queues are the group's live subscriptions.
+type incarnation struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	quit   chan struct{}
+	quitMu sync.Once
+	drain  chan struct{}
+	drainO sync.Once
+	done   chan struct{}
+	// busy is held by the goroutine while it processes a batch, released
+	// while it sleeps between retries or waits for a fence to lift.
+	busy sync.Mutex
+
+	queues map[string]*queue // by feed name; under g.mu
+	qsnap  atomic.Pointer[[]*queue]
+}
+
+func newIncarnation(base context.Context) *incarnation {
+	ctx, cancel := context.WithCancel(base)
+	inc := &incarnation{
+		ctx:    ctx,
+		cancel: cancel,
+		quit:   make(chan struct{}),
+		drain:  make(chan struct{}),
+		done:   make(chan struct{}),
+		queues: make(map[string]*queue),
+	}
+	inc.qsnap.Store(new([]*queue))
+	return inc
+}
+
+func (inc *incarnation) stop() {
+	inc.quitMu.Do(func() {
+		close(inc.quit)
+		inc.cancel()
+	})
+}
+
+func (inc *incarnation) beginDrain() { inc.drainO.Do(func() { close(inc.drain) }) }
+
+func (inc *incarnation) quitting() bool {
+	select {
+	case <-inc.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// publish refreshes the goroutine's view of the queues; under g.mu.
+func (inc *incarnation) publish() {
+	qs := make([]*queue, 0, len(inc.queues))
+	for _, q := range inc.queues {
+		qs = append(qs, q)
+	}
+	slices.SortFunc(qs, func(a, b *queue) int {
+		if a.f.name < b.f.name {
+			return -1
+		}
+		if a.f.name > b.f.name {
+			return 1
+		}
+		return 0
+	})
+	inc.qsnap.Store(&qs)
+}
+
+// group is a processor group: its processors receive the lines of the feeds
+// they subscribed to, in order, on the group's own goroutine.
+type group struct {
+	s      *Server
+	name   string
+	policy FailurePolicy
+	log    *slog.Logger
+
+	notify chan struct{} // a queue got a batch
+	ctrl   chan struct{} // the fence changed
+	state  atomic.Int32
+
+	mu    sync.Mutex
+	procs []*procEntry
+	inc   *incarnation
+	fence *fence
+}
+
+func (g *group) blocked() bool {
+	st := g.state.Load()
+	return st == groupFenced || st == groupDead
+}
+
+func (g *group) wakeUp() {
+	select {
+	case g.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (g *group) poke() {
+	select {
+	case g.ctrl <- struct{}{}:
+	default:
+	}
+}
+
+// start makes a new incarnation and starts its processors. On error the
+// group is left without a goroutine, its queues live: dead.
+func (g *group) start(ctx context.Context) (*incarnation, error) {
+	inc := newIncarnation(g.s.base)
+	g.mu.Lock()
+	g.inc = inc
+	g.fence = nil
+	procs := slices.Clone(g.procs)
+	g.mu.Unlock()
+	for _, p := range procs {
+		fc := &Context{s: g.s, g: g, inc: inc, proc: p}
+		if err := p.p.Start(ctx, fc); err != nil {
+			return inc, fmt.Errorf("framework: start processor %q of group %q: %w", p.name, g.name, err)
+		}
+		g.mu.Lock()
+		p.started = true
+		g.mu.Unlock()
+	}
+	return inc, nil
+}
+
+// subscribe adds p to the group's queue on f, making the queue if needed.
+func (g *group) subscribe(inc *incarnation, p *procEntry, f *feedRunner) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inc != inc || inc.quitting() {
+		return fmt.Errorf("framework: processor %q of group %q subscribes to feed %q after its group stopped: %w", p.name, g.name, f.name, ErrState)
+	}
+	q := inc.queues[f.name]
+	if q == nil {
+		q = &queue{f: f, g: g, inc: inc, ch: make(chan *batch, f.qBatches), removedCh: make(chan struct{})}
+		q.procs.Store(&[]*procEntry{})
+		g.s.reg.Bind(f.name, g.name, q.progress)
+		q.cp = g.s.reg.Lookup(f.name, g.name)
+		d, _ := q.cp.Durable()
+		q.binding = d.Binding()
+		inc.queues[f.name] = q
+		inc.publish()
+		f.addQueue(q)
+		g.log.Info("subscribed", "feed", f.name, "processor", p.name)
+	}
+	ps := *q.procs.Load()
+	if !slices.Contains(ps, p) {
+		ps = append(slices.Clone(ps), p)
+		q.procs.Store(&ps)
+	}
+	return nil
+}
+
+// run is the group's goroutine: it takes batches from its queues in turn
+// and hands each line to the subscribed processors.
+func (g *group) run(inc *incarnation) {
+	defer close(inc.done)
+	for {
+		did := false
+		for _, q := range *inc.qsnap.Load() {
+			select {
+			case b := <-q.ch:
+				did = true
+				if !g.process(inc, q, b) {
+					return
+				}
+			default:
+			}
+		}
+		if inc.quitting() {
+			return
+		}
+		if did {
+			continue
+		}
+		select {
+		case <-g.notify:
+		case <-g.ctrl:
+		case <-inc.quit:
+			return
+		case <-inc.drain:
+			if g.drained(inc) {
+				return
+			}
+		}
+	}
+}
+
+// drained reports whether every queue is empty; called once the feeds
+// stopped sending.
+func (g *group) drained(inc *incarnation) bool {
+	for _, q := range *inc.qsnap.Load() {
+		if len(q.ch) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// process hands the items of b to the processors. It reports false when
+// the incarnation is stopping.
+func (g *group) process(inc *incarnation, q *queue, b *batch) bool {
+	inc.busy.Lock()
+	q.beginBatch(b)
+	n := q.finished.Load()
+	ok := true
+	feedName := q.f.name
+items:
+	for i := range b.items {
+		if q.removed.Load() {
+			break
+		}
+		it := &b.items[i]
+		if it.ev != nil {
+			g.deliverStatus(inc, q, it.ev)
+		} else {
+			d := dedupe.Delivery{Feed: feedName, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
+			line := b.data[it.off:it.end:it.end]
+			for _, p := range *q.procs.Load() {
+				if p.removed.Load() {
+					continue
+				}
+				if !g.deliver(inc, q, p, d, line) {
+					ok = false
+					break items
+				}
+			}
+			q.processed.Add(1)
+		}
+		n++
+		q.finished.Store(n)
+	}
+	q.endBatch()
+	inc.busy.Unlock()
+	b.release()
+	return ok
+}
+
+func callHandle(ctx context.Context, p Processor, d dedupe.Delivery, line []byte) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return p.Handle(ctx, d, line)
+}
+
+// deliver hands one line to one processor under the failure policy. It
+// reports false when the incarnation is stopping and the line is not
+// finished.
+func (g *group) deliver(inc *incarnation, q *queue, p *procEntry, d dedupe.Delivery, line []byte) bool {
+	attempt := 0
+	for {
+		err := callHandle(inc.ctx, p.p, d, line)
+		if err == nil {
+			return true
+		}
+		if inc.quitting() {
+			return false
+		}
+		q.failures.Add(1)
+		q.f.failed.Add(1)
+		if attempt < g.policy.Retries {
+			wait := g.policy.delay(attempt)
+			g.log.Warn("processor failed; retrying", "feed", d.Feed, "processor", p.name, "epoch", d.Epoch, "position", d.Position, "seq", d.Seq, "attempt", attempt+1, "wait", wait, "err", err)
+			inc.busy.Unlock()
+			slept := sleepCtx(inc.ctx, wait)
+			inc.busy.Lock()
+			if !slept {
+				return false
+			}
+			if p.removed.Load() {
+				return true
+			}
+			attempt++
+			continue
+		}
+		switch g.policy.Action {
+		case Quarantine:
+			g.mu.Lock()
+			g.fence = &fence{proc: p, d: d, err: err}
+			g.state.Store(groupFenced)
+			g.mu.Unlock()
+			g.s.wakeFeeds()
+			g.log.Error("processor failed after its retries: group quarantined; its feeds pause until the fence lifts, the processor or group is removed, or the group restarts",
+				"feed", d.Feed, "processor", p.name, "epoch", d.Epoch, "position", d.Position, "seq", d.Seq, "err", err)
+			inc.busy.Unlock()
+			lifted := g.waitFence(inc)
+			inc.busy.Lock()
+			if !lifted {
+				return false
+			}
+			if p.removed.Load() {
+				return true
+			}
+			attempt = 0
+			continue
+		default:
+			q.skipped.Add(1)
+			q.f.skipped.Add(1)
+			g.log.Error("processor failed after its retries: line skipped",
+				"feed", d.Feed, "processor", p.name, "epoch", d.Epoch, "position", d.Position, "seq", d.Seq, "err", err)
+			if g.policy.OnReject != nil {
+				g.reject(Rejection{Group: g.name, Processor: p.name, Delivery: d, Line: slices.Clone(line), Err: err})
+			}
+			return true
+		}
+	}
+}
+
+func (g *group) reject(r Rejection) {
+	defer func() {
+		if v := recover(); v != nil {
+			g.log.Error("reject callback panicked", "panic", v)
+		}
+	}()
+	g.policy.OnReject(r)
+}
+
+// waitFence waits until the group is no longer fenced. It reports false
+// when the incarnation is stopping.
+func (g *group) waitFence(inc *incarnation) bool {
+	for g.state.Load() == groupFenced {
+		select {
+		case <-g.ctrl:
+		case <-inc.quit:
+			return false
+		}
+	}
+	return !inc.quitting()
+}
+
+func (g *group) deliverStatus(inc *incarnation, q *queue, ev *StatusEvent) {
+	for _, p := range *q.procs.Load() {
+		h, ok := p.p.(StatusHandler)
+		if !ok || p.removed.Load() {
+			continue
+		}
+		err := func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = &PanicError{Value: r, Stack: debug.Stack()}
+				}
+			}()
+			return h.HandleStatus(inc.ctx, *ev)
+		}()
+		if err != nil {
+			q.failures.Add(1)
+			q.f.failed.Add(1)
+			g.log.Warn("processor failed on a status event", "feed", ev.Feed, "processor", p.name, "state", ev.State.String(), "err", err)
+		}
+	}
+}
+
+// liftFence ends a quarantine.
+func (g *group) liftFence() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.state.CompareAndSwap(groupFenced, groupRunning) {
+		return false
+	}
+	g.fence = nil
+	g.poke()
+	return true
+}
+
+// stopProcessors calls Stop on the started processors.
+func (g *group) stopProcessors(ctx context.Context, procs []*procEntry) error {
+	var errs []error
+	for _, p := range procs {
+		g.mu.Lock()
+		started := p.started
+		p.started = false
+		g.mu.Unlock()
+		if !started {
+			continue
+		}
+		if st, ok := p.p.(Stopper); ok {
+			if err := safeStop(ctx, st); err != nil {
+				errs = append(errs, fmt.Errorf("framework: stop processor %q of group %q: %w", p.name, g.name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func safeStop(ctx context.Context, st Stopper) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return st.Stop(ctx)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// waitDone waits for an incarnation's goroutine to end.
+func waitDone(ctx context.Context, inc *incarnation) error {
+	select {
+	case <-inc.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,199 @@
+package framework
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/tidemark-go/tidemark/checkpoint"
+	"github.com/tidemark-go/tidemark/dedupe"
+)
+
+// point names one line of a feed in this run: its sequence number (assigned
+// by the feed runner, from 1, strictly increasing in read order), epoch and
+// position. The zero point is "before every line".
+type point struct {
+	seq   uint64
+	epoch uint64
+	pos   int64
+}
+
+func minPoint(a, b point) point {
+	if b.seq < a.seq {
+		return b
+	}
+	return a
+}
+
+func maxPoint(a, b point) point {
+	if b.seq > a.seq {
+		return b
+	}
+	return a
+}
+
+func markPoint(m checkpoint.Mark) point {
+	return point{seq: m.Seq, epoch: m.Epoch, pos: m.Position}
+}
+
+// item is one entry of a batch: a line (its payload is data[off:end]) or a
+// status event. A status event carries the point of the last line read
+// before it.
+type item struct {
+	seq      uint64
+	epoch    uint64
+	pos      int64
+	origin   *dedupe.Origin
+	off, end int
+	ev       *StatusEvent
+}
+
+// batch is what the feed runner hands to the queues in one send: the lines
+// read in one poll, copied once, shared read-only by every queue it is sent
+// to. The last holder puts it back in the feed's pool.
+type batch struct {
+	items []item
+	data  []byte
+	lines int // items that are lines
+	refs  atomic.Int32
+	pool  *sync.Pool
+}
+
+func (b *batch) release() {
+	if b.refs.Add(-1) == 0 {
+		b.items = b.items[:0]
+		b.data = b.data[:0]
+		b.lines = 0
+		b.pool.Put(b)
+	}
+}
+
+func (b *batch) last() point {
+	it := &b.items[len(b.items)-1]
+	return point{seq: it.seq, epoch: it.epoch, pos: it.pos}
+}
+
+// queue is one processor group's subscription to one feed: a bounded
+// channel of batches, the count of items sent (written by the feed runner)
+// and finished (written by the group's goroutine), and the mark of the last
+// finished item.
+type queue struct {
+	f   *feedRunner
+	g   *group
+	inc *incarnation
+	ch  chan *batch
+
+	// procs are the group's processors subscribed to the feed, in order.
+	procs atomic.Pointer[[]*procEntry]
+
+	// removed is set when the queue stops being a live consumer.
+	removed   atomic.Bool
+	removedCh chan struct{}
+
+	// base is the last line the feed had handed off when the queue
+	// subscribed: nothing at or before it is the queue's concern.
+	base point
+
+	// sent counts items handed to the queue; the feed runner writes it.
+	sent atomic.Uint64
+	// lost counts lines that were in the queue when it was removed from
+	// a feed that does not hold (counted as dropped).
+	dropped atomic.Uint64
+	// finished counts items finished; the group's goroutine writes it.
+	finished  atomic.Uint64
+	processed atomic.Uint64
+	failures  atomic.Uint64
+	skipped   atomic.Uint64
+
+	// mu guards the batch being processed, so that progress can turn the
+	// finished count into a mark without a lock per line.
+	mu      sync.Mutex
+	cur     *batch
+	curBase uint64
+	prev    checkpoint.Mark
+
+	// cp is the group's checkpoint on the feed and binding the binding of
+	// this queue. frozenDurable/frozenHeld are the hold as it was when the
+	// queue was removed, used once the checkpoint is bound to a newer
+	// queue.
+	cp            *checkpoint.Checkpoint
+	binding       uint64
+	frozenDurable checkpoint.Mark
+	frozenHeld    bool
+}
+
+// progress returns the mark of the last item the queue finished.
+func (q *queue) progress() checkpoint.Mark {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.finished.Load()
+	if b := q.cur; b != nil && n > q.curBase {
+		it := &b.items[n-q.curBase-1]
+		return checkpoint.Mark{Count: n, Seq: it.seq, Epoch: it.epoch, Position: it.pos}
+	}
+	m := q.prev
+	m.Count = n
+	return m
+}
+
+func (q *queue) beginBatch(b *batch) {
+	q.mu.Lock()
+	q.cur = b
+	q.curBase = q.finished.Load()
+	q.mu.Unlock()
+}
+
+func (q *queue) endBatch() {
+	q.mu.Lock()
+	n := q.finished.Load()
+	if b := q.cur; b != nil && n > q.curBase {
+		it := &b.items[n-q.curBase-1]
+		q.prev = checkpoint.Mark{Count: n, Seq: it.seq, Epoch: it.epoch, Position: it.pos}
+	}
+	q.cur = nil
+	q.mu.Unlock()
+}
+
+// depth returns how many items were sent and not yet finished.
+func (q *queue) depth() uint64 {
+	f := q.finished.Load()
+	s := q.sent.Load()
+	if s > f {
+		return s - f
+	}
+	return 0
+}
+
+// bound returns the last line the feed may commit for this queue, and
+// whether the queue constrains the commit at all. A queue constrains when
+// it has unfinished items, or when its checkpoint is held and behind what
+// it finished. Only the feed runner calls it while the queue is live (it
+// writes sent); anyone may call it for a removed queue.
+func (q *queue) bound() (point, bool) {
+	sent := q.sent.Load()
+	m := q.progress()
+	var p point
+	constrained := false
+	if m.Count < sent {
+		p = maxPoint(q.base, markPoint(m))
+		constrained = true
+	}
+	if q.cp != nil {
+		d, held := q.cp.Durable()
+		if d.Binding() != q.binding {
+			d, held = q.frozenDurable, q.frozenHeld
+		}
+		if held && d.Count < m.Count {
+			dp := maxPoint(q.base, markPoint(d))
+			if !constrained {
+				p = dp
+			} else {
+				p = minPoint(p, dp)
+			}
+			constrained = true
+		}
+	}
+	return p, constrained
+}
+
+// unfinished returns how many items the queue was given and did not finish.
+func (q *queue) unfinished() uint64 { return q.depth() }

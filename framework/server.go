@@ -1,0 +1,510 @@
+package framework
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tidemark-go/tidemark/checkpoint"
+	"github.com/tidemark-go/tidemark/feed"
+)
+
+// The states of a server.
+const (
+	serverNew = iota
+	serverRunning
+	serverStopping
+	serverStopped
+)
+
+// Server reads feeds and hands their lines to processor groups, committing
+// each feed's pointer only past lines that every subscriber has finished.
+// Make one with [New], then Start and Stop it. Its methods are safe for
+// concurrent use.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	reg   *checkpoint.Registry
+	base  context.Context
+	drain time.Duration
+
+	feeds      map[string]*feedRunner
+	feedOrder  []*feedRunner
+	groups     map[string]*group
+	groupOrder []*group
+
+	mu        sync.Mutex // serialises Start, Stop and the operator calls
+	state     int
+	readStop  chan struct{}
+	runCancel context.CancelFunc
+}
+
+// New checks cfg and binds its processors by name from processors. Feeds
+// without a Source get a file source made from their File config. Nothing
+// runs until Start.
+func New(cfg Config, processors Registry) (*Server, error) {
+	s := &Server{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		reg:    cfg.Checkpoints,
+		feeds:  make(map[string]*feedRunner),
+		groups: make(map[string]*group),
+		drain:  cfg.DrainTimeout,
+		base:   context.Background(),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.reg == nil {
+		s.reg = checkpoint.NewRegistry()
+	}
+	if s.drain <= 0 {
+		s.drain = DefaultDrainTimeout
+	}
+	var made []feed.Source
+	fail := func(err error) (*Server, error) {
+		for _, src := range made {
+			_ = src.Close()
+		}
+		return nil, err
+	}
+	for i, fc := range cfg.Feeds {
+		if fc.Name == "" {
+			return fail(fmt.Errorf("%w: feed %d has no name", ErrInvalidConfig, i+1))
+		}
+		if s.feeds[fc.Name] != nil {
+			return fail(fmt.Errorf("%w: feed %q is defined twice", ErrInvalidConfig, fc.Name))
+		}
+		if fc.QueueCapacity < 0 || fc.BatchSize < 0 {
+			return fail(fmt.Errorf("%w: feed %q: queueCapacity and batchSize must not be negative", ErrInvalidConfig, fc.Name))
+		}
+		src := fc.Source
+		if src == nil {
+			if fc.File == nil || fc.File.Filename == "" {
+				return fail(fmt.Errorf("%w: feed %q has neither a source nor a filename", ErrInvalidConfig, fc.Name))
+			}
+			var err error
+			src, err = openFileSource(fc, s.log)
+			if err != nil {
+				return fail(fmt.Errorf("framework: feed %q: open %s: %w", fc.Name, fc.File.Filename, err))
+			}
+			made = append(made, src)
+		}
+		f := newFeedRunner(s, fc, src)
+		s.feeds[fc.Name] = f
+		s.feedOrder = append(s.feedOrder, f)
+	}
+	owner := make(map[string]string)
+	for i, gc := range cfg.Groups {
+		if gc.Name == "" {
+			return fail(fmt.Errorf("%w: processor group %d has no agentName", ErrInvalidConfig, i+1))
+		}
+		if s.groups[gc.Name] != nil {
+			return fail(fmt.Errorf("%w: processor group %q is defined twice", ErrInvalidConfig, gc.Name))
+		}
+		g := &group{
+			s:      s,
+			name:   gc.Name,
+			policy: gc.Failure.withDefaults(),
+			log:    s.log.With("group", gc.Name),
+			notify: make(chan struct{}, 1),
+			ctrl:   make(chan struct{}, 1),
+		}
+		for _, name := range gc.Processors {
+			p := processors[name]
+			if p == nil {
+				return fail(fmt.Errorf("%w: processor %q of group %q is not in the registry: %w", ErrInvalidConfig, name, gc.Name, ErrUnknownProcessor))
+			}
+			if o, ok := owner[name]; ok {
+				return fail(fmt.Errorf("%w: processor %q is in groups %q and %q: a processor belongs to one group", ErrInvalidConfig, name, o, gc.Name))
+			}
+			owner[name] = gc.Name
+			g.procs = append(g.procs, &procEntry{name: name, p: p})
+		}
+		s.groups[gc.Name] = g
+		s.groupOrder = append(s.groupOrder, g)
+	}
+	return s, nil
+}
+
+// Start starts the processors (which subscribe to feeds and take holds),
+// then each group's goroutine, then each feed's reader. ctx bounds the
+// processors' Start calls only; the server runs until Stop. If a processor
+// fails to start, everything started is stopped and the error returned.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != serverNew {
+		return fmt.Errorf("framework: start: %w (a server starts once)", ErrState)
+	}
+	s.base = context.WithoutCancel(ctx)
+	for _, f := range s.feedOrder {
+		f.logDefaultPolicy()
+	}
+	var startErr error
+	var started []*incarnation
+	for _, g := range s.groupOrder {
+		inc, err := g.start(ctx)
+		started = append(started, inc)
+		if err != nil {
+			startErr = err
+			break
+		}
+	}
+	if startErr != nil {
+		var errs []error
+		errs = append(errs, startErr)
+		for i, inc := range started {
+			inc.stop()
+			close(inc.done)
+			g := s.groupOrder[i]
+			errs = append(errs, g.stopProcessors(ctx, g.procs))
+		}
+		for _, f := range s.feedOrder {
+			errs = append(errs, f.src.Close())
+		}
+		s.state = serverStopped
+		return errors.Join(errs...)
+	}
+	for i, inc := range started {
+		go s.groupOrder[i].run(inc)
+	}
+	s.readStop = make(chan struct{})
+	runCtx, cancel := context.WithCancel(s.base)
+	s.runCancel = cancel
+	for _, f := range s.feedOrder {
+		go f.run(runCtx, s.readStop)
+	}
+	s.state = serverRunning
+	s.log.Info("server started", "feeds", len(s.feedOrder), "groups", len(s.groupOrder))
+	return nil
+}
+
+// Stop stops the server cleanly: the feeds stop reading, every group
+// finishes the lines already in its queues (bounded by the config's
+// DrainTimeout), each feed commits what was finished, then the sources are
+// closed and the processors stopped. Lines that a group did not finish are
+// not committed and are read again by the next run. ctx bounds the whole
+// stop; on its expiry Stop returns its error and leaves what is still
+// running.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != serverRunning {
+		return fmt.Errorf("framework: stop: %w (not running)", ErrState)
+	}
+	s.state = serverStopping
+	close(s.readStop)
+	var errs []error
+	for _, f := range s.feedOrder {
+		select {
+		case <-f.exited:
+		case <-ctx.Done():
+			return fmt.Errorf("framework: stop: waiting for feed %q to stop reading: %w", f.name, ctx.Err())
+		}
+	}
+	s.runCancel()
+	dctx, cancel := context.WithTimeout(ctx, s.drain)
+	defer cancel()
+	incs := make([]*incarnation, len(s.groupOrder))
+	for i, g := range s.groupOrder {
+		g.mu.Lock()
+		incs[i] = g.inc
+		g.mu.Unlock()
+		if incs[i] != nil {
+			incs[i].beginDrain()
+		}
+	}
+	for i, inc := range incs {
+		if inc == nil {
+			continue
+		}
+		if err := waitDone(dctx, inc); err != nil {
+			g := s.groupOrder[i]
+			var left uint64
+			for _, q := range *inc.qsnap.Load() {
+				left += q.unfinished()
+			}
+			s.log.Warn("drain timed out: the group's unfinished lines are not committed and will be read again", "group", g.name, "unfinished", left, "timeout", s.drain)
+			break
+		}
+	}
+	for _, inc := range incs {
+		if inc != nil {
+			inc.stop()
+		}
+	}
+	for i, inc := range incs {
+		if inc == nil {
+			continue
+		}
+		if err := waitDone(ctx, inc); err != nil {
+			return fmt.Errorf("framework: stop: group %q did not stop (a processor ignores its context): %w", s.groupOrder[i].name, err)
+		}
+	}
+	for _, f := range s.feedOrder {
+		f.commit()
+		if err := f.src.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("framework: stop: close feed %q: %w", f.name, err))
+		}
+		f.mu.Lock()
+		c := f.committed
+		f.mu.Unlock()
+		f.log.Info("feed stopped", "committed_epoch", c.epoch, "committed_position", c.pos, "read", f.read.Load())
+	}
+	for _, g := range s.groupOrder {
+		g.mu.Lock()
+		procs := slices.Clone(g.procs)
+		g.mu.Unlock()
+		errs = append(errs, g.stopProcessors(ctx, procs))
+	}
+	s.state = serverStopped
+	s.log.Info("server stopped")
+	return errors.Join(errs...)
+}
+
+func (s *Server) wakeFeeds() {
+	for _, f := range s.feedOrder {
+		f.signal()
+	}
+}
+
+func (s *Server) feed(name string) (*feedRunner, error) {
+	f := s.feeds[name]
+	if f == nil {
+		return nil, fmt.Errorf("framework: feed %q: %w", name, ErrUnknownFeed)
+	}
+	return f, nil
+}
+
+func (s *Server) group(name string) (*group, error) {
+	g := s.groups[name]
+	if g == nil {
+		return nil, fmt.Errorf("framework: processor group %q: %w", name, ErrUnknownGroup)
+	}
+	return g, nil
+}
+
+// Checkpoint takes the hold of group on feed (see package checkpoint), for
+// the host: the same hold a processor of the group gets from
+// [Context.Checkpoint].
+func (s *Server) Checkpoint(feedName, groupName string) *checkpoint.Checkpoint {
+	return s.reg.Hold(feedName, groupName)
+}
+
+// Checkpoints returns the server's checkpoint registry.
+func (s *Server) Checkpoints() *checkpoint.Registry { return s.reg }
+
+func (s *Server) running() error {
+	if s.state != serverRunning {
+		return fmt.Errorf("framework: %w (not running)", ErrState)
+	}
+	return nil
+}
+
+// Unsubscribe removes group's queue from feed: the group's processors stop
+// receiving the feed's lines. If the queue had lines it had not finished,
+// the feed holds its pointer before the first of them and reports stalled
+// until a restart or [Server.Release].
+func (s *Server) Unsubscribe(feedName, groupName string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.running(); err != nil {
+		return err
+	}
+	f, err := s.feed(feedName)
+	if err != nil {
+		return err
+	}
+	g, err := s.group(groupName)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	inc := g.inc
+	q := inc.queues[feedName]
+	if q != nil {
+		delete(inc.queues, feedName)
+		inc.publish()
+	}
+	g.mu.Unlock()
+	if q == nil {
+		return fmt.Errorf("framework: unsubscribe group %q from feed %q: %w", groupName, feedName, ErrNotSubscribed)
+	}
+	f.removeQueue(q, "unsubscribed")
+	g.poke()
+	return nil
+}
+
+// RemoveProcessor stops one processor and takes it out of its group. A
+// queue left without processors is removed from its feed (see
+// [Server.Unsubscribe] for what it then holds). If the group was fenced by
+// this processor, the fence lifts and the group goes on without it.
+func (s *Server) RemoveProcessor(ctx context.Context, groupName, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.running(); err != nil {
+		return err
+	}
+	g, err := s.group(groupName)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	i := slices.IndexFunc(g.procs, func(p *procEntry) bool { return p.name == name })
+	if i < 0 {
+		g.mu.Unlock()
+		return fmt.Errorf("framework: remove processor %q from group %q: %w", name, groupName, ErrUnknownProcessor)
+	}
+	p := g.procs[i]
+	g.procs = slices.Delete(g.procs, i, i+1)
+	p.removed.Store(true)
+	inc := g.inc
+	var empty []*queue
+	for fname, q := range inc.queues {
+		ps := *q.procs.Load()
+		if j := slices.Index(ps, p); j >= 0 {
+			ps = slices.Delete(slices.Clone(ps), j, j+1)
+			q.procs.Store(&ps)
+			if len(ps) == 0 {
+				empty = append(empty, q)
+				delete(inc.queues, fname)
+			}
+		}
+	}
+	inc.publish()
+	if g.fence != nil && g.fence.proc == p && g.state.CompareAndSwap(groupFenced, groupRunning) {
+		g.fence = nil
+		g.log.Info("fence lifted: the processor that failed was removed", "processor", name)
+	}
+	g.mu.Unlock()
+	g.poke()
+	for _, q := range empty {
+		q.f.removeQueue(q, fmt.Sprintf("processor %s removed", name))
+	}
+	s.wakeFeeds()
+	// Wait until the goroutine is between batches (or waiting) so that
+	// Stop never runs while the processor handles a line.
+	inc.busy.Lock()
+	inc.busy.Unlock() //nolint:staticcheck // an empty critical section: a barrier
+	return g.stopProcessors(ctx, []*procEntry{p})
+}
+
+// LiftFence ends a group's quarantine: the group retries the line that
+// failed, with fresh retries, and its feeds read again.
+func (s *Server) LiftFence(groupName string) error {
+	g, err := s.group(groupName)
+	if err != nil {
+		return err
+	}
+	if !g.liftFence() {
+		return fmt.Errorf("framework: lift fence of group %q: %w", groupName, ErrNotFenced)
+	}
+	g.log.Info("fence lifted by the operator")
+	s.wakeFeeds()
+	return nil
+}
+
+// RestartGroup stops a group and starts it again as new subscribers: its
+// queues are removed (what they had not finished stays held, as for
+// Unsubscribe), its processors are stopped and started again, and they
+// subscribe new queues whose checkpoint marks start from nothing durable.
+// If a processor fails to start, the group is dead: its new queues are
+// never read and the feeds it subscribed to pause until it is removed.
+func (s *Server) RestartGroup(ctx context.Context, groupName string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.running(); err != nil {
+		return err
+	}
+	g, err := s.group(groupName)
+	if err != nil {
+		return err
+	}
+	if g.state.Load() == groupRemoved {
+		return fmt.Errorf("framework: restart group %q: %w (removed)", groupName, ErrState)
+	}
+	if err := s.retire(ctx, g, "group restarted"); err != nil {
+		return err
+	}
+	g.state.Store(groupRunning)
+	inc, err := g.start(ctx)
+	if err != nil {
+		g.state.Store(groupDead)
+		close(inc.done)
+		g.log.Error("group restart failed: the group is dead and the feeds it subscribed to pause until it is removed", "err", err)
+		s.wakeFeeds()
+		return err
+	}
+	go g.run(inc)
+	g.log.Info("group restarted")
+	s.wakeFeeds()
+	return nil
+}
+
+// RemoveGroup stops a group for good: its queues are removed (what they had
+// not finished stays held, as for Unsubscribe), its processors stopped.
+func (s *Server) RemoveGroup(ctx context.Context, groupName string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.running(); err != nil {
+		return err
+	}
+	g, err := s.group(groupName)
+	if err != nil {
+		return err
+	}
+	if g.state.Swap(groupRemoved) == groupRemoved {
+		return nil
+	}
+	err = s.retire(ctx, g, "group removed")
+	g.log.Info("group removed")
+	s.wakeFeeds()
+	return err
+}
+
+// retire removes the current incarnation's queues, stops its goroutine and
+// its processors.
+func (s *Server) retire(ctx context.Context, g *group, why string) error {
+	g.mu.Lock()
+	inc := g.inc
+	qs := *inc.qsnap.Load()
+	clear(inc.queues)
+	inc.publish()
+	procs := slices.Clone(g.procs)
+	g.mu.Unlock()
+	for _, q := range qs {
+		q.f.removeQueue(q, why)
+	}
+	inc.stop()
+	g.poke()
+	if err := waitDone(ctx, inc); err != nil {
+		return fmt.Errorf("framework: %s: group %q did not stop (a processor ignores its context): %w", why, g.name, err)
+	}
+	return g.stopProcessors(ctx, procs)
+}
+
+// Release gives up the hold that a removed consumer (group's former queue
+// on feed) has on the feed's pointer, so that the pointer can move past the
+// lines it left unfinished. Those lines are then never processed by that
+// consumer: use it when a run must complete without a restart. The release
+// is logged and counted in the feed's status.
+func (s *Server) Release(feedName, consumer string) error {
+	f, err := s.feed(feedName)
+	if err != nil {
+		return err
+	}
+	n, items := f.release(consumer)
+	if n == 0 {
+		return fmt.Errorf("framework: release %q on feed %q: %w", consumer, feedName, ErrNoHold)
+	}
+	f.released.Add(uint64(n))
+	f.log.Warn("operator released a removed consumer's hold: its unfinished lines will be committed past", "group", consumer, "unfinished", items)
+	f.signal()
+	return nil
+}

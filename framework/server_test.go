@@ -1,0 +1,223 @@
+package framework_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+
+	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/framework"
+)
+
+func oneFeed(src *memSource, groups ...framework.GroupConfig) framework.Config {
+	return framework.Config{
+		Feeds:  []framework.FeedConfig{{Name: "orders", Source: src, Overload: framework.OverloadConfig{Policy: framework.Pause}}},
+		Groups: groups,
+		Logger: discard(),
+	}
+}
+
+func grp(name string, procs ...string) framework.GroupConfig {
+	return framework.GroupConfig{Name: name, Processors: procs}
+}
+
+func TestDeliversEveryLineInOrderAndCommits(t *testing.T) {
+	src := newMemSource(1000)
+	p := &recProc{feeds: []string{"orders"}}
+	s := startServer(t, oneFeed(src, grp("g", "p")), framework.Registry{"p": p})
+	settle(t, s, "orders")
+	waitFor(t, "commit of the last line", func() bool { return src.committedPos() == src.pos(1000) })
+	gotAll := p.all()
+	require.Len(t, gotAll, 1000)
+	for i, g := range gotAll {
+		require.Equal(t, lineText(i+1), g.line)
+		require.Equal(t, dedupe.Delivery{Feed: "orders", Epoch: 7, Position: src.pos(i + 1), Seq: uint64(i + 1)}, g.d)
+	}
+	st := status(t, s, "orders")
+	require.True(t, st.Settled)
+	require.False(t, st.Stalled)
+	require.Equal(t, 1, st.Consumers)
+	require.EqualValues(t, 1000, st.Read)
+	require.EqualValues(t, 1000, st.Delivered)
+	require.Equal(t, framework.Pause, st.Policy)
+	require.Len(t, st.Groups, 1)
+	require.EqualValues(t, 1000, st.Groups[0].Processed)
+	require.EqualValues(t, 0, st.Groups[0].Depth)
+	require.EqualValues(t, 0, st.PendingAcks)
+	stopServer(t, s)
+	require.Equal(t, 1, p.stopped)
+}
+
+// The pointer follows the slowest group: a group that processed everything
+// does not move it past lines another group has not finished, and it never
+// moves back.
+func TestSlowGroupHoldsPointerNotOthers(t *testing.T) {
+	src := newMemSource(100)
+	g := newGate()
+	slow := &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, d dedupe.Delivery, _ []byte) error {
+		if d.Seq == 10 {
+			return g.wait(ctx, d.Seq)
+		}
+		return nil
+	}}
+	fast := &recProc{feeds: []string{"orders"}}
+	cfg := oneFeed(src, grp("slow", "slow"), grp("fast", "fast"))
+	cfg.Feeds[0].QueueCapacity = 1000
+	s := startServer(t, cfg, framework.Registry{"slow": slow, "fast": fast})
+	waitFor(t, "fast group done", func() bool { return fast.count() == 100 })
+	waitFor(t, "slow group at line 10", func() bool { return g.waitingSeq() == 10 })
+	// Let the runner go through duty cycles: the pointer stays at line 9.
+	waitFor(t, "commit of line 9", func() bool { return src.committedPos() == src.pos(9) })
+	st := status(t, s, "orders")
+	require.False(t, st.Settled)
+	require.False(t, st.Stalled)
+	require.EqualValues(t, 91, st.PendingAcks)
+	g.release()
+	settle(t, s, "orders")
+	waitFor(t, "commit of the last line", func() bool { return src.committedPos() == src.pos(100) })
+	stopServer(t, s)
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	require.True(t, slices.IsSorted(src.commits), "commits move forward only: %v", src.commits)
+}
+
+func TestSequenceStartsAtOneEveryRun(t *testing.T) {
+	src := newMemSource(50)
+	p := &recProc{feeds: []string{"orders"}}
+	s := startServer(t, oneFeed(src, grp("g", "p")), framework.Registry{"p": p})
+	settle(t, s, "orders")
+	stopServer(t, s)
+	require.Equal(t, src.pos(50), src.committedPos())
+
+	src2 := src.restart()
+	src2.appendN(5)
+	p2 := &recProc{feeds: []string{"orders"}}
+	s2 := startServer(t, oneFeed(src2, grp("g", "p")), framework.Registry{"p": p2})
+	settle(t, s2, "orders")
+	stopServer(t, s2)
+	all := p2.all()
+	require.Len(t, all, 5)
+	require.EqualValues(t, 1, all[0].d.Seq)
+	require.Equal(t, lineText(51), all[0].line)
+	require.Equal(t, src2.pos(51), all[0].d.Position)
+}
+
+// A duty cycle commits before it polls.
+func TestDutyCycleCommitsThenPolls(t *testing.T) {
+	src := newMemSource(3)
+	src.traceOn = true
+	p := &recProc{feeds: []string{"orders"}}
+	s := startServer(t, oneFeed(src, grp("g", "p")), framework.Registry{"p": p})
+	waitFor(t, "commit", func() bool { return src.committedPos() == src.pos(3) })
+	stopServer(t, s)
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	// Every poll is preceded by a commit attempt of its cycle: the source
+	// only sees commits that advance, so check the first two events.
+	require.Equal(t, "poll", src.trace[0])
+	i := slices.Index(src.trace, "commit")
+	require.Positive(t, i)
+	require.Equal(t, "poll", src.trace[i+1], "after committing, the cycle polls")
+}
+
+func TestStartSubscribeUnknownFeedFails(t *testing.T) {
+	src := newMemSource(1)
+	p := &recProc{feeds: []string{"nope"}}
+	s, err := framework.New(oneFeed(src, grp("g", "p")), framework.Registry{"p": p})
+	require.NoError(t, err)
+	err = s.Start(context.Background())
+	require.ErrorIs(t, err, framework.ErrUnknownFeed)
+	require.ErrorContains(t, err, `"nope"`)
+	require.True(t, src.closed, "a failed start closes the sources")
+	require.ErrorIs(t, s.Stop(context.Background()), framework.ErrState)
+}
+
+func TestNewValidates(t *testing.T) {
+	src := newMemSource(1)
+	p := &recProc{}
+	for name, tc := range map[string]struct {
+		cfg   framework.Config
+		procs framework.Registry
+		want  string
+	}{
+		"unknown processor":   {oneFeed(src, grp("g", "x")), framework.Registry{"p": p}, `processor "x" of group "g" is not in the registry`},
+		"processor twice":     {oneFeed(src, grp("g", "p"), grp("h", "p")), framework.Registry{"p": p}, `processor "p" is in groups "g" and "h"`},
+		"group twice":         {oneFeed(src, grp("g", "p"), grp("g")), framework.Registry{"p": p}, `group "g" is defined twice`},
+		"group without name":  {oneFeed(src, grp("")), nil, "processor group 1 has no agentName"},
+		"feed without source": {framework.Config{Feeds: []framework.FeedConfig{{Name: "f"}}}, nil, `feed "f" has neither a source nor a filename`},
+		"feed without name":   {framework.Config{Feeds: []framework.FeedConfig{{Source: src}}}, nil, "feed 1 has no name"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := framework.New(tc.cfg, tc.procs)
+			require.ErrorIs(t, err, framework.ErrInvalidConfig)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestStatusUnknownFeed(t *testing.T) {
+	src := newMemSource(1)
+	s, err := framework.New(oneFeed(src), nil)
+	require.NoError(t, err)
+	_, err = s.FeedStatus("x")
+	require.ErrorIs(t, err, framework.ErrUnknownFeed)
+}
+
+func TestWaitSettledTimesOutWithContextError(t *testing.T) {
+	src := newMemSource(5)
+	g := newGate()
+	p := &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, d dedupe.Delivery, _ []byte) error {
+		return g.wait(ctx, d.Seq)
+	}}
+	cfg := oneFeed(src, grp("g", "p"))
+	s := startServer(t, cfg, framework.Registry{"p": p})
+	waitFor(t, "handler blocked", func() bool { return g.waitingSeq() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*1e6)
+	defer cancel()
+	err := s.WaitSettled(ctx, "orders")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, framework.ErrStalled)
+	g.release()
+	settle(t, s, "orders")
+}
+
+// Groups run on their own goroutines: two groups handle lines at the same
+// time.
+func TestGroupsRunConcurrently(t *testing.T) {
+	src := newMemSource(1)
+	var inA, inB atomic.Bool
+	both := make(chan struct{})
+	var once atomic.Bool
+	mk := func(me, other *atomic.Bool) *recProc {
+		return &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, _ dedupe.Delivery, _ []byte) error {
+			me.Store(true)
+			if other.Load() && once.CompareAndSwap(false, true) {
+				close(both)
+			}
+			select {
+			case <-both:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}}
+	}
+	a, b := mk(&inA, &inB), mk(&inB, &inA)
+	s := startServer(t, oneFeed(src, grp("a", "a"), grp("b", "b")), framework.Registry{"a": a, "b": b})
+	settle(t, s, "orders")
+	require.Equal(t, 1, a.count())
+	require.Equal(t, 1, b.count())
+}
+
+func TestStartTwiceAndStopBeforeStart(t *testing.T) {
+	src := newMemSource(1)
+	s, err := framework.New(oneFeed(src), nil)
+	require.NoError(t, err)
+	require.ErrorIs(t, s.Stop(context.Background()), framework.ErrState)
+	require.NoError(t, s.Start(context.Background()))
+	require.True(t, errors.Is(s.Start(context.Background()), framework.ErrState))
+	stopServer(t, s)
+}
