@@ -1,0 +1,139 @@
+package state
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/tidemark-go/tidemark/dedupe"
+)
+
+// Key space, shared by every backend (all integers big-endian or uvarint):
+//
+//	'v'                                    → "tidemark-state 1"  (format version)
+//	'd' uvarint(len ns) ns uvarint(len b) b key → value        (data)
+//	'a' uvarint(len ns) ns feed            → lineage record   (applied position)
+//	'o' name                               → uint64 length    (committed output length)
+//
+// A lineage record:
+//
+//	+------+---------+----------+-----+-----+-------+--------+---------+----------+--------+
+//	| 0x01 | epoch   | position | dev | ino | fpLen | fpHash | tailLen | tailHash | crc32c |
+//	| 1 B  | 8 B     | 8 B      | 8 B | 8 B | 4 B   | 8 B    | 4 B     | 8 B      | 4 B    |
+//	+------+---------+----------+-----+-----+-------+--------+---------+----------+--------+
+//
+// The CRC-32C (Castagnoli) covers every byte before it.
+const (
+	tagVersion = 'v'
+	tagData    = 'd'
+	tagApplied = 'a'
+	tagOutput  = 'o'
+
+	formatVersion = "tidemark-state 1"
+	lineageV1     = 1
+	lineageLen    = 1 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 8 + 4
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+func appendName(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// dataPrefix is the prefix of every key of bucket b in namespace ns.
+func dataPrefix(ns, b string) []byte {
+	p := make([]byte, 0, 3+len(ns)+len(b))
+	p = append(p, tagData)
+	p = appendName(p, ns)
+	return appendName(p, b)
+}
+
+func appliedPrefix(ns string) []byte {
+	return appendName([]byte{tagApplied}, ns)
+}
+
+func appliedKey(ns, feed string) []byte {
+	return append(appliedPrefix(ns), feed...)
+}
+
+// parseAppliedKey splits an applied key into namespace and feed.
+func parseAppliedKey(k []byte) (ns, feed string, ok bool) {
+	if len(k) == 0 || k[0] != tagApplied {
+		return "", "", false
+	}
+	n, w := binary.Uvarint(k[1:])
+	if w <= 0 || uint64(len(k)-1-w) < n {
+		return "", "", false
+	}
+	rest := k[1+w:]
+	return string(rest[:n]), string(rest[n:]), true
+}
+
+func outputKey(name string) []byte { return append([]byte{tagOutput}, name...) }
+
+func encodeLineage(l dedupe.Lineage) []byte {
+	b := make([]byte, 0, lineageLen)
+	b = append(b, lineageV1)
+	b = binary.BigEndian.AppendUint64(b, l.Epoch)
+	b = binary.BigEndian.AppendUint64(b, uint64(l.Position))
+	b = binary.BigEndian.AppendUint64(b, l.Identity.Dev)
+	b = binary.BigEndian.AppendUint64(b, l.Identity.Ino)
+	b = binary.BigEndian.AppendUint32(b, uint32(l.Fingerprint.Len))
+	b = binary.BigEndian.AppendUint64(b, l.Fingerprint.Hash)
+	b = binary.BigEndian.AppendUint32(b, uint32(l.TailLen))
+	b = binary.BigEndian.AppendUint64(b, l.TailHash)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+}
+
+func decodeLineage(b []byte) (dedupe.Lineage, error) {
+	var l dedupe.Lineage
+	if len(b) != lineageLen || b[0] != lineageV1 {
+		return l, fmt.Errorf("lineage record of %d bytes, version %d: %w", len(b), first(b), ErrCorrupt)
+	}
+	if got, want := crc32.Checksum(b[:lineageLen-4], crcTable), binary.BigEndian.Uint32(b[lineageLen-4:]); got != want {
+		return l, fmt.Errorf("lineage record checksum %08x, want %08x: %w", got, want, ErrCorrupt)
+	}
+	be := binary.BigEndian
+	l.Epoch = be.Uint64(b[1:])
+	l.Position = int64(be.Uint64(b[9:]))
+	l.Identity.Dev = be.Uint64(b[17:])
+	l.Identity.Ino = be.Uint64(b[25:])
+	l.Fingerprint.Len = int(be.Uint32(b[33:]))
+	l.Fingerprint.Hash = be.Uint64(b[37:])
+	l.TailLen = int(be.Uint32(b[45:]))
+	l.TailHash = be.Uint64(b[49:])
+	return l, nil
+}
+
+func first(b []byte) int {
+	if len(b) == 0 {
+		return -1
+	}
+	return int(b[0])
+}
+
+func encodeInt64(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
+
+func decodeInt64(b []byte) (int64, bool) {
+	if len(b) != 8 {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(b)), true
+}
+
+func hasPrefix(b, prefix []byte) bool { return bytes.HasPrefix(b, prefix) }
+
+// prefixEnd returns the smallest key greater than every key with prefix, or
+// nil when there is none.
+func prefixEnd(prefix []byte) []byte {
+	end := append([]byte{}, prefix...)
+	for i := len(end) - 1; i >= 0; i-- {
+		end[i]++
+		if end[i] != 0 {
+			return end[:i+1]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,49 @@
+package state
+
+import "errors"
+
+// Errors of opening a store.
+var (
+	// ErrNotStore is returned by [OpenDir] (and [Open] without a backend)
+	// when the directory holds no store: it has no STORE file. Open it with
+	// a backend ("bbolt:DIR" or "pebble:DIR") to create one.
+	ErrNotStore = errors.New("state: not a store directory")
+	// ErrUnknownBackend is returned for a backend name other than "bbolt" or
+	// "pebble", in a config string or in a STORE file.
+	ErrUnknownBackend = errors.New("state: unknown backend")
+	// ErrBackendMismatch is returned when a store is opened with a backend
+	// other than the one that created it. Open it with [OpenDir] to use the
+	// recorded one.
+	ErrBackendMismatch = errors.New("state: store was created by another backend")
+	// ErrLocked is returned when another process has the store open and
+	// does not release it within [Options.LockTimeout].
+	ErrLocked = errors.New("state: store is locked by another process")
+	// ErrCorrupt is returned when a record of the store or an output file
+	// does not verify: a bad checksum, an unknown version, an output file
+	// shorter than its committed length. The error names what and where.
+	ErrCorrupt = errors.New("state: corrupt store")
+)
+
+// Errors of using a store.
+var (
+	// ErrFailed is returned by every Apply and Flush after a commit failed
+	// (an I/O error, a full disk). The error also wraps the commit's cause.
+	// Nothing staged after the failure is declared durable, and no
+	// checkpoint moves again: close the store and restart the process. The
+	// feed re-delivers what was not durable, and the store skips what was.
+	ErrFailed = errors.New("state: a commit failed; restart the process")
+	// ErrClosed is returned by the methods of a closed store.
+	ErrClosed = errors.New("state: store closed")
+	// ErrReadOnly is returned by a write inside [Store.View].
+	ErrReadOnly = errors.New("state: write in a read-only transaction")
+	// ErrBadName is returned for an output name that is not a plain file
+	// name, or that the store uses itself.
+	ErrBadName = errors.New("state: bad output name")
+	// ErrNotInt64 is returned by GetInt64 and AddInt64 for a value that is
+	// not 8 bytes long, so was not written by PutInt64 or AddInt64.
+	ErrNotInt64 = errors.New("state: value is not an int64")
+)
+
+// ErrTxDone is returned by the methods of a [Tx] used after the function it
+// was given to returned.
+var ErrTxDone = errors.New("state: transaction used after its function returned")

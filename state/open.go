@@ -1,0 +1,239 @@
+package state
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/tidemark-go/tidemark/internal/vfs"
+)
+
+// The backends, as named in a config string and in the STORE file.
+const (
+	Bolt   = "bbolt"
+	Pebble = "pebble"
+)
+
+// Defaults of [Options]. They were chosen by BenchmarkApplyBatched (see the
+// package documentation for the numbers).
+const (
+	// DefaultBatchSize is how many applied deliveries make a batch.
+	DefaultBatchSize = 1000
+	// DefaultBatchInterval is the longest a staged change waits for its
+	// batch to be committed.
+	DefaultBatchInterval = 20 * time.Millisecond
+	// DefaultLockTimeout is how long Open waits for another process to
+	// release the store.
+	DefaultLockTimeout = 10 * time.Second
+)
+
+// storeFile names the file in a store directory that records the backend.
+const storeFile = "STORE"
+
+// Options configure a store. The zero value is the batched default.
+type Options struct {
+	// Sync makes every Apply one durable transaction, committed before
+	// Apply returns. The default (false) stages changes in memory and
+	// commits them in batches in the background.
+	Sync bool
+	// BatchSize is how many applied deliveries make a batch; 0 means
+	// [DefaultBatchSize]. A batch is also cut when it is BatchInterval old.
+	BatchSize int
+	// BatchInterval is how often the committer cuts whatever is staged; 0
+	// means [DefaultBatchInterval]. It is also how often the checkpoints of
+	// an idle store are brought up to date.
+	BatchInterval time.Duration
+	// LockTimeout is how long Open waits for another process to release
+	// the store; 0 means [DefaultLockTimeout].
+	LockTimeout time.Duration
+	// Logger receives the store's warnings (and Pebble's messages); nil
+	// means slog.Default().
+	Logger *slog.Logger
+	// FS is the file system of the STORE file and the output files; nil
+	// means the operating system's. Tests wrap it to inject faults.
+	FS vfs.FS
+	// PebbleFS is the file system of the Pebble backend; nil means
+	// Pebble's default, the operating system's. Tests wrap it with
+	// Pebble's errorfs to inject faults.
+	PebbleFS pebblevfs.FS
+	// BoltOpenFile opens the bbolt database file; nil means os.OpenFile.
+	// Tests use it to hand bbolt a file that fails.
+	BoltOpenFile func(name string, flag int, perm os.FileMode) (*os.File, error)
+
+	// hooks are test seams; nil in production.
+	hooks *hooks
+}
+
+// hooks let tests stop the committer at chosen moments.
+type hooks struct {
+	// beforeCommit runs in the committer before a batch is written.
+	beforeCommit func()
+	// afterOutput runs after the batch's output bytes are synced and
+	// before the backend transaction.
+	afterOutput func()
+}
+
+func (o *Options) logger() *slog.Logger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	return slog.Default()
+}
+
+func (o *Options) fs() vfs.FS {
+	if o.FS != nil {
+		return o.FS
+	}
+	return vfs.Default()
+}
+
+func (o *Options) batchSize() int {
+	if o.BatchSize > 0 {
+		return o.BatchSize
+	}
+	return DefaultBatchSize
+}
+
+func (o *Options) batchInterval() time.Duration {
+	if o.BatchInterval > 0 {
+		return o.BatchInterval
+	}
+	return DefaultBatchInterval
+}
+
+// Open opens or creates the store named by config: "bbolt:DIR" or
+// "pebble:DIR" opens DIR with that backend, creating the store if DIR holds
+// none; a plain "DIR" opens an existing store with the backend recorded in
+// DIR/STORE (see [OpenDir]). A nil opts means the defaults.
+func Open(config string, opts *Options) (Store, error) {
+	kind, dir, ok := strings.Cut(config, ":")
+	if !ok || strings.ContainsAny(kind, `/\`) {
+		return OpenDir(config, opts)
+	}
+	switch kind {
+	case Bolt, Pebble:
+		return open(kind, dir, opts)
+	}
+	return nil, fmt.Errorf("open store %q: backend %q (want %q or %q): %w", config, kind, Bolt, Pebble, ErrUnknownBackend)
+}
+
+// OpenDir opens an existing store with the backend recorded in dir/STORE,
+// so that a tool can open a store without knowing which backend created it.
+func OpenDir(dir string, opts *Options) (Store, error) {
+	return open("", dir, opts)
+}
+
+// OpenBolt opens or creates a store in dir with the bbolt backend.
+func OpenBolt(dir string, opts *Options) (Store, error) { return open(Bolt, dir, opts) }
+
+// OpenPebble opens or creates a store in dir with the Pebble backend.
+func OpenPebble(dir string, opts *Options) (Store, error) { return open(Pebble, dir, opts) }
+
+func open(kind, dir string, opts *Options) (Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if dir == "" {
+		return nil, fmt.Errorf("open store: empty directory: %w", ErrNotStore)
+	}
+	fsys := o.fs()
+	recorded, err := readStoreFile(fsys, dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && kind == "":
+		return nil, fmt.Errorf("open store %s: no %s file; open it as \"bbolt:%s\" or \"pebble:%s\" to create one: %w", dir, storeFile, dir, dir, ErrNotStore)
+	case errors.Is(err, fs.ErrNotExist):
+		if err := writeStoreFile(fsys, dir, kind); err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, err
+	case kind == "":
+		kind = recorded
+	case kind != recorded:
+		return nil, fmt.Errorf("open store %s as %s: it was created by %s; open it as %q: %w", dir, kind, recorded, dir, ErrBackendMismatch)
+	}
+	var eng engine
+	switch kind {
+	case Bolt:
+		eng, err = openBolt(dir, &o)
+	case Pebble:
+		eng, err = openPebble(dir, &o)
+	default:
+		return nil, fmt.Errorf("open store %s: %s names backend %q: %w", dir, storeFile, kind, ErrUnknownBackend)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c, err := newCore(kind, dir, &o, fsys, eng)
+	if err != nil {
+		return nil, errors.Join(err, eng.close())
+	}
+	return &nsStore{c: c}, nil
+}
+
+// readStoreFile returns the backend recorded in dir/STORE.
+//
+// The file is two lines:
+//
+//	tidemark state store
+//	backend bbolt
+func readStoreFile(fsys vfs.FS, dir string) (string, error) {
+	path := filepath.Join(dir, storeFile)
+	f, err := fsys.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	var lines []string
+	for sc.Scan() {
+		lines = append(lines, strings.TrimSpace(sc.Text()))
+	}
+	if len(lines) < 2 || lines[0] != "tidemark state store" || !strings.HasPrefix(lines[1], "backend ") {
+		return "", fmt.Errorf("read %s: not a tidemark STORE file: %w", path, ErrCorrupt)
+	}
+	return strings.TrimPrefix(lines[1], "backend "), nil
+}
+
+// writeStoreFile creates dir and records kind in dir/STORE durably: written
+// to a temporary file, synced, renamed, and the directory synced.
+func writeStoreFile(fsys vfs.FS, dir, kind string) error {
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create store %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, storeFile)
+	tmp := path + ".tmp"
+	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("create store %s: %w", dir, err)
+	}
+	_, err = fmt.Fprintf(f, "tidemark state store\nbackend %s\n", kind)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = vfs.RenameDurable(fsys, tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("create store %s: write %s: %w", dir, path, err)
+	}
+	return nil
+}

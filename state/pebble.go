@@ -1,0 +1,103 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/cockroachdb/pebble/v2"
+	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// pebbleDir is the Pebble database directory inside a store directory.
+const pebbleDir = "pebble"
+
+type pebbleEngine struct {
+	db *pebble.DB
+}
+
+func openPebble(dir string, opts *Options) (*pebbleEngine, error) {
+	path := filepath.Join(dir, pebbleDir)
+	fs := opts.PebbleFS
+	if fs == nil {
+		fs = pebblevfs.Default
+	}
+	po := &pebble.Options{
+		FS:     fs,
+		Logger: pebbleLogger{log: opts.logger()},
+	}
+	db, err := pebble.Open(path, po)
+	if err != nil {
+		return nil, fmt.Errorf("open pebble %s: %w", path, err)
+	}
+	return &pebbleEngine{db: db}, nil
+}
+
+func (e *pebbleEngine) get(key []byte) ([]byte, bool, error) {
+	v, closer, err := e.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	val := append([]byte{}, v...)
+	return val, true, closer.Close()
+}
+
+func (e *pebbleEngine) scan(prefix []byte, fn func(k, v []byte) error) error {
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return errors.Join(err, it.Close())
+		}
+		if err := fn(it.Key(), v); err != nil {
+			return errors.Join(err, it.Close())
+		}
+	}
+	return it.Close()
+}
+
+func (e *pebbleEngine) commit(ws []write) error {
+	b := e.db.NewBatch()
+	for _, w := range ws {
+		var err error
+		if w.del {
+			err = b.Delete(w.key, nil)
+		} else {
+			err = b.Set(w.key, w.val, nil)
+		}
+		if err != nil {
+			return errors.Join(err, b.Close())
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return errors.Join(err, b.Close())
+	}
+	return b.Close()
+}
+
+func (e *pebbleEngine) close() error { return e.db.Close() }
+
+// pebbleLogger sends Pebble's messages to slog: its routine messages at
+// debug level, its errors at error level.
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.log.Debug("pebble: " + fmt.Sprintf(format, args...))
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error("pebble: " + fmt.Sprintf(format, args...))
+}
+
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := "pebble: " + fmt.Sprintf(format, args...)
+	l.log.Error(msg)
+	panic(msg)
+}

@@ -1,0 +1,701 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tidemark-go/tidemark/checkpoint"
+	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/internal/vfs"
+)
+
+// Store is a durable key/value store that applies every delivered line
+// once: it writes a processor's state change and the feed's (epoch,
+// position) in one transaction, and skips re-deliveries. See the package
+// documentation for the caveats and the durability modes.
+//
+// A Store is safe for concurrent use. Apply and View calls are serialized.
+type Store interface {
+	// Apply applies one delivered line: it calls fn, whose reads see every
+	// change staged before, and stages fn's writes together with d's
+	// (epoch, position) for the feed, in this namespace. It returns
+	// applied=false without calling fn when d is a re-delivery: at or below
+	// the recorded position in the same epoch, or recognised through the
+	// lineage of an earlier epoch on the same file. Re-deliveries are
+	// counted in [Stats].
+	//
+	// When fn returns an error, nothing it wrote is staged, the position
+	// does not move, and the error is returned as is.
+	//
+	// In the batched mode Apply returns once the change is staged; it
+	// becomes durable with its batch. Apply blocks (back-pressure) while a
+	// full batch waits for the previous one to commit, until ctx is done.
+	// In the Sync mode Apply returns once the change is durable.
+	//
+	// After a commit failed, Apply returns an error wrapping [ErrFailed].
+	// fn must not call the store.
+	Apply(ctx context.Context, d dedupe.Delivery, fn func(tx *Tx) error) (applied bool, err error)
+	// View calls fn with a read-only transaction of this namespace. It sees
+	// every change staged by an Apply that returned, durable or not yet: the
+	// state as the processor knows it. Writes fail with [ErrReadOnly].
+	View(fn func(tx *Tx) error) error
+	// Applied returns the last position applied in this namespace for feed
+	// that is durable, with its lineage, and whether there is one. Right
+	// after Open it is what the store found on disk.
+	Applied(feed string) (dedupe.Lineage, bool)
+	// Bind makes the store drive cp: each time a batch is durable, the
+	// store calls cp.DurableThrough with the mark it took when it cut the
+	// batch. feed must be cp's feed. A store with bound checkpoints also
+	// brings them up to date every BatchInterval when nothing is staged.
+	// Binding the same checkpoint again does nothing.
+	Bind(feed string, cp *checkpoint.Checkpoint) error
+	// Namespace returns a view of the same store in the namespace name: its
+	// own keys and its own applied positions per feed. The store Open
+	// returns is the namespace "". Flush, Close, Stats, Bind and outputs
+	// belong to the whole store.
+	Namespace(name string) Store
+	// Output declares the append-only output file name in the store's
+	// directory and returns it. Writes to it are staged with
+	// [Tx.Output] and committed with the state. On open, and when it is
+	// first declared, the file is cut back to its committed length.
+	Output(name string) (*Output, error)
+	// Flush cuts what is staged into a batch and waits until it is durable
+	// and the bound checkpoints have been told. Call it at a clean stop.
+	Flush(ctx context.Context) error
+	// Close flushes, stops the committer and closes the backend and the
+	// output files. It returns the error of a failed commit, if any.
+	Close() error
+	// Stats returns the store's counters.
+	Stats() Stats
+	// Dir returns the store's directory.
+	Dir() string
+	// Backend returns the backend's name: [Bolt] or [Pebble].
+	Backend() string
+}
+
+// Stats are a store's counters, for status.
+type Stats struct {
+	// Backend is [Bolt] or [Pebble]; Sync is true in the Sync mode.
+	Backend string
+	Sync    bool
+	// Applied counts the deliveries applied (fn called and returned nil).
+	Applied uint64
+	// Skipped counts the re-deliveries skipped; SkippedByLineage those of
+	// them recognised through the lineage of an earlier epoch.
+	Skipped          uint64
+	SkippedByLineage uint64
+	// Staged is the number of applied deliveries not yet durable.
+	Staged int
+	// Commits counts durable transactions; FailedCommits the failed ones.
+	Commits       uint64
+	FailedCommits uint64
+	// LastError is the message of the last failed commit, empty if none.
+	LastError string
+	// Failed is true once a commit failed: the store declares nothing
+	// durable any more and the process should restart.
+	Failed bool
+	// BackPressure counts the Apply calls that waited for a batch to commit.
+	BackPressure uint64
+}
+
+// feedKey names the applied position of a feed in a namespace.
+type feedKey struct{ ns, feed string }
+
+// staged is the latest applied position of a feed, staged or durable.
+type staged struct {
+	lin    dedupe.Lineage // TailLen 0: no tail hash known
+	origin *dedupe.Origin
+}
+
+// verdict caches whether an epoch continues the recorded lineage.
+type verdict struct {
+	epoch uint64
+	match bool
+}
+
+// entry is one staged change of a key.
+type entry struct {
+	val []byte
+	del bool
+}
+
+// batch is what the committer writes in one transaction.
+type batch struct {
+	writes  map[string]entry
+	applied map[feedKey]*staged
+	outputs map[string][]byte
+	count   int
+	marks   []markOf
+	done    chan struct{}
+	err     error
+}
+
+type markOf struct {
+	cp *checkpoint.Checkpoint
+	m  checkpoint.Mark
+}
+
+func newBatch() *batch {
+	return &batch{
+		writes:  make(map[string]entry),
+		applied: make(map[feedKey]*staged),
+		outputs: make(map[string][]byte),
+		done:    make(chan struct{}),
+	}
+}
+
+func (b *batch) empty() bool {
+	return b.count == 0 && len(b.writes) == 0 && len(b.applied) == 0 && len(b.outputs) == 0
+}
+
+// core is the store shared by its namespaces.
+type core struct {
+	kind, dir string
+	opts      Options
+	fsys      vfs.FS
+	eng       engine
+	log       *slog.Logger
+
+	applyMu sync.Mutex // serializes Apply and View
+
+	outMu   sync.Mutex // serializes output declarations
+	outputs map[string]*Output
+
+	mu       sync.Mutex
+	cur      *batch // staging
+	sealed   *batch // cut, being committed
+	changed  chan struct{}
+	latest   map[feedKey]*staged
+	durable  map[feedKey]dedupe.Lineage
+	verdicts map[feedKey]verdict
+	binds    []*checkpoint.Checkpoint
+	failed   error
+	closed   bool
+	stats    Stats
+
+	wake     chan struct{}
+	stop     chan struct{}
+	stopped  chan struct{}
+	closeErr error
+	once     sync.Once
+}
+
+func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, error) {
+	c := &core{
+		kind:     kind,
+		dir:      dir,
+		opts:     *o,
+		fsys:     fsys,
+		eng:      eng,
+		log:      o.logger(),
+		outputs:  make(map[string]*Output),
+		cur:      newBatch(),
+		changed:  make(chan struct{}),
+		latest:   make(map[feedKey]*staged),
+		durable:  make(map[feedKey]dedupe.Lineage),
+		verdicts: make(map[feedKey]verdict),
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+	c.stats.Backend, c.stats.Sync = kind, o.Sync
+	if err := c.load(); err != nil {
+		return nil, err
+	}
+	go c.committer()
+	return c, nil
+}
+
+// load reads the format version, the applied positions and the outputs.
+func (c *core) load() error {
+	v, ok, err := c.eng.get([]byte{tagVersion})
+	if err != nil {
+		return fmt.Errorf("open store %s: read version: %w", c.dir, err)
+	}
+	if !ok {
+		if err := c.eng.commit([]write{{key: []byte{tagVersion}, val: []byte(formatVersion)}}); err != nil {
+			return fmt.Errorf("open store %s: write version: %w", c.dir, err)
+		}
+	} else if string(v) != formatVersion {
+		return fmt.Errorf("open store %s: format %q, want %q: %w", c.dir, v, formatVersion, ErrCorrupt)
+	}
+	err = c.eng.scan([]byte{tagApplied}, func(k, v []byte) error {
+		ns, feed, ok := parseAppliedKey(k)
+		if !ok {
+			return fmt.Errorf("applied key %q: %w", k, ErrCorrupt)
+		}
+		l, err := decodeLineage(v)
+		if err != nil {
+			return fmt.Errorf("applied position of feed %q in namespace %q: %w", feed, ns, err)
+		}
+		fk := feedKey{ns, feed}
+		c.durable[fk] = l
+		c.latest[fk] = &staged{lin: l}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", c.dir, err)
+	}
+	var names []string
+	lens := make(map[string]int64)
+	err = c.eng.scan([]byte{tagOutput}, func(k, v []byte) error {
+		n, ok := decodeInt64(v)
+		if !ok || n < 0 {
+			return fmt.Errorf("committed length of output %q: %w", k[1:], ErrCorrupt)
+		}
+		names = append(names, string(k[1:]))
+		lens[string(k[1:])] = n
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", c.dir, err)
+	}
+	for _, name := range names {
+		o, err := c.openOutput(name, lens[name])
+		if err != nil {
+			c.closeOutputs()
+			return err
+		}
+		c.outputs[name] = o
+	}
+	return nil
+}
+
+// unusable returns why the store takes no more changes, or nil. c.mu held.
+func (c *core) unusable() error {
+	if c.closed {
+		return ErrClosed
+	}
+	if c.failed != nil {
+		return c.failed
+	}
+	return nil
+}
+
+// broadcast wakes every waiter on c.changed. c.mu held.
+func (c *core) broadcast() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// wait releases c.mu until the next broadcast or ctx is done. c.mu held.
+func (c *core) wait(ctx context.Context) error {
+	ch := c.changed
+	c.mu.Unlock()
+	defer c.mu.Lock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// cut seals the staged batch, taking the bound checkpoints' marks now:
+// every item a mark counts has finished, so its Apply returned and its
+// changes are in this batch or an earlier one. c.mu held; c.sealed nil.
+func (c *core) cut() *batch {
+	b := c.cur
+	b.marks = make([]markOf, len(c.binds))
+	for i, cp := range c.binds {
+		b.marks[i] = markOf{cp: cp, m: cp.Mark()}
+	}
+	c.sealed = b
+	c.cur = newBatch()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return b
+}
+
+func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(tx *Tx) error) (bool, error) {
+	c.applyMu.Lock()
+	defer c.applyMu.Unlock()
+
+	fk := feedKey{ns, d.Feed}
+	c.mu.Lock()
+	if err := c.unusable(); err != nil {
+		c.mu.Unlock()
+		return false, c.applyErr(d, err)
+	}
+	if !c.opts.Sync && c.cur.count >= c.opts.batchSize() && c.sealed != nil {
+		c.stats.BackPressure++
+		for c.cur.count >= c.opts.batchSize() && c.sealed != nil && c.unusable() == nil {
+			if err := c.wait(ctx); err != nil {
+				c.mu.Unlock()
+				return false, fmt.Errorf("apply feed %q epoch %d position %d: waiting for a batch to commit: %w", d.Feed, d.Epoch, d.Position, err)
+			}
+		}
+		if err := c.unusable(); err != nil {
+			c.mu.Unlock()
+			return false, c.applyErr(d, err)
+		}
+	}
+	var last staged
+	if s := c.latest[fk]; s != nil {
+		last = *s
+	}
+	dur, hasDur := c.durable[fk]
+	v, cached := c.verdicts[fk]
+	c.mu.Unlock()
+
+	if skip, byLineage := c.redelivery(fk, d, last.lin, dur, hasDur, v, cached); skip {
+		c.mu.Lock()
+		c.stats.Skipped++
+		if byLineage {
+			c.stats.SkippedByLineage++
+		}
+		c.mu.Unlock()
+		return false, nil
+	}
+
+	tx := &Tx{c: c, ns: ns, d: d, writes: make(map[string]entry)}
+	if err := fn(tx); err != nil {
+		return false, err
+	}
+	tx.done = true
+
+	c.mu.Lock()
+	if err := c.unusable(); err != nil {
+		c.mu.Unlock()
+		return false, c.applyErr(d, err)
+	}
+	b := c.cur
+	for k, e := range tx.writes {
+		b.writes[k] = e
+	}
+	for name, p := range tx.outputs {
+		b.outputs[name] = append(b.outputs[name], p...)
+	}
+	b.count++
+	if d.Epoch != 0 {
+		s := &staged{lin: dedupe.Lineage{Applied: dedupe.Advance(last.lin.Applied, d)}, origin: last.origin}
+		if s.lin.Applied != last.lin.Applied {
+			s.origin = d.Origin
+			if d.Origin != nil {
+				s.lin.Identity, s.lin.Fingerprint = d.Origin.Identity, d.Origin.Fingerprint
+			}
+		} else {
+			s.lin = last.lin
+		}
+		c.latest[fk] = s
+		b.applied[fk] = s
+	}
+	c.stats.Applied++
+	if c.opts.Sync {
+		for c.sealed != nil {
+			_ = c.wait(context.Background())
+		}
+		sb := c.cut()
+		c.mu.Unlock()
+		<-sb.done
+		if sb.err != nil {
+			return true, c.applyErr(d, sb.err)
+		}
+		return true, nil
+	}
+	if b.count >= c.opts.batchSize() && c.sealed == nil {
+		c.cut()
+	}
+	c.mu.Unlock()
+	return true, nil
+}
+
+func (c *core) applyErr(d dedupe.Delivery, err error) error {
+	return fmt.Errorf("apply feed %q epoch %d position %d in store %s: %w", d.Feed, d.Epoch, d.Position, c.dir, err)
+}
+
+// redelivery decides whether d was applied before: by the recorded
+// position in its epoch, or by the lineage of the recorded epoch when d
+// opens a new epoch on the same, unchanged file.
+func (c *core) redelivery(fk feedKey, d dedupe.Delivery, last, dur dedupe.Lineage, hasDur bool, v verdict, cached bool) (skip, byLineage bool) {
+	if d.Epoch == 0 || last.Epoch == 0 {
+		return false, false
+	}
+	if dedupe.AlreadyApplied(d, last.Applied) {
+		return true, false
+	}
+	if d.Epoch == last.Epoch || d.Position > last.Position {
+		return false, false
+	}
+	if !cached || v.epoch != d.Epoch {
+		// Only a durable record carries a tail hash taken when its lines
+		// were applied; a newer staged one would be hashed now, from a file
+		// that may have changed since.
+		match := hasDur && dur.Applied == last.Applied && lineageMatches(dur, d.Origin)
+		v = verdict{epoch: d.Epoch, match: match}
+		c.mu.Lock()
+		c.verdicts[fk] = v
+		c.mu.Unlock()
+		if match {
+			c.log.Info("state: new epoch continues the recorded lineage: lines at or below the recorded position are skipped",
+				"store", c.dir, "feed", fk.feed, "namespace", fk.ns, "epoch", d.Epoch, "recorded_epoch", dur.Epoch, "recorded_position", dur.Position)
+		}
+	}
+	return v.match, v.match
+}
+
+// lineageMatches reports whether the file of o is the one rec was applied
+// from, unchanged up to rec.Position: same identity, same leading bytes,
+// same bytes just before the position.
+func lineageMatches(rec dedupe.Lineage, o *dedupe.Origin) bool {
+	if o == nil || o.TailHash == nil || rec.TailLen <= 0 {
+		return false
+	}
+	if o.Identity != rec.Identity || o.Fingerprint != rec.Fingerprint {
+		return false
+	}
+	h, err := o.TailHash(rec.Position, rec.TailLen)
+	return err == nil && h == rec.TailHash
+}
+
+// committer commits sealed batches, and cuts one every BatchInterval.
+func (c *core) committer() {
+	defer close(c.stopped)
+	t := time.NewTicker(c.opts.batchInterval())
+	defer t.Stop()
+	for {
+		tick := false
+		select {
+		case <-c.stop:
+			return
+		case <-c.wake:
+		case <-t.C:
+			tick = true
+		}
+		c.mu.Lock()
+		if tick && c.sealed == nil && c.unusable() == nil {
+			if !c.cur.empty() {
+				c.cut()
+			} else if len(c.binds) > 0 {
+				// Nothing staged, nothing committing: everything finished
+				// is durable.
+				marks := make([]markOf, len(c.binds))
+				for i, cp := range c.binds {
+					marks[i] = markOf{cp: cp, m: cp.Mark()}
+				}
+				c.mu.Unlock()
+				for _, m := range marks {
+					m.cp.DurableThrough(m.m)
+				}
+				c.mu.Lock()
+			}
+		}
+		b := c.sealed
+		c.mu.Unlock()
+		if b != nil {
+			c.commit(b)
+		}
+	}
+}
+
+// commit makes b durable: the output bytes are written and synced first,
+// then one backend transaction records the state, the applied positions
+// and the new output lengths. Only then are the bound checkpoints told.
+func (c *core) commit(b *batch) {
+	c.mu.Lock()
+	err := c.failed
+	c.mu.Unlock()
+	if err == nil && !b.empty() {
+		if h := c.opts.hooks; h != nil && h.beforeCommit != nil {
+			h.beforeCommit()
+		}
+		err = c.write(b)
+	}
+	c.mu.Lock()
+	if err != nil && c.failed == nil {
+		c.stats.FailedCommits++
+		c.stats.LastError = err.Error()
+		c.failed = fmt.Errorf("%w: %w", ErrFailed, err)
+		c.log.Error("state: commit failed; nothing more will be declared durable, restart the process",
+			"store", c.dir, "backend", c.kind, "err", err)
+	}
+	if c.failed != nil {
+		b.err = c.failed
+	} else if !b.empty() {
+		c.stats.Commits++
+		for fk, s := range b.applied {
+			c.durable[fk] = s.lin
+		}
+	}
+	c.sealed = nil
+	if !c.opts.Sync && c.cur.count >= c.opts.batchSize() && c.failed == nil {
+		c.cut()
+	}
+	c.broadcast()
+	c.mu.Unlock()
+	if b.err == nil {
+		for _, m := range b.marks {
+			m.cp.DurableThrough(m.m)
+		}
+	}
+	close(b.done)
+}
+
+// write writes b: outputs, then the backend transaction.
+func (c *core) write(b *batch) error {
+	ws := make([]write, 0, len(b.writes)+len(b.applied)+len(b.outputs))
+	for k, e := range b.writes {
+		ws = append(ws, write{key: []byte(k), val: e.val, del: e.del})
+	}
+	for fk, s := range b.applied {
+		// The tail hash is read once per feed per batch, for the highest
+		// position. Staged records are copied: Apply may be reading them.
+		lin := s.lin
+		if o := s.origin; o != nil && o.TailHash != nil && lin.TailLen == 0 && lin.Position > 0 {
+			n := int(min(lin.Position, maxTail))
+			if h, err := o.TailHash(lin.Position, n); err == nil {
+				lin.TailLen, lin.TailHash = n, h
+			}
+		}
+		c.mu.Lock()
+		b.applied[fk] = &staged{lin: lin, origin: s.origin}
+		if cur := c.latest[fk]; cur == s {
+			c.latest[fk] = b.applied[fk]
+		}
+		c.mu.Unlock()
+		ws = append(ws, write{key: appliedKey(fk.ns, fk.feed), val: encodeLineage(lin)})
+	}
+	lens := make(map[*Output]int64, len(b.outputs))
+	for name, p := range b.outputs {
+		c.outMu.Lock()
+		o := c.outputs[name]
+		c.outMu.Unlock()
+		n, err := o.append(p)
+		if err != nil {
+			return err
+		}
+		lens[o] = n
+		ws = append(ws, write{key: outputKey(name), val: encodeInt64(n)})
+	}
+	if h := c.opts.hooks; h != nil && h.afterOutput != nil && len(b.outputs) > 0 {
+		h.afterOutput()
+	}
+	if err := c.eng.commit(ws); err != nil {
+		return fmt.Errorf("commit %d changes of %d deliveries to %s store %s: %w", len(ws), b.count, c.kind, c.dir, err)
+	}
+	for o, n := range lens {
+		o.setCommitted(n)
+	}
+	return nil
+}
+
+// maxTail is the most bytes a lineage's tail hash covers.
+const maxTail = 64
+
+func (c *core) flush(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	for c.sealed != nil && c.failed == nil {
+		if err := c.wait(ctx); err != nil {
+			c.mu.Unlock()
+			return fmt.Errorf("flush store %s: %w", c.dir, err)
+		}
+	}
+	if c.failed != nil {
+		err := c.failed
+		c.mu.Unlock()
+		return fmt.Errorf("flush store %s: %w", c.dir, err)
+	}
+	b := c.cut()
+	c.mu.Unlock()
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return fmt.Errorf("flush store %s: %w", c.dir, ctx.Err())
+	}
+	if b.err != nil {
+		return fmt.Errorf("flush store %s: %w", c.dir, b.err)
+	}
+	return nil
+}
+
+func (c *core) close() error {
+	c.once.Do(func() {
+		ferr := c.flush(context.Background())
+		c.mu.Lock()
+		c.closed = true
+		c.broadcast()
+		c.mu.Unlock()
+		close(c.stop)
+		<-c.stopped
+		c.closeErr = errors.Join(ferr, c.closeOutputs(), c.eng.close())
+	})
+	return c.closeErr
+}
+
+func (c *core) bind(feed string, cp *checkpoint.Checkpoint) error {
+	if cp == nil || cp.Feed() != feed {
+		return fmt.Errorf("bind store %s to feed %q: checkpoint is of another feed", c.dir, feed)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, b := range c.binds {
+		if b == cp {
+			return nil
+		}
+	}
+	c.binds = append(c.binds, cp)
+	return nil
+}
+
+func (c *core) statsNow() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats
+	s.Staged = c.cur.count
+	if c.sealed != nil {
+		s.Staged += c.sealed.count
+	}
+	s.Failed = c.failed != nil
+	return s
+}
+
+// nsStore is a namespace of a store; it implements Store.
+type nsStore struct {
+	c  *core
+	ns string
+}
+
+func (s *nsStore) Apply(ctx context.Context, d dedupe.Delivery, fn func(tx *Tx) error) (bool, error) {
+	return s.c.apply(ctx, s.ns, d, fn)
+}
+
+func (s *nsStore) View(fn func(tx *Tx) error) error {
+	s.c.applyMu.Lock()
+	defer s.c.applyMu.Unlock()
+	s.c.mu.Lock()
+	closed := s.c.closed
+	s.c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	tx := &Tx{c: s.c, ns: s.ns, readOnly: true}
+	err := fn(tx)
+	tx.done = true
+	return err
+}
+
+func (s *nsStore) Applied(feed string) (dedupe.Lineage, bool) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	l, ok := s.c.durable[feedKey{s.ns, feed}]
+	return l, ok
+}
+
+func (s *nsStore) Bind(feed string, cp *checkpoint.Checkpoint) error { return s.c.bind(feed, cp) }
+func (s *nsStore) Namespace(name string) Store                      { return &nsStore{c: s.c, ns: name} }
+func (s *nsStore) Output(name string) (*Output, error)              { return s.c.output(name) }
+func (s *nsStore) Flush(ctx context.Context) error                  { return s.c.flush(ctx) }
+func (s *nsStore) Close() error                                     { return s.c.close() }
+func (s *nsStore) Stats() Stats                                     { return s.c.statsNow() }
+func (s *nsStore) Dir() string                                      { return s.c.dir }
+func (s *nsStore) Backend() string                                  { return s.c.kind }
