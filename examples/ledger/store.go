@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/state"
+)
+
+// Names of the ledger's server and of its state.
+const (
+	feedName      = "ledger"
+	groupName     = "ledger-agent"
+	processorName = "ledger"
+	// namespace is the ledger's namespace in the store.
+	namespace = "ledger"
+	// balancesBucket holds one int64 per account, keyed by the account.
+	balancesBucket = "balances"
+)
+
+// Keys of the ledger's root bucket.
+var (
+	keyApplied = []byte("applied") // lines applied
+	keyTotal   = []byte("total")   // sum of the amounts applied
+	// keyEpoch and keyPosition are the last line applied, recorded by the
+	// ledger itself in the same transaction: the store records it too, but
+	// not when de-duplication is off (see applyOptions).
+	keyEpoch    = []byte("epoch")
+	keyPosition = []byte("position")
+)
+
+// StoreInfo is what a data folder's store holds.
+type StoreInfo struct {
+	// Backend is the store's backend: bbolt or pebble.
+	Backend string
+	// State is the ledger's state.
+	State LedgerState
+	// Applied is the last line applied: the store's record when the run
+	// de-duplicated, else the ledger's own.
+	Applied dedupe.Applied
+	// OutputCommitted is the committed length of output.csv.
+	OutputCommitted int64
+}
+
+// openExisting opens the store of a data folder, whatever its backend: the
+// store records it in the folder. Opening cuts the output back to its
+// committed length, as a restart would.
+func openExisting(dir string) (state.Store, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("data folder: %w", err)
+	}
+	return state.OpenDir(dir, &state.Options{LockTimeout: 5 * time.Second, Logger: discardLogger()})
+}
+
+// ReadStore reads the store of the data folder dir. No server may run on it.
+func ReadStore(dir string) (info StoreInfo, err error) {
+	st, err := openExisting(dir)
+	if err != nil {
+		return info, err
+	}
+	defer func() { err = errors.Join(err, st.Close()) }()
+	info.Backend = st.Backend()
+	ns := st.Namespace(namespace)
+	info.State, info.Applied, err = readLedger(ns)
+	if err != nil {
+		return info, err
+	}
+	if l, ok := ns.Applied(feedName); ok {
+		info.Applied = l.Applied
+	}
+	out, err := st.Output(outputFile)
+	if err != nil {
+		return info, err
+	}
+	info.OutputCommitted = out.Committed()
+	return info, nil
+}
+
+// ReadState reads the ledger state of the data folder dir.
+func ReadState(dir string) (LedgerState, error) {
+	info, err := ReadStore(dir)
+	return info.State, err
+}
+
+// readLedger reads the ledger's state as the store sees it (staged changes
+// included) and the last position the ledger recorded itself.
+func readLedger(ns state.Store) (st LedgerState, last dedupe.Applied, err error) {
+	st.Balances = make(map[string]int64)
+	err = ns.View(func(tx *state.Tx) error {
+		var err error
+		if st.Applied, err = tx.GetInt64(keyApplied); err != nil {
+			return err
+		}
+		if st.Total, err = tx.GetInt64(keyTotal); err != nil {
+			return err
+		}
+		epoch, err := tx.GetInt64(keyEpoch)
+		if err != nil {
+			return err
+		}
+		if last.Position, err = tx.GetInt64(keyPosition); err != nil {
+			return err
+		}
+		last.Epoch = uint64(epoch)
+		return tx.Bucket(balancesBucket).ForEach(func(k, v []byte) error {
+			n, err := decodeBalance(v)
+			if err != nil {
+				return fmt.Errorf("balance of %q: %w", k, err)
+			}
+			st.Balances[string(k)] = n
+			return nil
+		})
+	})
+	return st, last, err
+}
+
+// decodeBalance decodes a value written by Bucket.PutInt64.
+func decodeBalance(v []byte) (int64, error) {
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%d bytes, want 8", len(v))
+	}
+	var n uint64
+	for _, b := range v {
+		n = n<<8 | uint64(b)
+	}
+	return int64(n), nil
+}
+
+// applyEntry applies one ledger line in tx: the balance, the counters, the
+// ledger's own record of the position, and the output line.
+func applyEntry(tx *state.Tx, e Entry, d dedupe.Delivery, buf []byte) ([]byte, error) {
+	bal, err := tx.Bucket(balancesBucket).AddInt64([]byte(e.Account), e.Amount)
+	if err != nil {
+		return buf, err
+	}
+	if _, err := tx.AddInt64(keyApplied, 1); err != nil {
+		return buf, err
+	}
+	if _, err := tx.AddInt64(keyTotal, e.Amount); err != nil {
+		return buf, err
+	}
+	if d.Epoch != 0 {
+		if err := tx.PutInt64(keyEpoch, int64(d.Epoch)); err != nil {
+			return buf, err
+		}
+		if err := tx.PutInt64(keyPosition, d.Position); err != nil {
+			return buf, err
+		}
+	}
+	buf = AppendOutput(buf[:0], OutputLine{Entry: e, BalanceAfter: bal})
+	_, err = tx.Output(outputFile).Write(buf)
+	return buf, err
+}
+
+// cmdBalances prints one line `account,balance` per account in byte order,
+// then `applied N` and `total T`.
+func cmdBalances(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("balances", stderr, "usage: ledger balances --data DIR")
+	dir := fs.String("data", "", "the run's data folder")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *dir == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	info, err := ReadStore(*dir)
+	if err != nil {
+		fmt.Fprintln(stderr, "ledger balances:", err)
+		return 1
+	}
+	writeBalances(stdout, info.State)
+	return 0
+}
+
+// writeBalances prints st as the balances command does.
+func writeBalances(w io.Writer, st LedgerState) {
+	for _, a := range sortedKeys(st.Balances) {
+		fmt.Fprintf(w, "%s,%d\n", a, st.Balances[a])
+	}
+	fmt.Fprintf(w, "applied %d\n", st.Applied)
+	fmt.Fprintf(w, "total %d\n", st.Total)
+}
+
+// flushAndClose is how a run ends: flush, then close the store.
+func flushAndClose(ctx context.Context, st state.Store) error {
+	return errors.Join(st.Flush(ctx), st.Close())
+}
+
+// dataPath joins a data folder and a file name.
+func dataPath(dir, name string) string { return filepath.Join(dir, name) }
