@@ -17,6 +17,9 @@ const (
 	DefaultQueueCapacity = 1024
 	// DefaultBatchSize is the most lines the feed reads and hands off at once.
 	DefaultBatchSize = 256
+	// MaxQueueCapacity and MaxBatchSize bound the configurable values.
+	MaxQueueCapacity = 1 << 24
+	MaxBatchSize     = 1 << 16
 	// DefaultSpin is how long a DropAfterSpin queue may stay full before
 	// the lines that do not fit are dropped for it.
 	DefaultSpin = 5 * time.Millisecond
@@ -87,6 +90,13 @@ type FileConfig struct {
 	// ReadStrategy decides where reading starts and whether a pointer file
 	// is kept. The zero value is feed.Committed.
 	ReadStrategy feed.ReadStrategy
+	// MaxLineBytes is the longest line delivered; 0 means
+	// feed.DefaultMaxLineBytes.
+	MaxLineBytes int
+	// Sync and SyncInterval decide when a pointer write is made durable;
+	// the zero value syncs every commit.
+	Sync         feed.SyncPolicy
+	SyncInterval time.Duration
 }
 
 // OverloadPolicy decides what the feed does when a subscriber queue is full.

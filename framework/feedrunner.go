@@ -92,7 +92,6 @@ func newFeedRunner(s *Server, fc FeedConfig, src feed.Source) *feedRunner {
 			f.policy = DropAfterSpin
 		}
 	}
-	f.items = make([]feed.Item, f.batchSize)
 	f.pool.New = func() any {
 		return &batch{items: make([]item, 0, f.batchSize+1), data: make([]byte, 0, 64*f.batchSize), pool: &f.pool}
 	}
@@ -143,6 +142,7 @@ func (f *feedRunner) sleep(stop <-chan struct{}, d time.Duration) bool {
 // every live queue.
 func (f *feedRunner) run(ctx context.Context, stop <-chan struct{}) {
 	defer close(f.exited)
+	f.items = make([]feed.Item, f.batchSize)
 	var snap []*queue
 	idle := 0
 	for {

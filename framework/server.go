@@ -80,8 +80,9 @@ func New(cfg Config, processors Registry) (*Server, error) {
 		if s.feeds[fc.Name] != nil {
 			return fail(fmt.Errorf("%w: feed %q is defined twice", ErrInvalidConfig, fc.Name))
 		}
-		if fc.QueueCapacity < 0 || fc.BatchSize < 0 {
-			return fail(fmt.Errorf("%w: feed %q: queueCapacity and batchSize must not be negative", ErrInvalidConfig, fc.Name))
+		if fc.QueueCapacity < 0 || fc.QueueCapacity > MaxQueueCapacity || fc.BatchSize < 0 || fc.BatchSize > MaxBatchSize {
+			return fail(fmt.Errorf("%w: feed %q: queueCapacity %d must be within 0..%d and batchSize %d within 0..%d (0 takes the default)",
+				ErrInvalidConfig, fc.Name, fc.QueueCapacity, MaxQueueCapacity, fc.BatchSize, MaxBatchSize))
 		}
 		src := fc.Source
 		if src == nil {

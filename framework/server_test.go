@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/framework"
 )

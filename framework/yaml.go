@@ -22,6 +22,7 @@ import (
 //	    instance:                 # or filename/readStrategy directly here
 //	      filename: data/orders.csv
 //	      readStrategy: COMMITTED # or COMMITED, EARLIEST, ONCE_EARLIEST, LATEST, ONCE_LATEST
+//	      maxLineBytes: 1048576
 //	    agentName: orders-feed-agent
 //	    overload:
 //	      policy: PAUSE           # or DROP_AFTER_SPIN
@@ -45,6 +46,7 @@ type yamlFeed struct {
 	Instance      *yamlInstance `yaml:"instance"`
 	Filename      string        `yaml:"filename"`
 	ReadStrategy  *yamlStrategy `yaml:"readStrategy"`
+	MaxLineBytes  int           `yaml:"maxLineBytes"`
 	AgentName     string        `yaml:"agentName"`
 	Overload      yamlOverload  `yaml:"overload"`
 	Idle          *yamlIdle     `yaml:"idle"`
@@ -56,6 +58,7 @@ type yamlFeed struct {
 type yamlInstance struct {
 	Filename     string        `yaml:"filename"`
 	ReadStrategy *yamlStrategy `yaml:"readStrategy"`
+	MaxLineBytes int           `yaml:"maxLineBytes"`
 }
 
 type yamlOverload struct {
@@ -148,20 +151,20 @@ func LoadConfig(r io.Reader) (Config, error) {
 			BatchSize:     yf.BatchSize,
 			StatusEvents:  yf.StatusEvents,
 		}
-		file, strategy := yf.Filename, yf.ReadStrategy
+		file, strategy, maxLine := yf.Filename, yf.ReadStrategy, yf.MaxLineBytes
 		if yf.Instance != nil {
-			if file != "" || strategy != nil {
+			if file != "" || strategy != nil || maxLine != 0 {
 				return Config{}, fmt.Errorf("framework: load config: %w: feed %d (%q): give filename and readStrategy either in instance or in the feed, not both", ErrInvalidConfig, i+1, yf.Name)
 			}
-			file, strategy = yf.Instance.Filename, yf.Instance.ReadStrategy
+			file, strategy, maxLine = yf.Instance.Filename, yf.Instance.ReadStrategy, yf.Instance.MaxLineBytes
 		}
 		if file != "" {
-			fc.File = &FileConfig{Filename: file}
+			fc.File = &FileConfig{Filename: file, MaxLineBytes: maxLine}
 			if strategy != nil {
 				fc.File.ReadStrategy = strategy.v
 			}
-		} else if strategy != nil {
-			return Config{}, fmt.Errorf("framework: load config: %w: feed %d (%q) has a readStrategy but no filename", ErrInvalidConfig, i+1, yf.Name)
+		} else if strategy != nil || maxLine != 0 {
+			return Config{}, fmt.Errorf("framework: load config: %w: feed %d (%q) has file settings but no filename", ErrInvalidConfig, i+1, yf.Name)
 		}
 		if yf.Idle != nil {
 			fc.Idle = Backoff{Min: yf.Idle.Min, Max: yf.Idle.Max}
