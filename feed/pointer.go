@@ -101,10 +101,12 @@ const (
 	// the next Store). Writes between syncs go to the same slot, so the
 	// record of the last sync is never overwritten before the next sync.
 	SyncInterval
-	// SyncNever never calls fdatasync: the operating system writes the file
-	// back on its own schedule (typically within 30 s on Linux). A power
-	// loss can cost re-delivery of everything committed since the last
-	// write-back, possibly since the file was created.
+	// SyncNever never calls fdatasync after the file's creation: the
+	// operating system writes the file back on its own schedule (typically
+	// within 30 s on Linux). Writes alternate between the slots. A power
+	// loss usually costs re-delivery of what was committed since the last
+	// write-back; in the worst case (both slots torn by the power loss) no
+	// record survives and the input is read again from 0 under a new epoch.
 	SyncNever
 )
 

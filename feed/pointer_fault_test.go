@@ -240,6 +240,7 @@ func TestPointerCrashAtEveryOperation(t *testing.T) {
 		for _, start := range []string{"none", "legacy"} {
 			t.Run(fmt.Sprintf("%v/%s", policy, start), func(t *testing.T) {
 				total := runCrashWorkload(t, policy, start, -1, -1)
+				t.Logf("%d operations", total)
 				if total < 10 {
 					t.Fatalf("the workload has only %d operations", total)
 				}
@@ -247,7 +248,7 @@ func TestPointerCrashAtEveryOperation(t *testing.T) {
 				// the others, to keep the test fast under the race detector.
 				stride := 1
 				if policy != SyncEveryCommit {
-					stride = 3
+					stride = 4
 				}
 				for n := 0; n <= total; n += stride { // n = 0: no fault
 					for m := 1; m <= total; m++ {
@@ -324,7 +325,7 @@ func runCrashWorkload(t *testing.T, policy SyncPolicy, start string, crashAt, fa
 		pf.Close()
 		return ops
 	}
-	for seed := range uint64(4) {
+	for seed := range uint64(2) {
 		img, res := loadCrashed(t, cfs, seed)
 		where := fmt.Sprintf("crash at op %d, fault at op %d, seed %d", crashAt, failAt, seed)
 		i := -1
