@@ -361,11 +361,11 @@ func TestPointerStoreCreatesAndAlternates(t *testing.T) {
 
 func TestPointerStoreReplacesForeignFiles(t *testing.T) {
 	for name, content := range map[string][]byte{
-		"legacy":         legacyFile(77),
-		"empty":          {},
-		"NULs":           make([]byte, PointerFileSize),
-		"corrupt":        image([]byte("TDMP garbage"), nil),
-		"short ours":     image(record(testPointer(5, 1), 1), nil)[:LegacyPointerSize],
+		"legacy":     legacyFile(77),
+		"empty":      {},
+		"NULs":       make([]byte, PointerFileSize),
+		"corrupt":    image([]byte("TDMP garbage"), nil),
+		"short ours": image(record(testPointer(5, 1), 1), nil)[:LegacyPointerSize],
 		"large junk": bytes.Repeat([]byte("x"), 20000),
 	} {
 		t.Run(name, func(t *testing.T) {
