@@ -1,0 +1,230 @@
+package framework_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/framework"
+)
+
+// blockAt returns a processor subscribed to orders whose handler waits on g
+// at line seq (ctx-aware).
+func blockAt(g *gate, seq uint64) *recProc {
+	return &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, d dedupe.Delivery, _ []byte) error {
+		if d.Seq == seq {
+			return g.wait(ctx, d.Seq)
+		}
+		return nil
+	}}
+}
+
+func stallCfg(src *memSource, idle *countingIdle, groups ...framework.GroupConfig) framework.Config {
+	cfg := oneFeed(src, groups...)
+	cfg.Feeds[0].QueueCapacity = 1000
+	cfg.Feeds[0].Idle = idle
+	return cfg
+}
+
+func requireStalled(t *testing.T, s *framework.Server, reason string) framework.FeedStatus {
+	t.Helper()
+	st := status(t, s, "orders")
+	require.True(t, st.Stalled, "stalled")
+	require.False(t, st.Settled, "a stalled feed is never settled")
+	require.Contains(t, st.StallReason, reason)
+	err := s.WaitSettled(context.Background(), "orders")
+	require.ErrorIs(t, err, framework.ErrStalled)
+	var se *framework.StalledError
+	require.True(t, errors.As(err, &se))
+	require.Equal(t, "orders", se.Feed)
+	require.Contains(t, err.Error(), reason)
+	return st
+}
+
+// Row 1: a consumer with unprocessed lines is removed while others remain.
+// The others go on being fed; the pointer stays before the removed
+// consumer's first unprocessed line, except that the line it was part way
+// through still counts when it finishes; the feed is stalled. Release gives
+// the hold up.
+func TestRemovedConsumerWithBacklogHoldsPointer(t *testing.T) {
+	src := newMemSource(20)
+	idle := &countingIdle{}
+	g := newGate()
+	a := blockAt(g, 5)
+	b := &recProc{feeds: []string{"orders"}}
+	s := startServer(t, stallCfg(src, idle, grp("A", "a"), grp("B", "b")), framework.Registry{"a": a, "b": b})
+	waitFor(t, "A at line 5", func() bool { return g.waitingSeq() == 5 })
+	waitFor(t, "B done", func() bool { return b.count() == 20 })
+
+	require.NoError(t, s.Unsubscribe("orders", "A"))
+	require.ErrorIs(t, s.Unsubscribe("orders", "A"), framework.ErrNotSubscribed)
+	g.release() // A's reader finishes the line it was part way through
+	waitFor(t, "commit through line 5", func() bool { return src.committedPos() == src.pos(5) })
+
+	src.appendN(10)
+	waitFor(t, "B fed after the removal", func() bool { return b.count() == 30 })
+	idle.wait(t, 5)
+	require.Equal(t, src.pos(5), src.committedPos(), "the pointer stays before the removed consumer's first unprocessed line")
+	require.Equal(t, 5, a.count(), "the removed consumer gets nothing more")
+	st := requireStalled(t, s, "a removed consumer left unprocessed items: A (15 items)")
+	require.Equal(t, 1, st.Consumers)
+
+	require.NoError(t, s.Release("orders", "A"))
+	require.ErrorIs(t, s.Release("orders", "A"), framework.ErrNoHold)
+	settle(t, s, "orders")
+	waitFor(t, "commit of everything", func() bool { return src.committedPos() == src.pos(30) })
+	st = status(t, s, "orders")
+	require.EqualValues(t, 1, st.Released)
+	require.False(t, st.Stalled)
+}
+
+// Row 1, by a restart: the restarted group's old queue holds the pointer
+// before the line it was handling (its handling was cancelled), and its new
+// queue receives only lines read after it subscribed.
+func TestRestartedGroupHoldsBeforeUnfinishedLine(t *testing.T) {
+	src := newMemSource(20)
+	idle := &countingIdle{}
+	g := newGate()
+	a := blockAt(g, 5)
+	b := &recProc{feeds: []string{"orders"}}
+	s := startServer(t, stallCfg(src, idle, grp("A", "a"), grp("B", "b")), framework.Registry{"a": a, "b": b})
+	waitFor(t, "A at line 5", func() bool { return g.waitingSeq() == 5 })
+	waitFor(t, "B done", func() bool { return b.count() == 20 })
+	require.NoError(t, s.RestartGroup(context.Background(), "A"))
+	require.Equal(t, 2, a.started)
+	require.Equal(t, 1, a.stopped)
+	waitFor(t, "commit through line 4", func() bool { return src.committedPos() == src.pos(4) })
+	requireStalled(t, s, "a removed consumer left unprocessed items: A (16 items)")
+	src.appendN(3)
+	waitFor(t, "both fed", func() bool { return b.count() == 23 && a.count() == 7 })
+	require.Equal(t, lineText(21), a.all()[4].line, "the new subscriber starts at the next line read")
+	idle.wait(t, 3)
+	require.Equal(t, src.pos(4), src.committedPos())
+}
+
+// Row 2: the last consumer is removed. The source stops reading and
+// committing; consumers 0; stalled "no live consumer". A later subscriber
+// resumes reading, and the pointer stays before the removed consumer's
+// lines.
+func TestLastConsumerRemoved(t *testing.T) {
+	src := newMemSource(20)
+	idle := &countingIdle{}
+	g := newGate()
+	a := blockAt(g, 5)
+	s := startServer(t, stallCfg(src, idle, grp("A", "a")), framework.Registry{"a": a})
+	waitFor(t, "A at line 5", func() bool { return g.waitingSeq() == 5 })
+	waitFor(t, "commit through line 4", func() bool { return src.committedPos() == src.pos(4) })
+	require.NoError(t, s.Unsubscribe("orders", "A"))
+	src.appendN(10)
+	polls := src.pollCount()
+	idle.wait(t, 5)
+	st := requireStalled(t, s, "no live consumer")
+	require.Equal(t, 0, st.Consumers)
+	require.EqualValues(t, 20, st.Read, "nothing read without a consumer")
+	require.Equal(t, polls, src.pollCount(), "the source is not polled without a consumer")
+	require.Equal(t, src.pos(4), src.committedPos())
+
+	// A later subscriber: the group restarted subscribes a new queue.
+	require.NoError(t, s.RestartGroup(context.Background(), "A"))
+	waitFor(t, "reading resumed", func() bool { return a.count() == 14 })
+	require.Equal(t, lineText(21), a.all()[4].line)
+	idle.wait(t, 3)
+	st = requireStalled(t, s, "a removed consumer left unprocessed items: A")
+	require.Equal(t, 1, st.Consumers)
+	require.Equal(t, src.pos(4), src.committedPos(), "the pointer stays before the removed consumer's lines")
+}
+
+// Row 3 (dead): a group whose restart failed is dead: the whole feed pauses
+// until it is removed.
+func TestDeadGroupPausesFeedUntilRemoved(t *testing.T) {
+	src := newMemSource(10)
+	idle := &countingIdle{}
+	var fail bool
+	a := &recProc{feeds: []string{"orders"}}
+	a.startFn = func(*framework.Context) error {
+		if fail {
+			return errors.New("cannot restore state")
+		}
+		return nil
+	}
+	b := &recProc{feeds: []string{"orders"}}
+	s := startServer(t, stallCfg(src, idle, grp("A", "a"), grp("B", "b")), framework.Registry{"a": a, "b": b})
+	settle(t, s, "orders")
+	fail = true
+	// The failing Start subscribes first, so the dead group has a queue.
+	a.feeds = nil
+	a.startFn = func(fc *framework.Context) error {
+		if err := fc.Subscribe("orders"); err != nil {
+			return err
+		}
+		return errors.New("cannot restore state")
+	}
+	err := s.RestartGroup(context.Background(), "A")
+	require.ErrorContains(t, err, "cannot restore state")
+	src.appendN(5)
+	idle.wait(t, 5)
+	requireStalled(t, s, "consumer A fenced or dead")
+	require.Equal(t, 10, b.count(), "no consumer receives lines while a group is dead")
+	require.EqualValues(t, 10, status(t, s, "orders").Read)
+
+	require.NoError(t, s.RemoveGroup(context.Background(), "A"))
+	settle(t, s, "orders")
+	require.Equal(t, 15, b.count())
+	waitFor(t, "commit of everything", func() bool { return src.committedPos() == src.pos(15) })
+}
+
+// Row 4: a consumer that had processed everything it was given is removed:
+// it holds nothing.
+func TestRemovedConsumerWithoutBacklogHoldsNothing(t *testing.T) {
+	src := newMemSource(10)
+	a := &recProc{feeds: []string{"orders"}}
+	b := &recProc{feeds: []string{"orders"}}
+	s := startServer(t, oneFeed(src, grp("A", "a"), grp("B", "b")), framework.Registry{"a": a, "b": b})
+	settle(t, s, "orders")
+	require.NoError(t, s.Unsubscribe("orders", "A"))
+	src.appendN(5)
+	settle(t, s, "orders")
+	waitFor(t, "commit of everything", func() bool { return src.committedPos() == src.pos(15) })
+	st := status(t, s, "orders")
+	require.False(t, st.Stalled)
+	require.Equal(t, 1, st.Consumers)
+	require.Equal(t, 15, b.count())
+	require.Equal(t, 10, a.count())
+	require.ErrorIs(t, s.Release("orders", "A"), framework.ErrNoHold)
+}
+
+// RemoveProcessor stops the processor; the group's queue stays while
+// another processor of the group still subscribes, and goes with the last.
+func TestRemoveProcessor(t *testing.T) {
+	src := newMemSource(10)
+	p1 := &recProc{feeds: []string{"orders"}}
+	p2 := &recProc{feeds: []string{"orders"}}
+	s := startServer(t, oneFeed(src, grp("g", "p1", "p2")), framework.Registry{"p1": p1, "p2": p2})
+	settle(t, s, "orders")
+	require.NoError(t, s.RemoveProcessor(context.Background(), "g", "p1"))
+	require.Equal(t, 1, p1.stopped)
+	require.ErrorIs(t, s.RemoveProcessor(context.Background(), "g", "p1"), framework.ErrUnknownProcessor)
+	src.appendN(5)
+	settle(t, s, "orders")
+	require.Equal(t, 10, p1.count())
+	require.Equal(t, 15, p2.count())
+	require.Equal(t, 1, status(t, s, "orders").Consumers)
+	require.NoError(t, s.RemoveProcessor(context.Background(), "g", "p2"))
+	st := status(t, s, "orders")
+	require.Equal(t, 0, st.Consumers)
+	require.Contains(t, st.StallReason, "no live consumer")
+	stopServer(t, s)
+	require.Equal(t, 1, p1.stopped, "a removed processor is stopped once")
+}
+
+func TestOperatorCallsName(t *testing.T) {
+	src := newMemSource(1)
+	s := startServer(t, oneFeed(src, grp("g")), nil)
+	require.ErrorIs(t, s.Unsubscribe("x", "g"), framework.ErrUnknownFeed)
+	require.ErrorIs(t, s.Unsubscribe("orders", "x"), framework.ErrUnknownGroup)
+	require.ErrorIs(t, s.Release("x", "g"), framework.ErrUnknownFeed)
+	require.ErrorIs(t, s.LiftFence("g"), framework.ErrNotFenced)
+	require.ErrorIs(t, s.RestartGroup(context.Background(), "x"), framework.ErrUnknownGroup)
+	require.ErrorIs(t, s.RemoveGroup(context.Background(), "x"), framework.ErrUnknownGroup)
+}
