@@ -253,7 +253,8 @@ func decodeRecord(b []byte) (Pointer, uint64, error) {
 type PointerFileOptions struct {
 	// FS is the file system; nil means vfs.Default().
 	FS vfs.FS
-	// Sync is when a Store is made durable.
+	// Sync is when a Store is made durable. An unknown value acts as
+	// SyncEveryCommit.
 	Sync SyncPolicy
 	// SyncInterval is the interval of SyncInterval; not positive means
 	// DefaultSyncInterval.
@@ -409,6 +410,9 @@ type fileState struct {
 	best  int // index of the valid slot with the higher sequence, or -1
 }
 
+// errEmptySlot is the error of a slot of NUL bytes: never written.
+var errEmptySlot = fmt.Errorf("%w: empty slot", ErrCorruptPointer)
+
 // readState reads the slots of an open pointer file.
 func readState(f vfs.File) (fileState, []byte, error) {
 	info, err := f.Stat()
@@ -441,7 +445,12 @@ func parseState(data []byte, size int64) fileState {
 			s.err = fmt.Errorf("%w: slot beyond the end of the file", ErrCorruptPointer)
 			continue
 		}
-		s.p, s.seq, s.err = decodeRecord(data[off:min(len(data), off+PointerRecordSize)])
+		rec := data[off:min(len(data), off+PointerRecordSize)]
+		if allZero(rec) {
+			s.err = errEmptySlot
+			continue
+		}
+		s.p, s.seq, s.err = decodeRecord(rec)
 		s.valid = s.err == nil
 		if s.valid && (st.best < 0 || s.seq > st.slots[st.best].seq) {
 			st.best = i
