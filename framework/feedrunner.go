@@ -142,6 +142,7 @@ func (f *feedRunner) sleep(stop <-chan struct{}, d time.Duration) bool {
 // every live queue.
 func (f *feedRunner) run(ctx context.Context, stop <-chan struct{}) {
 	defer close(f.exited)
+	defer f.log.Info("feed stopped reading")
 	f.items = make([]feed.Item, f.batchSize)
 	var snap []*queue
 	idle := 0

@@ -1,0 +1,273 @@
+package framework_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/framework"
+)
+
+// Pause: a full queue stops the feed from reading, and nothing is dropped.
+func TestPauseStopsReadingWhenQueueFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := newMemSource(100)
+		g := newGate()
+		a := blockAt(g, 1)
+		cfg := oneFeed(src, grp("A", "a"))
+		cfg.Feeds[0].QueueCapacity = 1
+		cfg.Feeds[0].BatchSize = 1
+		s := startServer(t, cfg, framework.Registry{"a": a})
+		synctest.Wait()
+		time.Sleep(time.Minute) // a minute of the bubble's clock: the feed stays paused
+		synctest.Wait()
+		st := status(t, s, "orders")
+		// Line 1 is being handled, line 2 waits in the queue, line 3 was
+		// read and waits for room.
+		require.EqualValues(t, 3, st.Read)
+		require.EqualValues(t, 0, st.Dropped)
+		g.release()
+		settle(t, s, "orders")
+		require.Equal(t, 100, a.count())
+		require.EqualValues(t, 0, status(t, s, "orders").Dropped)
+		stopServer(t, s)
+		require.Equal(t, src.pos(100), src.committedPos())
+	})
+}
+
+// DropAfterSpin: the full queue's lines are dropped for that queue only,
+// counted, logged with feed, group, seq and position, and committed past.
+func TestDropAfterSpinDropsForFullQueueOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := newMemSource(10)
+		g := newGate()
+		a := blockAt(g, 1)
+		b := &recProc{feeds: []string{"orders"}}
+		var logs logBuf
+		cfg := oneFeed(src, grp("A", "a"), grp("B", "b"))
+		cfg.Logger = logs.logger()
+		cfg.Feeds[0].QueueCapacity = 1
+		cfg.Feeds[0].BatchSize = 1
+		cfg.Feeds[0].Overload = framework.OverloadConfig{Policy: framework.DropAfterSpin, Spin: time.Second}
+		s := startServer(t, cfg, framework.Registry{"a": a, "b": b})
+		waitFor(t, "B done", func() bool { return b.count() == 10 })
+		g.release()
+		settle(t, s, "orders")
+		st := status(t, s, "orders")
+		require.EqualValues(t, 10, uint64(a.count())+st.Dropped, "every line is processed or dropped")
+		require.True(t, st.Dropped >= 7, "dropped %d", st.Dropped)
+		require.EqualValues(t, st.Dropped, st.Groups[0].Dropped)
+		require.EqualValues(t, 0, st.Groups[1].Dropped)
+		last := a.all()[a.count()-1].d.Seq
+		require.Contains(t, logs.String(), fmt.Sprintf("line dropped for this group and committed past\" feed=orders group=A seq=%d epoch=7 position=%d", last+1, src.pos(int(last)+1)))
+		waitFor(t, "commit past the dropped lines", func() bool { return src.committedPos() == src.pos(10) })
+		stopServer(t, s)
+	})
+}
+
+func TestDefaultOverloadPolicyIsLogged(t *testing.T) {
+	for _, tc := range []struct {
+		reread   bool
+		explicit framework.OverloadPolicy
+		want     framework.OverloadPolicy
+		log      string
+	}{
+		{true, framework.PolicyDefault, framework.Pause, "policy=PAUSE reason=\"the source re-reads"},
+		{false, framework.PolicyDefault, framework.DropAfterSpin, "policy=DROP_AFTER_SPIN reason=\"the source cannot re-read"},
+		{true, framework.DropAfterSpin, framework.DropAfterSpin, ""},
+		{false, framework.Pause, framework.Pause, ""},
+	} {
+		t.Run(fmt.Sprint(tc.reread, tc.explicit), func(t *testing.T) {
+			src := newMemSource(1)
+			src.reread = tc.reread
+			var logs logBuf
+			cfg := oneFeed(src, grp("g"))
+			cfg.Feeds[0].Overload.Policy = tc.explicit
+			cfg.Logger = logs.logger()
+			s := startServer(t, cfg, nil)
+			require.Equal(t, tc.want, status(t, s, "orders").Policy)
+			const msg = "feed has no explicit overload policy: using the source's default"
+			if tc.log == "" {
+				require.False(t, logs.contains(msg), "no warning for an explicit policy")
+			} else {
+				require.Contains(t, logs.String(), msg)
+				require.Contains(t, logs.String(), "feed=orders "+tc.log)
+			}
+		})
+	}
+}
+
+func failCfg(src *memSource, pol framework.FailurePolicy, groups ...framework.GroupConfig) framework.Config {
+	cfg := oneFeed(src, groups...)
+	cfg.Feeds[0].QueueCapacity = 1000
+	cfg.Groups[0].Failure = pol
+	return cfg
+}
+
+// Skip: after the retries, the line is rejected (callback, log, count) and
+// counts as finished.
+func TestFailureSkipAfterRetries(t *testing.T) {
+	src := newMemSource(10)
+	var mu sync.Mutex
+	var rejected []framework.Rejection
+	p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+		if d.Seq == 3 {
+			return errors.New("bad amount")
+		}
+		return nil
+	}}
+	var logs logBuf
+	cfg := failCfg(src, framework.FailurePolicy{Retries: 2, Backoff: time.Millisecond, OnReject: func(r framework.Rejection) {
+		mu.Lock()
+		rejected = append(rejected, r)
+		mu.Unlock()
+	}}, grp("g", "p"))
+	cfg.Logger = logs.logger()
+	s := startServer(t, cfg, framework.Registry{"p": p})
+	settle(t, s, "orders")
+	waitFor(t, "commit of everything", func() bool { return src.committedPos() == src.pos(10) })
+	st := status(t, s, "orders")
+	require.EqualValues(t, 3, st.Failed, "the first attempt and two retries")
+	require.EqualValues(t, 1, st.Skipped)
+	require.EqualValues(t, 1, st.Groups[0].Skipped)
+	require.EqualValues(t, 10, st.Groups[0].Processed)
+	require.Equal(t, 9, p.count())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, rejected, 1)
+	r := rejected[0]
+	require.Equal(t, "g", r.Group)
+	require.Equal(t, "p", r.Processor)
+	require.Equal(t, lineText(3), string(r.Line))
+	require.Equal(t, dedupe.Delivery{Feed: "orders", Epoch: 7, Position: src.pos(3), Seq: 3}, r.Delivery)
+	require.ErrorContains(t, r.Err, "bad amount")
+	require.Contains(t, logs.String(), fmt.Sprintf("line skipped\" group=g feed=orders processor=p epoch=7 position=%d seq=3", src.pos(3)))
+}
+
+func TestFailureRetrySucceeds(t *testing.T) {
+	src := newMemSource(5)
+	var fails atomic.Int32
+	p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+		if d.Seq == 2 && fails.Add(1) <= 2 {
+			return errors.New("transient")
+		}
+		return nil
+	}}
+	s := startServer(t, failCfg(src, framework.FailurePolicy{Retries: 3, Backoff: time.Millisecond}, grp("g", "p")), framework.Registry{"p": p})
+	settle(t, s, "orders")
+	st := status(t, s, "orders")
+	require.EqualValues(t, 2, st.Failed)
+	require.EqualValues(t, 0, st.Skipped)
+	require.Equal(t, 5, p.count())
+}
+
+// A panic in a processor is an error for the failure policy, not a crash.
+func TestProcessorPanicIsAnError(t *testing.T) {
+	src := newMemSource(5)
+	var got error
+	p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+		if d.Seq == 2 {
+			panic("nil map")
+		}
+		return nil
+	}}
+	s := startServer(t, failCfg(src, framework.FailurePolicy{Retries: -1, OnReject: func(r framework.Rejection) { got = r.Err }}, grp("g", "p")), framework.Registry{"p": p})
+	settle(t, s, "orders")
+	stopServer(t, s)
+	var pe *framework.PanicError
+	require.True(t, errors.As(got, &pe), "rejection carries a *PanicError: %v", got)
+	require.Equal(t, "nil map", pe.Value)
+	require.Contains(t, string(pe.Stack), "TestProcessorPanicIsAnError")
+	require.Equal(t, 4, p.count())
+}
+
+// The retry back-off sleeps only its own group, and a clean stop cuts it
+// short (the timer watches the group's context).
+func TestRetryBackoffSleepsOnlyItsGroup(t *testing.T) {
+	src := newMemSource(10)
+	a := &recProc{feeds: []string{"orders"}, handle: func(context.Context, dedupe.Delivery, []byte) error {
+		return errors.New("down")
+	}}
+	b := &recProc{feeds: []string{"orders"}}
+	cfg := failCfg(src, framework.FailurePolicy{Retries: 5, Backoff: time.Hour}, grp("A", "a"), grp("B", "b"))
+	cfg.DrainTimeout = 10 * time.Millisecond
+	s := startServer(t, cfg, framework.Registry{"a": a, "b": b})
+	waitFor(t, "B done while A sleeps", func() bool { return b.count() == 10 })
+	require.EqualValues(t, 1, status(t, s, "orders").Failed)
+	stopServer(t, s)
+	require.Equal(t, int64(0), src.committedPos(), "A finished nothing")
+}
+
+func quarantineSetup(t *testing.T, procsA ...string) (*memSource, *countingIdle, *framework.Server, *atomic.Bool, *recProc) {
+	src := newMemSource(10)
+	idle := &countingIdle{}
+	var broken atomic.Bool
+	broken.Store(true)
+	reg := framework.Registry{}
+	for _, name := range procsA {
+		fail := name == "a"
+		reg[name] = &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+			if fail && d.Seq == 5 && broken.Load() {
+				return errors.New("store offline")
+			}
+			return nil
+		}}
+	}
+	b := &recProc{feeds: []string{"orders"}}
+	reg["b"] = b
+	cfg := failCfg(src, framework.FailurePolicy{Retries: -1, Action: framework.Quarantine}, grp("A", procsA...), grp("B", "b"))
+	cfg.Feeds[0].Idle = idle
+	s := startServer(t, cfg, reg)
+	waitFor(t, "A fenced", func() bool { return status(t, s, "orders").Stalled })
+	requireStalled(t, s, "consumer A fenced or dead")
+	require.True(t, status(t, s, "orders").Groups[0].Fenced)
+	// The whole feed pauses: nothing more is read for any consumer.
+	src.appendN(5)
+	idle.wait(t, 5)
+	require.EqualValues(t, 10, status(t, s, "orders").Read)
+	waitFor(t, "B finished what it was given", func() bool { return b.count() == 10 })
+	require.Equal(t, src.pos(4), src.committedPos())
+	return src, idle, s, &broken, b
+}
+
+// Quarantine fences the group; the feed pauses for every consumer until the
+// fence lifts; then the group retries the line.
+func TestQuarantineFencesFeedUntilLifted(t *testing.T) {
+	src, _, s, broken, b := quarantineSetup(t, "a")
+	broken.Store(false)
+	require.NoError(t, s.LiftFence("A"))
+	settle(t, s, "orders")
+	require.Equal(t, 15, b.count())
+	waitFor(t, "commit of everything", func() bool { return src.committedPos() == src.pos(15) })
+	st := status(t, s, "orders")
+	require.EqualValues(t, 1, st.Failed)
+	require.EqualValues(t, 15, st.Groups[0].Processed)
+}
+
+// Removing the processor that failed lifts the fence; the group goes on
+// with the others and the line counts as finished.
+func TestQuarantineLiftedByRemovingProcessor(t *testing.T) {
+	src, _, s, _, b := quarantineSetup(t, "a", "a2")
+	require.NoError(t, s.RemoveProcessor(context.Background(), "A", "a"))
+	settle(t, s, "orders")
+	require.Equal(t, 15, b.count())
+	waitFor(t, "commit of everything", func() bool { return src.committedPos() == src.pos(15) })
+}
+
+// Restarting a quarantined group lifts the fence; its old queue holds the
+// pointer before the failed line.
+func TestQuarantineLiftedByRestart(t *testing.T) {
+	src, idle, s, broken, b := quarantineSetup(t, "a")
+	broken.Store(false)
+	require.NoError(t, s.RestartGroup(context.Background(), "A"))
+	waitFor(t, "B fed again", func() bool { return b.count() == 15 })
+	idle.wait(t, 3)
+	require.Equal(t, src.pos(4), src.committedPos())
+	requireStalled(t, s, "a removed consumer left unprocessed items: A (6 items)")
+}
