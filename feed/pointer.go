@@ -95,11 +95,13 @@ const (
 	SyncEveryCommit SyncPolicy = iota
 	// SyncInterval makes a Store durable at most once every
 	// PointerFileOptions.SyncInterval: a Store within the interval after the
-	// last sync only writes; the first Store after the interval, Sync, or
-	// Close makes it durable. A power loss costs re-delivery of the lines
-	// committed since the last sync (at most one interval plus the time to
-	// the next Store). Writes between syncs go to the same slot, so the
-	// record of the last sync is never overwritten before the next sync.
+	// last sync only writes; the first Store or SyncIfDue after the
+	// interval, Sync, or Close makes it durable. There is no background
+	// goroutine: a caller that may pause calls SyncIfDue when idle. A power
+	// loss costs re-delivery of the lines committed since the last sync (at
+	// most one interval, plus the time to the next Store or SyncIfDue).
+	// Writes between syncs go to the same slot, so the record of the last
+	// sync is never overwritten before the next sync.
 	SyncInterval
 	// SyncNever never calls fdatasync after the file's creation: the
 	// operating system writes the file back on its own schedule (typically
@@ -713,6 +715,19 @@ func (pf *PointerFile) Sync() error {
 		return nil
 	}
 	return pf.sync()
+}
+
+// SyncIfDue makes a write pending under SyncInterval durable when the
+// interval since the last sync has passed; otherwise it does nothing and
+// makes no system call. A source calls it when idle, so that the last
+// commit before a pause does not wait for the next Store to become durable.
+func (pf *PointerFile) SyncIfDue() error {
+	pf.mu.Lock()
+	defer pf.mu.Unlock()
+	if pf.closed {
+		return ErrPointerClosed
+	}
+	return pf.syncIfDue()
 }
 
 // Close makes a pending write durable (except under SyncNever) and closes

@@ -482,6 +482,9 @@ func TestPointerClosed(t *testing.T) {
 	if err := pf.Sync(); !errors.Is(err, ErrPointerClosed) {
 		t.Fatalf("Sync after Close = %v", err)
 	}
+	if err := pf.SyncIfDue(); !errors.Is(err, ErrPointerClosed) {
+		t.Fatalf("SyncIfDue after Close = %v", err)
+	}
 }
 
 // TestPointerTornAtEveryByte tears each in-place write at every byte: the
@@ -719,10 +722,24 @@ func TestPointerSyncInterval(t *testing.T) {
 		}
 		expect(3, "Sync with nothing pending")
 		store(7)
+		if err := pf.SyncIfDue(); err != nil {
+			t.Fatal(err)
+		}
+		expect(3, "SyncIfDue within the interval")
+		time.Sleep(100 * time.Millisecond)
+		if err := pf.SyncIfDue(); err != nil {
+			t.Fatal(err)
+		}
+		expect(4, "SyncIfDue after the interval")
+		if err := pf.SyncIfDue(); err != nil {
+			t.Fatal(err)
+		}
+		expect(4, "SyncIfDue with nothing pending")
+		store(8)
 		if err := pf.Close(); err != nil {
 			t.Fatal(err)
 		}
-		expect(4, "Close with a pending write")
+		expect(5, "Close with a pending write")
 	})
 }
 
