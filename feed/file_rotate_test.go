@@ -1,0 +1,441 @@
+package feed
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidemark-go/tidemark/internal/vfs"
+)
+
+// waitUntil polls cond until it holds or the deadline passes.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRotationRenameAwayConcurrentWriter: a writer appends generations of
+// lines, renaming the file away and starting a new one at the path, while
+// the source tails it. Every line of every generation is delivered once, in
+// order, each generation in its own epoch, and commits of old epochs never
+// land in the pointer.
+func TestRotationRenameAwayConcurrentWriter(t *testing.T) {
+	const gens, perGen = 5, 300
+	p := input(t, "")
+	// SyncNever: the test is about epochs, not durability; an fdatasync per
+	// commit on a loaded CI disk would only slow it down.
+	s := open(t, p, Config{Sync: SyncNever})
+	var seen atomic.Int64 // lines delivered so far
+	errc := make(chan error, 1)
+	go func() {
+		errc <- func() error {
+			for g := range gens {
+				f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+				if err != nil {
+					return err
+				}
+				for i := range perGen {
+					if _, err := fmt.Fprintf(f, "g%d-%d\n", g, i); err != nil {
+						return err
+					}
+				}
+				if err := f.Close(); err != nil {
+					return err
+				}
+				if g == gens-1 {
+					return nil
+				}
+				// Never rotate twice before the source has reached this
+				// generation: a file renamed away unseen is out of reach.
+				end := time.Now().Add(deadline)
+				for seen.Load() <= int64(g*perGen) {
+					if time.Now().After(end) {
+						return fmt.Errorf("source stuck before generation %d", g)
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if err := os.Rename(p, fmt.Sprintf("%s.%d", p, g)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+	}()
+	var all, prev []got
+	end := time.Now().Add(deadline)
+	for len(all) < gens*perGen {
+		if time.Now().After(end) {
+			t.Fatalf("got %d of %d lines; status %+v\n%s\nlog:\n%s", len(all), gens*perGen, s.Status(), s.debug(), s.log)
+		}
+		g, err := s.poll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, g...)
+		seen.Store(int64(len(all)))
+		// Commit once per poll, as the framework does once per duty cycle,
+		// and one poll late, as a slow subscriber would: an old epoch's
+		// commits must never land in a newer epoch's pointer.
+		if len(prev) > 0 {
+			x := prev[len(prev)-1]
+			if err := s.Commit(x.Epoch, x.Position); err != nil {
+				t.Fatal(err)
+			}
+		}
+		prev = g
+		if len(g) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	epochs := map[uint64]int{}
+	for i, x := range all {
+		g, n := i/perGen, i%perGen
+		if want := fmt.Sprintf("g%d-%d", g, n); x.Line != want {
+			t.Fatalf("line %d is %q, want %q", i, x.Line, want)
+		}
+		if n == 0 {
+			if _, dup := epochs[x.Epoch]; dup || (g > 0 && x.Epoch <= all[i-1].Epoch) {
+				t.Fatalf("generation %d does not start a new, larger epoch: %d", g, x.Epoch)
+			}
+		} else if x.Epoch != all[i-1].Epoch {
+			t.Fatalf("epoch changed inside generation %d", g)
+		}
+		epochs[x.Epoch]++
+	}
+	if st := s.Status(); st.Reopens[ReasonReplaced] != gens-1 || st.LastReopenReason != ReasonReplaced {
+		t.Fatalf("status %+v", st)
+	}
+	last := all[len(all)-1]
+	if err := s.Commit(last.Epoch, last.Position); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range all[:perGen] {
+		s.Commit(x.Epoch, x.Position)
+	}
+	res := loadPointer(t, p)
+	if res.Pointer.Epoch != last.Epoch || res.Pointer.Position != last.Position || res.Pointer.Identity != identityOf(t, p) {
+		t.Fatalf("pointer %+v, want epoch %d position %d", res.Pointer, last.Epoch, last.Position)
+	}
+}
+
+// TestRotationWriteTempAndRename: a writer that appends by writing a copy
+// with the new lines to a temporary file and renaming it over the path. The
+// source reads on in the same epoch: no line twice, none lost.
+func TestRotationWriteTempAndRename(t *testing.T) {
+	const rounds, perRound = 20, 50
+	p := input(t, "")
+	s := open(t, p, Config{})
+	var seen atomic.Int64
+	errc := make(chan error, 1)
+	go func() {
+		errc <- func() error {
+			var content strings.Builder
+			for r := range rounds {
+				for i := range perRound {
+					fmt.Fprintf(&content, "r%d-%d\n", r, i)
+				}
+				if err := os.WriteFile(p+".tmp", []byte(content.String()), 0o644); err != nil {
+					return err
+				}
+				if err := os.Rename(p+".tmp", p); err != nil {
+					return err
+				}
+				end := time.Now().Add(deadline)
+				for seen.Load() < int64((r+1)*perRound) {
+					if time.Now().After(end) {
+						return fmt.Errorf("source stuck in round %d", r)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			return nil
+		}()
+	}()
+	var all []got
+	end := time.Now().Add(deadline)
+	for len(all) < rounds*perRound {
+		if time.Now().After(end) {
+			t.Fatalf("got %d lines; status %+v", len(all), s.Status())
+		}
+		g, err := s.poll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, g...)
+		seen.Store(int64(len(all)))
+		if len(g) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if g := s.drain(); len(g) != 0 {
+		t.Fatalf("extra lines %+v", g)
+	}
+	for i, x := range all {
+		if want := fmt.Sprintf("r%d-%d", i/perRound, i%perRound); x.Line != want || x.Epoch != all[0].Epoch {
+			t.Fatalf("line %d is %q in epoch %d, want %q in %d", i, x.Line, x.Epoch, want, all[0].Epoch)
+		}
+	}
+	if st := s.Status(); st.Reopens[ReasonReplaced] != rounds-1 {
+		t.Fatalf("reopens %v", st.Reopens)
+	}
+	if n := len(s.log.find(slog.LevelWarn, "same bytes up to the position read")); n != rounds-1 {
+		t.Fatalf("%d warnings:\n%s", n, s.log)
+	}
+}
+
+// TestRotationReadsOldFileToItsEnd: lines the writer appended to the old
+// file before the new one appeared are read first; the unterminated last
+// line of the old file is dropped, counted, logged and rejected; commits of
+// the old epoch are ignored.
+func TestRotationReadsOldFileToItsEnd(t *testing.T) {
+	p := input(t, "a\n")
+	s := open(t, p, Config{})
+	g := s.drain()
+	old := g[0].Epoch
+	appendTo(t, p, "b\npart")
+	if err := os.Rename(p, p+".1"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, p, "n\n")
+	g = s.drain()
+	if fmt.Sprint(lines(g)) != "[b n]" || g[0].Epoch != old || g[0].Position != 4 || g[1].Epoch <= old || g[1].Position != 2 {
+		t.Fatalf("%+v", g)
+	}
+	st := s.Status()
+	if st.PartialDropped != 1 || st.LastReopenReason != ReasonReplaced || st.Reopens[ReasonReplaced] != 1 || st.LastReopenAt.IsZero() {
+		t.Fatalf("status %+v", st)
+	}
+	want := []Reject{{Path: p, Epoch: old, Position: 4, Length: 4, Reason: RejectPartialDropped}}
+	if !slices.Equal(s.rejects, want) {
+		t.Fatalf("rejects %+v", s.rejects)
+	}
+	if len(s.log.find(slog.LevelWarn, "dropped the unterminated last line")) != 1 {
+		t.Fatalf("log:\n%s", s.log)
+	}
+	if err := s.Commit(old, 4); err != nil {
+		t.Fatal(err)
+	}
+	if res := loadPointer(t, p); res.Pointer.Epoch != g[1].Epoch || res.Pointer.Position != 0 {
+		t.Fatalf("old epoch's commit landed in the new pointer: %+v", res.Pointer)
+	}
+}
+
+// TestRotationGapWithNoFile: while no file is at the path, the open file is
+// read on and the source is not waiting.
+func TestRotationGapWithNoFile(t *testing.T) {
+	p := input(t, "a\n")
+	s := open(t, p, Config{})
+	old := s.drain()[0].Epoch
+	if err := os.Rename(p, p+".1"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if g := s.drain(); len(g) != 0 {
+			t.Fatalf("%+v", g)
+		}
+	}
+	appendTo(t, p+".1", "late\n")
+	g := s.drain()
+	if fmt.Sprint(lines(g)) != "[late]" || g[0].Epoch != old {
+		t.Fatalf("%+v", g)
+	}
+	if st := s.Status(); st.State != StateCaughtUp || len(st.Reopens) != 0 {
+		t.Fatalf("status %+v", st)
+	}
+	write(t, p, "new\n")
+	g = s.drain()
+	if fmt.Sprint(lines(g)) != "[new]" || g[0].Epoch <= old {
+		t.Fatalf("%+v", g)
+	}
+}
+
+// TestReplacedByRenameNoticedWithinOneIdlePoll: the next poll after the
+// replacement reads the new file.
+func TestReplacedByRenameNoticedWithinOneIdlePoll(t *testing.T) {
+	p := input(t, "one\ntwo\n")
+	s := open(t, p, Config{})
+	old := s.drain()[0].Epoch
+	replaceByRename(t, p, "three\n")
+	g, err := s.poll()
+	if err != nil || fmt.Sprint(lines(g)) != "[three]" || g[0].Epoch <= old || g[0].Position != 6 {
+		t.Fatalf("%+v %v", g, err)
+	}
+	if st := s.Status(); st.Reopens[ReasonReplaced] != 1 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestTruncatedWhileOpenDoesNotResumeAtOldOffset: a file truncated while
+// open is read from 0 under a new epoch when it grows back past the old
+// offset. The writer is a goroutine that waits for the source's status.
+func TestTruncatedWhileOpenDoesNotResumeAtOldOffset(t *testing.T) {
+	p := input(t, "aaaa\nbbbb\n")
+	s := open(t, p, Config{})
+	g := s.drain()
+	old := g[0].Epoch
+	if err := s.Commit(old, 10); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- func() error {
+			if err := os.Truncate(p, 0); err != nil {
+				return err
+			}
+			end := time.Now().Add(deadline)
+			for s.Status().Reopens[ReasonTruncated] == 0 {
+				if time.Now().After(end) {
+					return fmt.Errorf("truncation not noticed")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			for i := range 20 {
+				if _, err := fmt.Fprintf(f, "c%d\n", i); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+	}()
+	g = s.waitLines(20)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if g[0].Line != "c0" || g[0].Position != 3 || g[0].Epoch <= old || g[19].Line != "c19" {
+		t.Fatalf("%+v", g[:2])
+	}
+	if res := loadPointer(t, p); res.Pointer.Epoch != g[0].Epoch || res.Pointer.Position != 0 {
+		t.Fatalf("the new epoch must be stored: %+v", res.Pointer)
+	}
+	if st := s.Status(); st.LastReopenReason != ReasonTruncated {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestTruncateConcurrentWriter: a writer appends, truncates (copytruncate
+// rotation) once the source has read everything, and appends again; every
+// line is delivered, those after the truncation in a new epoch from 0.
+func TestTruncateConcurrentWriter(t *testing.T) {
+	const rounds, perRound = 4, 200
+	p := input(t, "")
+	write(t, p, "")
+	s := open(t, p, Config{})
+	var seen atomic.Int64
+	errc := make(chan error, 1)
+	go func() {
+		errc <- func() error {
+			for r := range rounds {
+				f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+				if err != nil {
+					return err
+				}
+				for i := range perRound {
+					if _, err := fmt.Fprintf(f, "r%d-%d\n", r, i); err != nil {
+						return err
+					}
+				}
+				f.Close()
+				end := time.Now().Add(deadline)
+				for seen.Load() < int64((r+1)*perRound) {
+					if time.Now().After(end) {
+						return fmt.Errorf("source stuck in round %d", r)
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if r == rounds-1 {
+					return nil
+				}
+				if err := os.Truncate(p, 0); err != nil {
+					return err
+				}
+				for s.Status().Reopens[ReasonTruncated] < uint64(r+1) {
+					if time.Now().After(end) {
+						return fmt.Errorf("truncation %d not noticed", r)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			return nil
+		}()
+	}()
+	var all []got
+	end := time.Now().Add(deadline)
+	for len(all) < rounds*perRound {
+		if time.Now().After(end) {
+			t.Fatalf("got %d lines; status %+v", len(all), s.Status())
+		}
+		g, err := s.poll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, g...)
+		seen.Store(int64(len(all)))
+		if len(g) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range all {
+		r, n := i/perRound, i%perRound
+		if want := fmt.Sprintf("r%d-%d", r, n); x.Line != want {
+			t.Fatalf("line %d is %q, want %q", i, x.Line, want)
+		}
+		if n == 0 && r > 0 && (x.Epoch <= all[i-1].Epoch || x.Position != int64(len(x.Line))+1) {
+			t.Fatalf("round %d does not start a new epoch at 0: %+v", r, x)
+		}
+	}
+}
+
+// TestIdlePollIsOneStat: an idle tailing source costs one stat per poll and
+// nothing else.
+func TestIdlePollIsOneStat(t *testing.T) {
+	p := input(t, "a\nb\n")
+	var ops atomic.Int64
+	var stats atomic.Int64
+	counting := false
+	fsys := vfs.Inject(vfs.Default(), func(op vfs.Op, name string) error {
+		if counting {
+			ops.Add(1)
+			if op == vfs.OpStat && name == p {
+				stats.Add(1)
+			}
+		}
+		return nil
+	})
+	s := open(t, p, Config{FS: fsys})
+	s.drain()
+	counting = true
+	for range 10 {
+		if n, err := s.Poll(context.Background(), s.items); n != 0 || err != nil {
+			t.Fatal(n, err)
+		}
+	}
+	if stats.Load() != 10 || ops.Load() != 10 {
+		t.Fatalf("10 idle polls did %d stats and %d operations", stats.Load(), ops.Load())
+	}
+}
