@@ -754,3 +754,43 @@ func TestPointerSyncIntervalDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestPointerOperations pins the protocol: creation goes through the
+// temporary file, a rename and a directory sync; a commit in place is one
+// write and one fdatasync of the pointer file, nothing else.
+func TestPointerOperations(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "in"+PointerSuffix)
+	tmp := path + PointerTempSuffix
+	var ops []string
+	trace := func(op vfs.Op, p string) error {
+		ops = append(ops, string(op)+" "+strings.NewReplacer(tmp, "TMP", path, "PTR", dir, "DIR").Replace(p))
+		return nil
+	}
+	pf := OpenPointerFile(path, PointerFileOptions{FS: vfs.Inject(vfs.Default(), trace)})
+	defer pf.Close()
+	expect := func(what string, want ...string) {
+		t.Helper()
+		if strings.Join(ops, ", ") != strings.Join(want, ", ") {
+			t.Fatalf("%s:\n got %s\nwant %s", what, strings.Join(ops, ", "), strings.Join(want, ", "))
+		}
+		ops = nil
+	}
+	if err := pf.Store(testPointer(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	expect("creation",
+		"open PTR", // prepare: is there a file?
+		"open TMP", "write TMP", "sync TMP", "rename PTR", "syncdir DIR",
+		"open PTR") // reopened for writing in place
+	for i := 2; i < 5; i++ {
+		if err := pf.Store(testPointer(1, i)); err != nil {
+			t.Fatal(err)
+		}
+		expect("commit in place", "write PTR", "sync PTR")
+	}
+	if _, err := pf.Load(); err != nil {
+		t.Fatal(err)
+	}
+	expect("load", "stat TMP", "open PTR", "read PTR")
+}
