@@ -1,0 +1,214 @@
+// Package feed reads line-oriented input files for tidemark: it cuts a file
+// into lines, remembers how far it has been processed in a side-car pointer
+// file, and follows the file through appends, rotation and truncation.
+//
+// # Caveats first
+//
+//   - A line handed out by Poll ([Item.Line]) is a slice of the source's read
+//     buffer: it is valid until the next Poll. Copy what you keep.
+//   - Delivery is at least once. After a crash, everything after the pointer
+//     is delivered again; a processor whose state cannot absorb duplicates
+//     records (epoch, position) with its state (see package dedupe).
+//   - Only the Committed strategy keeps a pointer file. The others never
+//     open it, so they re-read or skip on every run.
+//   - A line is delivered only once its '\n' is there. A file that never
+//     ends its last line never delivers it.
+//
+// # Where this package sits
+//
+// The framework polls a [Source] from one goroutine (the feed's runner): each
+// duty cycle it commits the position that every subscriber has finished
+// ([Source.Commit]), then reads a batch ([Source.Poll]) and hands the items to
+// the subscriber queues. [FileSource] is the Source of a file; [PointerFile]
+// is its durable pointer. The package knows nothing of processors, queues
+// or stores; checkpoint and state build on what it delivers: an [Item]'s
+// Epoch, Position and Origin.
+//
+// The smallest use:
+//
+//	src, err := feed.NewFileSource(feed.Config{Path: "orders.csv"})
+//	...
+//	items := make([]feed.Item, 256)
+//	for {
+//		n, err := src.Poll(ctx, items)   // never blocks
+//		... handle items[:n], then, once they are processed:
+//		src.Commit(items[n-1].Epoch, items[n-1].Position)
+//		if n == 0 { back off }
+//	}
+//
+// # Lines and positions
+//
+// A line ends with '\n'; a '\r' just before it is removed from the payload,
+// so "\r\n" files read like "\n" files. An item's Position is the byte offset
+// just after the line's '\n': committing it means "everything before this
+// offset is processed", so the pointer always names a line start.
+//
+// A line whose payload is longer than Config.MaxLineBytes (default 1 MiB)
+// is not delivered: the source skips to its '\n' reading in chunks (it never
+// holds more than MaxLineBytes+2 bytes of a line), counts it
+// (Status.OversizeSkipped), logs a warning with the path, epoch and
+// position, and passes it to Config.OnReject. Lines after it are read as
+// usual and the position moves past it.
+//
+// The source reads with one buffer of 64 KiB that grows for long lines and
+// shrinks back after them; the lines of a Poll are slices of it. A Poll of
+// a batch allocates nothing.
+//
+// # Read strategies
+//
+//	strategy       starts at                       pointer file       at the end of the file
+//	Committed      the pointer, else 0             read and written   tails
+//	Earliest       0                               never opened       tails
+//	OnceEarliest   0                               never opened       ErrDone at the first end of file
+//	Latest         the end of the file (*)         never opened       tails: every later line
+//	OnceLatest     -                               never opened       ErrDone at once
+//
+// (*) Latest starts at the end of the file as it is at the first Poll. If
+// that end is inside a line, the rest of that line is skipped. If the file
+// does not exist at the first Poll, every line of the file that appears is
+// new, so it is read from 0. Every line appended after the start is
+// delivered: nothing is conflated.
+//
+// OnceLatest delivers nothing: it starts where the file ends and stops
+// there, so its first Poll returns [ErrDone] without opening the file. It
+// exists so that a configuration can switch a feed off without removing it.
+//
+// OnceEarliest waits for an empty or missing file's first bytes, then
+// returns ErrDone at the first end of file it reaches. An unterminated last
+// line is not delivered.
+//
+// Only Committed gives items an epoch and an Origin: items of the other
+// strategies have Epoch 0 (no positions to recognise across runs), and their
+// commits are ignored. [FileSource.Rereadable] is true for every strategy,
+// since a file can always be read again; only Committed resumes after a
+// restart.
+//
+// # The pointer file
+//
+// Committed keeps its position in Path+".readPointer" ([PointerSuffix]).
+// The format (two checksummed 80-byte records in 4096-byte slots, written
+// alternately), its byte-by-byte diagram, why it is crash safe, and what a
+// commit costs are documented on [PointerFile]. A record holds:
+//
+//   - the epoch and the position;
+//   - the identity of the input (device and inode on Unix);
+//   - a fingerprint: the hash ([HashBytes]) of the input's first Len bytes,
+//     Len = min(4096, size of the file when it was fingerprinted);
+//   - a tail hash: the hash of the (up to 64) bytes just before the
+//     position.
+//
+// Every commit writes all of them: the tail hash is read back from the file
+// at commit time (one 64-byte read per commit). While the fingerprint covers
+// fewer than 4096 bytes because the file was short when it was opened, a
+// commit extends it to the bytes the file has now. A fingerprint is always
+// compared on the prefix length it covers: a file fingerprinted at 10 bytes
+// that has grown since is compared on its first 10 bytes.
+//
+// Sync policies ([SyncPolicy]) decide what a power loss (or an operating
+// system crash) can cost; a process crash (kill -9) costs nothing under any
+// of them, because the kernel keeps every completed write:
+//
+//	policy            a power loss costs
+//	SyncEveryCommit   nothing: every commit is durable when Commit returns (one fdatasync per commit)
+//	SyncInterval      re-delivery of the lines committed since the last sync, at most about one interval
+//	SyncNever         re-delivery of what was committed since the kernel last wrote the file back (often 30 s, possibly more)
+//
+// Never a gap: a lost pointer write only moves the pointer back.
+//
+// # Epochs
+//
+// An epoch names a position space: an offset means something only within
+// its epoch. A new epoch is [NewEpoch] of the largest epoch known and the
+// clock: time based, and always larger than any epoch the pointer file
+// held. It is stored in the pointer file at once (at position 0, or at the
+// migrated position of a legacy pointer), so that a crash before the first
+// commit does not lose it. Commits of an older epoch are ignored: lines of a
+// rotated-away file that are acknowledged late never move the new file's
+// pointer.
+//
+// # Opening the input (Committed)
+//
+// At the first Poll the source opens the input and compares it with the
+// pointer file:
+//
+//	the input, compared with the pointer                   position           epoch   log
+//	appended to, or only its times changed                 kept               kept    -
+//	shorter than the position (truncated)                  0                  new     warning
+//	shorter than its fingerprinted prefix (truncated)      0                  new     warning
+//	other leading bytes (replaced, rewritten)              0                  new     warning
+//	other bytes just before the position (tail hash)       0                  new     warning
+//	another identity, same bytes, not shorter (a copy,     kept               kept    warning
+//	  a remount, a write-temp-and-rename appender)
+//	pointer file missing                                   0                  new     info
+//	pointer file empty, shorter than 8 bytes, NULs,        0                  new     warning naming the file and reason
+//	  corrupt, unknown version
+//	legacy pointer (1024 bytes, a big-endian count)        the count as a     new     info naming the migration
+//	                                                       byte offset (**)
+//	legacy pointer past the end of the file                0                  new     warning
+//
+// (**) The product tidemark replaces counted UTF-16 code units, which equal
+// bytes only for ASCII text. The count is taken as a byte offset; when that
+// falls inside a line (after non-ASCII text, it does), the source resumes
+// after the next '\n', and stores that position under the new epoch as soon
+// as it has read it. Lines between the count and the real position of the
+// old product are delivered again. The legacy file stays in place until
+// then, so a crash in between migrates again.
+//
+// A pointer file that cannot be read at all (an I/O error, a permission) is
+// not guessed around: Poll returns the error, naming the file, and the next
+// Poll tries again.
+//
+// # Tailing, rotation and truncation
+//
+// Poll never blocks: at the end of the input it returns 0 and nil, and the
+// caller backs off with its idle strategy. Before reporting "caught up", the
+// source stats the path (one stat per idle Poll, nothing else) and checks
+// that the path still names the file it reads, and that the file is not
+// shorter than what it has read. If not, it reports behind with the reason
+// ([ReasonReplaced], [ReasonTruncated]), reads what the writer appended to
+// the old file up to its end, closes it, and opens the file at the path:
+//
+//   - The file at the path is read on in the same epoch only when it holds
+//     the same bytes up to the position read (the same fingerprinted prefix
+//     and the same bytes just before the position): a writer that appends by
+//     writing a copy and renaming it over the path. Otherwise (a new file
+//     after a rotation), it is read from 0 under a new epoch.
+//   - A truncated file is always read from 0 under a new epoch, even when it
+//     has grown back past the old position: the lines there are new.
+//   - An unterminated last line of the old file is not delivered: it is
+//     counted (Status.PartialDropped), logged and passed to OnReject.
+//   - A path with no file (a rotation in progress) is not a change: the open
+//     file is read on, and the source reports caught up.
+//
+// A replacement is noticed at the first Poll that reaches the end of the
+// open file after it. An input missing at the first Poll is waited for:
+// one warning, then status waiting with the detail "waiting for <path>".
+//
+// # What is not detected
+//
+//   - A file rewritten in place that keeps its first 4096 bytes, its length
+//     up to the position, and the 64 bytes before the position: its new
+//     content is taken for the old one.
+//   - While the file is open, a rewrite in place (or a truncation followed by
+//     growth) to at least the length already read, before the source reaches
+//     the end of the file: only the size and identity are checked while
+//     tailing. The next open (restart) compares the fingerprint and the tail
+//     hash.
+//   - Two rotations between two polls at the end of the file: the file in
+//     between is never opened.
+//   - Lines a writer appends to a rotated-away file after the source has read
+//     it to its end and moved to the new file.
+//   - On platforms without file identities (not Unix), a replacement by
+//     rename is only seen through the size, the fingerprint and the tail
+//     hash.
+//
+// # Status
+//
+// [FileSource.Status] may be called from any goroutine. It reports the
+// state (starting, waiting, behind, caught up, done, stopped) and its
+// detail ("partial line pending", "waiting for <path>", a reopen reason),
+// the epoch, read and committed positions, file size, lines and bytes read,
+// oversize lines skipped, whether a partial line is pending, partial lines
+// dropped, reopens by reason with the last one, and failed commits with the
+// last error.
+package feed
