@@ -265,10 +265,12 @@ items:
 					break items
 				}
 			}
-			q.processed.Add(1)
 		}
 		n++
 		q.finished.Store(n)
+		if it.ev != nil {
+			q.events.Add(1) // after finished: processed never goes below 0
+		}
 	}
 	q.endBatch()
 	inc.busy.Unlock()

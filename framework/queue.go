@@ -99,10 +99,11 @@ type queue struct {
 	// a feed that does not hold (counted as dropped).
 	dropped atomic.Uint64
 	// finished counts items finished; the group's goroutine writes it.
-	finished  atomic.Uint64
-	processed atomic.Uint64
-	failures  atomic.Uint64
-	skipped   atomic.Uint64
+	finished atomic.Uint64
+	// events counts the status events among the finished items.
+	events   atomic.Uint64
+	failures atomic.Uint64
+	skipped  atomic.Uint64
 
 	// mu guards the batch being processed, so that progress can turn the
 	// finished count into a mark without a lock per line.
@@ -193,6 +194,12 @@ func (q *queue) bound() (point, bool) {
 		}
 	}
 	return p, constrained
+}
+
+// processed returns how many lines the queue finished.
+func (q *queue) processed() uint64 {
+	e := q.events.Load() // first: every event counted is in finished
+	return q.finished.Load() - e
 }
 
 // unfinished returns how many items the queue was given and did not finish.

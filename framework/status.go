@@ -73,7 +73,7 @@ func queueStatus(q *queue) QueueStatus {
 	return QueueStatus{
 		Group:     q.g.name,
 		Depth:     q.depth(),
-		Processed: q.processed.Load(),
+		Processed: q.processed(),
 		Failures:  q.failures.Load(),
 		Skipped:   q.skipped.Load(),
 		Dropped:   q.dropped.Load(),
