@@ -122,7 +122,8 @@ type FileSource struct {
 	in *inputFile // the open input; nil while waiting for it
 
 	epoch     uint64
-	origin    *dedupe.Origin
+	origin    *dedupe.Origin // shared by the items of the epoch in this run
+	ef        *epochFile     // the file the origin's TailHash reads
 	fp        dedupe.Fingerprint // of the epoch's file, refreshed while < 4096 bytes
 	committed int64              // the position stored in the pointer file for epoch
 	seq       uint64
@@ -192,6 +193,31 @@ func (h *inputFile) tailHash(pos int64, n int) (uint64, error) {
 		return 0, fmt.Errorf("feed: tail hash of input %s at position %d: %w", h.name, pos, err)
 	}
 	return HashBytes(b), nil
+}
+
+// epochFile is the file an epoch is read from now: the Origin of an epoch
+// reads it, and a reopen that keeps the epoch (a copy renamed over the path)
+// points it at the new file, so that the epoch keeps one Origin.
+type epochFile struct {
+	mu sync.RWMutex
+	in *inputFile // nil once the epoch ended
+}
+
+func (e *epochFile) set(in *inputFile) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.in = in
+}
+
+// tailHash is the Origin's TailHash.
+func (e *epochFile) tailHash(pos int64, n int) (uint64, error) {
+	e.mu.RLock()
+	in := e.in
+	e.mu.RUnlock()
+	if in == nil {
+		return 0, errors.New("feed: tail hash: the epoch has ended (its file was rotated, or the source closed)")
+	}
+	return in.tailHash(pos, n)
 }
 
 func (h *inputFile) close() error {
@@ -521,7 +547,17 @@ func (s *FileSource) open(first bool) error {
 	} else {
 		s.committed = d.committed
 	}
-	s.origin = &dedupe.Origin{Identity: h.id, Fingerprint: fp, TailHash: h.tailHash}
+	if d.newEpoch || s.origin == nil {
+		if s.ef != nil {
+			s.ef.set(nil)
+		}
+		s.ef = &epochFile{in: h}
+		s.origin = &dedupe.Origin{Identity: h.id, Fingerprint: fp, TailHash: s.ef.tailHash}
+	} else {
+		// The same epoch on a copy of the file: one Origin per epoch,
+		// reading the file the epoch is read from now.
+		s.ef.set(h)
+	}
 	s.migrate = d.migrate
 	if d.store {
 		// Failures are counted and logged; the next commit retries.

@@ -439,3 +439,42 @@ func TestIdlePollIsOneStat(t *testing.T) {
 		t.Fatalf("10 idle polls did %d stats and %d operations", stats.Load(), ops.Load())
 	}
 }
+
+// TestReopenSameContentKeepsEpochAndOrigin: a copy renamed over the path
+// keeps the epoch and its Origin, whose TailHash then reads the copy; a new
+// file starts a new epoch with a new Origin, and the old one is ended.
+func TestReopenSameContentKeepsEpochAndOrigin(t *testing.T) {
+	p := input(t, "a\nb\n")
+	s := open(t, p, Config{})
+	ctx := context.Background()
+	if n, err := s.Poll(ctx, s.items); n != 2 || err != nil {
+		t.Fatal(n, err)
+	}
+	o1, e1 := s.items[0].Origin, s.items[0].Epoch
+	replaceByRename(t, p, "a\nb\nc\n")
+	if n, err := s.Poll(ctx, s.items); n != 1 || err != nil || string(s.items[0].Line) != "c" {
+		t.Fatal(n, err)
+	}
+	if s.items[0].Origin != o1 || s.items[0].Epoch != e1 {
+		t.Fatal("a copy must keep the epoch and its Origin")
+	}
+	if h, err := o1.TailHash(6, 2); err != nil || h != HashBytes([]byte("c\n")) {
+		t.Fatalf("the Origin must read the copy: %x %v", h, err)
+	}
+	if err := s.Commit(e1, 6); err != nil {
+		t.Fatal(err)
+	}
+	if res := loadPointer(t, p); res.Pointer.Identity != identityOf(t, p) || res.Pointer.Position != 6 {
+		t.Fatalf("pointer %+v", res.Pointer)
+	}
+	replaceByRename(t, p, "new\n")
+	if n, err := s.Poll(ctx, s.items); n != 1 || err != nil {
+		t.Fatal(n, err)
+	}
+	if s.items[0].Origin == o1 || s.items[0].Epoch <= e1 {
+		t.Fatal("a new file must start a new epoch with a new Origin")
+	}
+	if _, err := o1.TailHash(2, 2); err == nil {
+		t.Fatal("an ended epoch's Origin must not read the new file")
+	}
+}
