@@ -366,3 +366,95 @@ func runCrashWorkload(t *testing.T, policy SyncPolicy, start string, crashAt, fa
 	pf.Close()
 	return ops
 }
+
+// TestPointerSimulation runs random workloads with random failures and
+// several power losses, restarting on what each loss left, and checks after
+// every restart that the pointer is the last durable one or one stored after
+// it (bbolt's simulation test, against a model of what must survive).
+func TestPointerSimulation(t *testing.T) {
+	for _, policy := range []SyncPolicy{SyncEveryCommit, SyncInterval} {
+		t.Run(policy.String(), func(t *testing.T) {
+			for run := range uint64(25) {
+				simulatePointer(t, policy, rand.New(rand.NewPCG(run, uint64(policy))))
+			}
+		})
+	}
+}
+
+func simulatePointer(t *testing.T, policy SyncPolicy, rng *rand.Rand) {
+	t.Helper()
+	cfs := newCrashFS()
+	var failNext bool
+	inj := func(op vfs.Op, _ string) error {
+		if failNext && (op == vfs.OpSync || rng.IntN(3) == 0) {
+			failNext = false
+			return vfs.ErrNoSpace
+		}
+		return nil
+	}
+	open := func() *PointerFile {
+		return OpenPointerFile(faultPath, PointerFileOptions{FS: vfs.Inject(cfs, inj), Sync: policy, SyncInterval: 1 << 62, Logger: quiet})
+	}
+	pf := open()
+	var attempts []Pointer
+	durable := -1
+	epoch, pos := uint64(1), int64(0)
+	for op := range 60 {
+		switch r := rng.IntN(16); {
+		case r <= 1: // power loss and restart
+			pf.Close()
+			img := cfs.crash(rng)
+			res, err := OpenPointerFile(faultPath, PointerFileOptions{FS: img, Logger: quiet}).Load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := -1
+			for j := len(attempts) - 1; j >= 0 && res.Found; j-- {
+				if attempts[j] == res.Pointer {
+					i = j
+					break
+				}
+			}
+			if (res.Found && i < 0) || i < durable {
+				t.Fatalf("op %d: after a power loss Load = %+v; durable was %d of %v", op, res, durable, attempts)
+			}
+			cfs, failNext = img, false
+			pf = open()
+			if _, err := pf.Load(); err != nil {
+				t.Fatal(err)
+			}
+			// What survived is the base now: a restart resumes from it.
+			attempts, durable = attempts[:i+1], i
+			if res.Found {
+				epoch, pos = res.Pointer.Epoch, res.Pointer.Position
+			}
+		case r <= 3:
+			failNext = true
+		case r == 4:
+			if err := pf.Sync(); err == nil && !pf.pending && pf.haveLast {
+				durable = max(durable, lastIndex(attempts, pf.last))
+			}
+		default:
+			if rng.IntN(8) == 0 {
+				epoch, pos = epoch+1, 0
+			} else {
+				pos += int64(1 + rng.IntN(200))
+			}
+			p := Pointer{Epoch: epoch, Position: pos, TailHash: rng.Uint64()}
+			attempts = append(attempts, p)
+			if err := pf.Store(p); err == nil && !pf.pending {
+				durable = max(durable, lastIndex(attempts, pf.last))
+			}
+		}
+	}
+	pf.Close()
+}
+
+func lastIndex(ps []Pointer, p Pointer) int {
+	for i := len(ps) - 1; i >= 0; i-- {
+		if ps[i] == p {
+			return i
+		}
+	}
+	return -1
+}
