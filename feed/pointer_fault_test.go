@@ -374,7 +374,7 @@ func runCrashWorkload(t *testing.T, policy SyncPolicy, start string, crashAt, fa
 func TestPointerSimulation(t *testing.T) {
 	for _, policy := range []SyncPolicy{SyncEveryCommit, SyncInterval} {
 		t.Run(policy.String(), func(t *testing.T) {
-			for run := range uint64(25) {
+			for run := range uint64(40) {
 				simulatePointer(t, policy, rand.New(rand.NewPCG(run, uint64(policy))))
 			}
 		})
