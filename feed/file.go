@@ -122,8 +122,8 @@ type FileSource struct {
 	in *inputFile // the open input; nil while waiting for it
 
 	epoch     uint64
-	origin    *dedupe.Origin // shared by the items of the epoch in this run
-	ef        *epochFile     // the file the origin's TailHash reads
+	origin    *dedupe.Origin     // shared by the items of the epoch in this run
+	ef        *epochFile         // the file the origin's TailHash reads
 	fp        dedupe.Fingerprint // of the epoch's file, refreshed while < 4096 bytes
 	committed int64              // the position stored in the pointer file for epoch
 	seq       uint64
@@ -315,6 +315,15 @@ func (s *FileSource) Poll(ctx context.Context, items []Item) (int, error) {
 		}
 	}
 	n, err := s.read(items)
+	if n == 0 && err == nil && s.pf != nil && s.state == StateCaughtUp {
+		// Idle: make a commit pending under SyncInterval durable now
+		// rather than at the next commit (no system call otherwise).
+		if serr := s.pf.SyncIfDue(); serr != nil {
+			s.commitErrors++
+			s.lastCommitErr = serr.Error()
+			s.log.Warn("feed: pointer sync failed; the next commit retries", "path", s.path, "pointer", s.pf.Path(), "err", serr)
+		}
+	}
 	for i := range items[:n] {
 		s.seq++
 		it := &items[i]

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -666,4 +667,45 @@ func (ts *tsrc) debug() string {
 	f := ts.fr
 	return fmt.Sprintf("framer r=%d w=%d scan=%d off=%d len=%d discard=%v atEOF=%v reopen=%q pending=%q",
 		f.r, f.w, f.scan, f.off, len(f.buf), f.discard, ts.atEOF, ts.reopenReason, f.buf[f.r:f.w])
+}
+
+// TestIdleSyncsPendingCommit: under SyncInterval, a commit left pending by
+// the interval is made durable by the idle polls that follow, not only by
+// the next commit.
+func TestIdleSyncsPendingCommit(t *testing.T) {
+	var b strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&b, "%d\n", i)
+	}
+	p := input(t, b.String())
+	var syncs atomic.Int64
+	fsys := vfs.Inject(vfs.Default(), func(op vfs.Op, name string) error {
+		if op == vfs.OpSync && name == p+PointerSuffix {
+			syncs.Add(1)
+		}
+		return nil
+	})
+	s := open(t, p, Config{FS: fsys, Sync: SyncInterval, SyncInterval: 100 * time.Millisecond})
+	g := s.drain()
+	pending := false
+	for _, x := range g {
+		before := syncs.Load()
+		if err := s.Commit(x.Epoch, x.Position); err != nil {
+			t.Fatal(err)
+		}
+		if syncs.Load() == before {
+			pending = true
+			break
+		}
+	}
+	if !pending {
+		t.Skip("every commit synced at once: the machine is too slow for a 100 ms interval")
+	}
+	before := syncs.Load()
+	waitUntil(t, "an idle poll to sync the pending commit", func() bool {
+		if g, err := s.poll(); len(g) != 0 || err != nil {
+			t.Fatalf("%+v %v", g, err)
+		}
+		return syncs.Load() > before
+	})
 }
