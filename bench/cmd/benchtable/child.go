@@ -1,0 +1,681 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/tidemark-go/tidemark/bench"
+	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/framework"
+	"github.com/tidemark-go/tidemark/state"
+)
+
+// result is what a child prints: one JSON object. The parent adds the
+// child's peak RSS.
+type result struct {
+	// Lines is how many lines (or operations) the measurement counted.
+	Lines int64 `json:"lines"`
+	// Seconds is how long they took.
+	Seconds float64 `json:"seconds"`
+	// Mallocs is the heap allocations made during the timed part.
+	Mallocs uint64 `json:"mallocs,omitempty"`
+	// Extra holds what a case measures besides its rate.
+	Extra map[string]float64 `json:"extra,omitempty"`
+	// MaxRSSKiB is the child's peak resident set, filled by the parent.
+	MaxRSSKiB int64 `json:"-"`
+}
+
+// rate is lines (or operations) per second.
+func (r result) rate() float64 {
+	if r.Seconds <= 0 {
+		return 0
+	}
+	return float64(r.Lines) / r.Seconds
+}
+
+// childArgs are the flags of a child run.
+type childArgs struct {
+	file    string
+	lines   int64
+	batch   int
+	backend string
+	work    string
+	psync   string
+	groups  int
+	sync    bool
+	seconds float64
+	ops     int
+}
+
+const feedName = "ledger"
+
+var discard = slog.New(slog.DiscardHandler)
+
+// runChild runs one measurement and prints its result.
+func runChild(name string, a childArgs) error {
+	var r result
+	var err error
+	switch name {
+	case "bufio":
+		r, err = caseBufio(a)
+	case "source":
+		r, err = caseSource(a)
+	case "nop":
+		r, err = caseNop(a)
+	case "ledger-mem":
+		r, err = caseLedgerMem(a)
+	case "ledger-store":
+		r, err = caseLedgerStore(a)
+	case "bare-bbolt":
+		r, err = caseBare(a, bench.BareBolt)
+	case "bare-pebble":
+		r, err = caseBare(a, bench.BarePebble)
+	case "fsync4k":
+		r, err = caseFsync(a, 4096, 4096)
+	case "fsync-small":
+		r, err = caseFsync(a, feed.PointerRecordSize, feed.PointerFileSize)
+	case "pointer":
+		r, err = casePointer(a)
+	case "idle":
+		r, err = caseIdle(a)
+	case "restart-setup":
+		r, err = caseRestartSetup(a)
+	case "restart":
+		r, err = caseRestart(a)
+	default:
+		err = fmt.Errorf("unknown case %q", name)
+	}
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
+}
+
+func parseSync(s string) (feed.SyncPolicy, error) {
+	switch s {
+	case "", "every":
+		return feed.SyncEveryCommit, nil
+	case "interval":
+		return feed.SyncInterval, nil
+	case "never":
+		return feed.SyncNever, nil
+	}
+	return 0, fmt.Errorf("unknown pointer sync policy %q", s)
+}
+
+// removePointer removes the input's pointer file so that a run starts at 0.
+func removePointer(path string) error {
+	for _, p := range []string{path + feed.PointerSuffix, path + feed.PointerSuffix + feed.PointerTempSuffix} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// caseBufio is the baseline of rows 1 and 2: a bare bufio.Reader.ReadSlice
+// loop with the file source's buffer size (64 KiB), counting lines.
+func caseBufio(a childArgs) (result, error) {
+	start := time.Now()
+	f, err := os.Open(a.file)
+	if err != nil {
+		return result{}, err
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 64<<10)
+	var n int64
+	for {
+		line, err := r.ReadSlice('\n')
+		if len(line) > 0 && line[len(line)-1] == '\n' {
+			n++
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return result{}, err
+		}
+	}
+	return result{Lines: n, Seconds: time.Since(start).Seconds()}, nil
+}
+
+// caseSource is row 1: the file source alone, Committed, polling batches of
+// the framework's default size and committing after each.
+func caseSource(a childArgs) (result, error) {
+	if err := removePointer(a.file); err != nil {
+		return result{}, err
+	}
+	policy, err := parseSync(a.psync)
+	if err != nil {
+		return result{}, err
+	}
+	ctx := context.Background()
+	m0 := mallocs()
+	start := time.Now()
+	src, err := feed.NewFileSource(feed.Config{Path: a.file, Strategy: feed.Committed, Sync: policy, Logger: discard})
+	if err != nil {
+		return result{}, err
+	}
+	items := make([]feed.Item, a.batch)
+	var n int64
+	commits := 0
+	deadline := time.Now().Add(5 * time.Minute)
+	for n < a.lines {
+		k, err := src.Poll(ctx, items)
+		if err != nil {
+			return result{}, errors.Join(err, src.Close())
+		}
+		if k == 0 {
+			if time.Now().After(deadline) {
+				return result{}, errors.Join(fmt.Errorf("source stopped at %d of %d lines", n, a.lines), src.Close())
+			}
+			time.Sleep(100 * time.Microsecond)
+			continue
+		}
+		n += int64(k)
+		last := items[k-1]
+		if err := src.Commit(last.Epoch, last.Position); err != nil {
+			return result{}, errors.Join(err, src.Close())
+		}
+		commits++
+	}
+	if err := src.Close(); err != nil {
+		return result{}, err
+	}
+	el := time.Since(start).Seconds()
+	return result{Lines: n, Seconds: el, Mallocs: mallocs() - m0,
+		Extra: map[string]float64{"commits": float64(commits)}}, nil
+}
+
+// lagSampler samples a feed's PendingAcks while a run goes on (row 9).
+type lagSampler struct {
+	stop    chan struct{}
+	done    chan struct{}
+	samples []float64
+}
+
+func sampleLag(s *framework.Server, every time.Duration) *lagSampler {
+	l := &lagSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-l.stop:
+				return
+			case <-t.C:
+				st, err := s.FeedStatus(feedName)
+				if err == nil {
+					l.samples = append(l.samples, float64(st.PendingAcks))
+				}
+			}
+		}
+	}()
+	return l
+}
+
+// finish stops sampling and adds the lag's statistics to extra.
+func (l *lagSampler) finish(extra map[string]float64) {
+	close(l.stop)
+	<-l.done
+	s := l.samples
+	if len(s) == 0 {
+		return
+	}
+	slices.Sort(s)
+	extra["lag_samples"] = float64(len(s))
+	extra["lag_p50"] = s[len(s)/2]
+	extra["lag_p99"] = s[min(len(s)-1, len(s)*99/100)]
+	extra["lag_max"] = s[len(s)-1]
+}
+
+// serve runs a server over a.file with the processors of groups (one
+// processor per group), waits until every counter is done, then stops it.
+// It returns the seconds from Start to the last counter's done (plus what
+// beforeStop takes), and the mallocs made meanwhile.
+func serve(a childArgs, procs []framework.Processor, counters []*bench.Counter, beforeStop func(ctx context.Context) error, extra map[string]float64) (float64, uint64, error) {
+	if err := removePointer(a.file); err != nil {
+		return 0, 0, err
+	}
+	policy, err := parseSync(a.psync)
+	if err != nil {
+		return 0, 0, err
+	}
+	cfg := framework.Config{
+		Feeds: []framework.FeedConfig{{
+			Name:      feedName,
+			File:      &framework.FileConfig{Filename: a.file, ReadStrategy: feed.Committed, Sync: policy},
+			Overload:  framework.OverloadConfig{Policy: framework.Pause},
+			BatchSize: 0,
+		}},
+		Logger: discard,
+	}
+	reg := framework.Registry{}
+	for i, p := range procs {
+		name := "p" + strconv.Itoa(i)
+		reg[name] = p
+		cfg.Groups = append(cfg.Groups, framework.GroupConfig{Name: "g" + strconv.Itoa(i), Processors: []string{name}})
+	}
+	s, err := framework.New(cfg, reg)
+	if err != nil {
+		return 0, 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	m0 := mallocs()
+	start := time.Now()
+	if err := s.Start(ctx); err != nil {
+		return 0, 0, err
+	}
+	lag := sampleLag(s, 2*time.Millisecond)
+	var werr error
+	for _, c := range counters {
+		select {
+		case <-c.Done():
+		case <-ctx.Done():
+			werr = fmt.Errorf("timed out with %d of %d lines", c.N(), c.Target)
+		}
+	}
+	if werr == nil && beforeStop != nil {
+		werr = beforeStop(ctx)
+	}
+	el := time.Since(start).Seconds()
+	m := mallocs() - m0
+	lag.finish(extra)
+	st, _ := s.FeedStatus(feedName)
+	serr := s.Stop(ctx)
+	if st2, err := s.FeedStatus(feedName); err == nil {
+		st = st2
+	}
+	extra["committed_position"] = float64(st.CommittedPosition)
+	return el, m, errors.Join(werr, serr)
+}
+
+// caseNop is rows 2 and 3: a groups groups of one no-op processor each.
+func caseNop(a childArgs) (result, error) {
+	var procs []framework.Processor
+	var counters []*bench.Counter
+	for range a.groups {
+		c := bench.NewCounter(uint64(a.lines))
+		counters = append(counters, c)
+		procs = append(procs, &bench.Nop{Feed: feedName, Counter: c})
+	}
+	extra := map[string]float64{}
+	el, m, err := serve(a, procs, counters, nil, extra)
+	return result{Lines: a.lines, Seconds: el, Mallocs: m, Extra: extra}, err
+}
+
+// caseLedgerMem is row 4: the ledger in memory, de-duplicated by a
+// Tracker, then its cost per line broken down by timing each part alone
+// over the same lines in memory.
+func caseLedgerMem(a childArgs) (result, error) {
+	c := bench.NewCounter(uint64(a.lines))
+	l := bench.NewLedgerMem(feedName, c)
+	extra := map[string]float64{}
+	el, m, err := serve(a, []framework.Processor{l}, []*bench.Counter{c}, nil, extra)
+	if err != nil {
+		return result{}, err
+	}
+	if l.Applied != a.lines {
+		return result{}, fmt.Errorf("ledger applied %d of %d lines (%d rejected)", l.Applied, a.lines, l.Rejected)
+	}
+	if err := costBreakdown(a.file, extra); err != nil {
+		return result{}, err
+	}
+	extra["total_ns"] = el * 1e9 / float64(a.lines)
+	return result{Lines: a.lines, Seconds: el, Mallocs: m, Extra: extra}, nil
+}
+
+// costBreakdown times the ledger's parts alone over the file's lines held
+// in memory: parsing, the de-duplication check and record, and applying
+// the parsed entry to the maps. Each is in ns per line.
+func costBreakdown(path string, extra map[string]float64) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var lines [][]byte
+	var ends []int64
+	off := 0
+	for off < len(data) {
+		i := off
+		for i < len(data) && data[i] != '\n' {
+			i++
+		}
+		lines = append(lines, data[off:i])
+		ends = append(ends, int64(i+1))
+		off = i + 1
+	}
+	n := float64(len(lines))
+	accounts := make([][]byte, len(lines))
+	amounts := make([]int64, len(lines))
+	start := time.Now()
+	for i, line := range lines {
+		_, acct, amt, err := bench.ParseLedgerLine(line)
+		if err != nil {
+			return err
+		}
+		accounts[i], amounts[i] = acct, amt
+	}
+	extra["parse_ns"] = float64(time.Since(start).Nanoseconds()) / n
+
+	var tr dedupe.Tracker
+	o := &dedupe.Origin{}
+	start = time.Now()
+	skipped := 0
+	for i := range lines {
+		d := dedupe.Delivery{Feed: feedName, Epoch: 1, Position: ends[i], Seq: uint64(i + 1), Origin: o}
+		if tr.Seen(d) {
+			skipped++
+			continue
+		}
+		tr.Record(d)
+	}
+	extra["dedupe_ns"] = float64(time.Since(start).Nanoseconds()) / n
+	if skipped != 0 {
+		return fmt.Errorf("tracker skipped %d new lines", skipped)
+	}
+
+	l := bench.NewLedgerMem(feedName, nil)
+	start = time.Now()
+	for i := range lines {
+		l.ApplyEntry(accounts[i], amounts[i])
+	}
+	extra["apply_ns"] = float64(time.Since(start).Nanoseconds()) / n
+	return nil
+}
+
+// caseLedgerStore is rows 5 to 7: the ledger exactly once in a store, the
+// pointer held until each batch is durable. The time runs until the last
+// line is applied and the store has flushed it.
+func caseLedgerStore(a childArgs) (result, error) {
+	dir, err := os.MkdirTemp(a.work, "store-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(dir)
+	opts := &state.Options{BatchSize: a.batch, Sync: a.sync, Logger: discard}
+	st, err := state.Open(a.backend+":"+dir, opts)
+	if err != nil {
+		return result{}, err
+	}
+	c := bench.NewCounter(uint64(a.lines))
+	l := bench.NewLedgerStore(feedName, st, c)
+	extra := map[string]float64{}
+	el, m, err := serve(a, []framework.Processor{l}, []*bench.Counter{c}, st.Flush, extra)
+	stats := st.Stats()
+	var applied int64
+	verr := l.Store.View(func(tx *state.Tx) error {
+		var err error
+		applied, err = tx.GetInt64(bench.KeyApplied)
+		return err
+	})
+	err = errors.Join(err, verr, st.Close())
+	if err != nil {
+		return result{}, err
+	}
+	if applied != a.lines {
+		return result{}, fmt.Errorf("store applied %d of %d lines", applied, a.lines)
+	}
+	extra["store_commits"] = float64(stats.Commits)
+	extra["backpressure"] = float64(stats.BackPressure)
+	return result{Lines: a.lines, Seconds: el, Mallocs: m, Extra: extra}, nil
+}
+
+// caseBare is the baseline of rows 5 and 6.
+func caseBare(a childArgs, run func(dir, path string, batch int) (int64, error)) (result, error) {
+	dir, err := os.MkdirTemp(a.work, "bare-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(dir)
+	start := time.Now()
+	n, err := run(dir, a.file, a.batch)
+	if err != nil {
+		return result{}, err
+	}
+	return result{Lines: n, Seconds: time.Since(start).Seconds()}, nil
+}
+
+// caseFsync writes size bytes at offset 0 of a file of fileSize bytes and
+// fdatasyncs it, a.ops times: the machine's durable write rate (rows 7
+// and 8).
+func caseFsync(a childArgs, size, fileSize int) (result, error) {
+	f, err := os.CreateTemp(a.work, "fsync-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, fileSize)
+	if _, err := f.Write(buf); err != nil {
+		return result{}, err
+	}
+	if err := f.Sync(); err != nil {
+		return result{}, err
+	}
+	fd := int(f.Fd())
+	start := time.Now()
+	for i := range a.ops {
+		buf[0] = byte(i)
+		if _, err := f.WriteAt(buf[:size], 0); err != nil {
+			return result{}, err
+		}
+		if err := syscall.Fdatasync(fd); err != nil {
+			return result{}, err
+		}
+	}
+	return result{Lines: int64(a.ops), Seconds: time.Since(start).Seconds()}, nil
+}
+
+// casePointer is row 8: PointerFile.Store under SyncEveryCommit, a.ops
+// times, each a new position.
+func casePointer(a childArgs) (result, error) {
+	dir, err := os.MkdirTemp(a.work, "pointer-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(dir)
+	pf := feed.OpenPointerFile(filepath.Join(dir, "input"+feed.PointerSuffix), feed.PointerFileOptions{Sync: feed.SyncEveryCommit, Logger: discard})
+	if _, err := pf.Load(); err != nil {
+		return result{}, err
+	}
+	p := feed.Pointer{Epoch: 1, Position: 1}
+	if err := pf.Store(p); err != nil { // creates the file: not timed
+		return result{}, err
+	}
+	start := time.Now()
+	for i := range a.ops {
+		p.Position = int64(i+2) * 37
+		if err := pf.Store(p); err != nil {
+			return result{}, errors.Join(err, pf.Close())
+		}
+	}
+	el := time.Since(start).Seconds()
+	return result{Lines: int64(a.ops), Seconds: el}, pf.Close()
+}
+
+// caseIdle is row 11: a server tailing a file it has read to the end, with
+// the default idle strategy; CPU time over a.seconds of idle.
+func caseIdle(a childArgs) (result, error) {
+	c := bench.NewCounter(uint64(a.lines))
+	extra := map[string]float64{}
+	var cpu, wall float64
+	idle := func(ctx context.Context) error {
+		time.Sleep(200 * time.Millisecond) // let the feed reach its longest wait
+		var r0, r1 syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &r0); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		time.Sleep(time.Duration(a.seconds * float64(time.Second)))
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &r1); err != nil {
+			return err
+		}
+		wall = time.Since(t0).Seconds()
+		cpu = tvSeconds(r1.Utime) + tvSeconds(r1.Stime) - tvSeconds(r0.Utime) - tvSeconds(r0.Stime)
+		return nil
+	}
+	_, _, err := serve(a, []framework.Processor{&bench.Nop{Feed: feedName, Counter: c}}, []*bench.Counter{c}, idle, extra)
+	if err != nil {
+		return result{}, err
+	}
+	extra["cpu_seconds"] = cpu
+	extra["cpu_pct"] = 100 * cpu / wall
+	return result{Lines: 0, Seconds: wall, Extra: extra}, nil
+}
+
+func tvSeconds(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+
+// caseRestartSetup reads a.file to its end with a Committed source and
+// commits the pointer a.lines lines before the end (row 12's setup).
+func caseRestartSetup(a childArgs) (result, error) {
+	if err := removePointer(a.file); err != nil {
+		return result{}, err
+	}
+	src, err := feed.NewFileSource(feed.Config{Path: a.file, Strategy: feed.Committed, Sync: feed.SyncNever, Logger: discard})
+	if err != nil {
+		return result{}, err
+	}
+	ctx := context.Background()
+	items := make([]feed.Item, 4096)
+	var ring []feed.Item // the last position of each batch
+	var n int64
+	start := time.Now()
+	zeros := 0
+	for {
+		k, err := src.Poll(ctx, items)
+		if err != nil {
+			return result{}, errors.Join(err, src.Close())
+		}
+		if k == 0 {
+			if st := src.Status(); st.State == feed.StateCaughtUp || zeros > 1000 {
+				break
+			}
+			zeros++
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		n += int64(k)
+		last := items[k-1]
+		ring = append(ring, feed.Item{Epoch: last.Epoch, Position: last.Position})
+	}
+	back := int(a.lines / int64(len(items)))
+	if back >= len(ring) {
+		back = len(ring) - 1
+	}
+	target := ring[len(ring)-1-back]
+	if err := src.Commit(target.Epoch, target.Position); err != nil {
+		return result{}, errors.Join(err, src.Close())
+	}
+	if err := src.Close(); err != nil {
+		return result{}, err
+	}
+	size, err := fileSize(a.file)
+	if err != nil {
+		return result{}, err
+	}
+	ptr, err := os.ReadFile(a.file + feed.PointerSuffix)
+	if err != nil {
+		return result{}, err
+	}
+	if err := os.WriteFile(a.file+".pointer-backup", ptr, 0o600); err != nil {
+		return result{}, err
+	}
+	return result{Lines: n, Seconds: time.Since(start).Seconds(),
+		Extra: map[string]float64{"position": float64(target.Position), "size": float64(size)}}, nil
+}
+
+func fileSize(path string) (int64, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
+// caseRestart is row 12: a server restarted on the big file whose pointer
+// is near the end; the time from Start to the first line handled.
+func caseRestart(a childArgs) (result, error) {
+	ptr, err := os.ReadFile(a.file + ".pointer-backup")
+	if err != nil {
+		return result{}, err
+	}
+	if err := os.WriteFile(a.file+feed.PointerSuffix, ptr, 0o600); err != nil {
+		return result{}, err
+	}
+	fp := &firstProc{first: make(chan struct{})}
+	cfg := framework.Config{
+		Feeds: []framework.FeedConfig{{
+			Name:     feedName,
+			File:     &framework.FileConfig{Filename: a.file, ReadStrategy: feed.Committed},
+			Overload: framework.OverloadConfig{Policy: framework.Pause},
+		}},
+		Groups: []framework.GroupConfig{{Name: "g0", Processors: []string{"p0"}}},
+		Logger: discard,
+	}
+	s, err := framework.New(cfg, framework.Registry{"p0": fp})
+	if err != nil {
+		return result{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := s.Start(ctx); err != nil {
+		return result{}, err
+	}
+	var werr error
+	select {
+	case <-fp.first:
+	case <-ctx.Done():
+		werr = errors.New("no line delivered")
+	}
+	first := fp.at.Sub(start).Seconds()
+	serr := s.Stop(ctx)
+	if err := errors.Join(werr, serr); err != nil {
+		return result{}, err
+	}
+	return result{Lines: 1, Seconds: first, Extra: map[string]float64{
+		"first_ms": first * 1e3, "first_position": float64(fp.pos)}}, nil
+}
+
+// firstProc records when and where the first line arrived.
+type firstProc struct {
+	first chan struct{}
+	at    time.Time
+	pos   int64
+	n     int
+}
+
+func (p *firstProc) Start(_ context.Context, fc *framework.Context) error {
+	return fc.Subscribe(feedName)
+}
+
+func (p *firstProc) Handle(_ context.Context, d dedupe.Delivery, _ []byte) error {
+	p.n++
+	if p.n == 1 {
+		p.at, p.pos = time.Now(), d.Position
+		close(p.first)
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+// Command benchtable measures tidemark against this machine's limits and
+// against a peer, and prints the table of bench/README (issue 6): every
+// row's median over several runs and its ratio to a baseline measured in
+// the same run. It writes bench/RESULTS.md and bench/throughput.svg.
+//
+//	go run ./bench/cmd/benchtable          # make bench: 1,000,000 lines, 3 runs a row
+//	go run ./bench/cmd/benchtable -short   # make bench-short: 100,000 lines, 1 run, under 60 s
+//
+// Every measurement runs in a child process (this program re-executed with
+// -child), so that each has its own peak RSS and nothing of one run warms
+// or burdens the next.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+func main() {
+	var cfg config
+	var a childArgs
+	child := flag.String("child", "", "run one measurement `case` and print its result as JSON (used by the table itself)")
+	flag.BoolVar(&cfg.short, "short", false, "quick check: 100,000 lines, a 100 MB restart file, one run a row")
+	flag.IntVar(&cfg.reps, "reps", 0, "runs of each row (0: 3, or 1 with -short)")
+	flag.IntVar(&cfg.lines, "lines", 0, "lines of the generated ledger (0: 1,000,000, or 100,000 with -short)")
+	flag.StringVar(&cfg.rows, "rows", "", "comma-separated rows to run (default all), e.g. 1,2,5")
+	flag.StringVar(&cfg.out, "out", "", "write the report here (default bench/RESULTS.md; with -short, into the work directory)")
+	flag.StringVar(&cfg.chart, "chart", "", "write the chart here (default bench/throughput.svg; with -short, into the work directory)")
+	flag.StringVar(&cfg.work, "work", "", "work directory (default a new temporary directory, removed at the end)")
+	flag.StringVar(&cfg.peers, "peers", "bench/peers", "directory of the peer module (row 13)")
+	flag.StringVar(&a.file, "file", "", "child: input file")
+	flag.Int64Var(&a.lines, "lines-child", 0, "child: lines to wait for")
+	flag.IntVar(&a.batch, "batch", 256, "child: batch size")
+	flag.StringVar(&a.backend, "backend", "bbolt", "child: store backend")
+	flag.StringVar(&a.work, "dir", os.TempDir(), "child: work directory")
+	flag.StringVar(&a.psync, "psync", "every", "child: pointer sync policy (every, interval, never)")
+	flag.IntVar(&a.groups, "groups", 1, "child: processor groups")
+	flag.BoolVar(&a.sync, "sync", false, "child: store Sync mode")
+	flag.Float64Var(&a.seconds, "seconds", 1, "child: seconds of idle")
+	flag.IntVar(&a.ops, "ops", 1000, "child: operations")
+	flag.Parse()
+	if *child != "" {
+		if err := runChild(*child, a); err != nil {
+			fmt.Fprintf(os.Stderr, "benchtable -child %s: %v\n", *child, err)
+			os.Exit(1)
+		}
+		return
+	}
+	cfg.command = "go run ./bench/cmd/benchtable"
+	if len(os.Args) > 1 {
+		cfg.command += " " + strings.Join(os.Args[1:], " ")
+	}
+	start := time.Now()
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "benchtable: done in %v\n", time.Since(start).Round(time.Second))
+}

@@ -1,0 +1,585 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tidemark-go/tidemark/bench"
+	"github.com/tidemark-go/tidemark/framework"
+)
+
+// config is the table's configuration, from the flags.
+type config struct {
+	short   bool
+	reps    int
+	lines   int
+	rows    string
+	out     string
+	chart   string
+	work    string
+	peers   string
+	command string
+}
+
+// runner runs the children of one table.
+type runner struct {
+	cfg       config
+	self      string
+	work      string
+	file      string // the ledger
+	syncFile  string // the ledger's first lines, for the Sync mode
+	bigFile   string // the restart file
+	lines     int64
+	syncLines int64
+	batch100  int64 // lines of the batch-size-100 runs
+	bigBytes  int64
+	ops       int
+	idleSec   float64
+	timeout   time.Duration
+	want      map[string]bool
+	peerBin   string
+	peerErr   error
+}
+
+func (r *runner) wants(row string) bool { return len(r.want) == 0 || r.want[row] }
+
+func run(cfg config) error {
+	r := &runner{cfg: cfg}
+	if cfg.reps <= 0 {
+		cfg.reps = 3
+		if cfg.short {
+			cfg.reps = 1
+		}
+	}
+	r.cfg = cfg
+	r.lines = 1_000_000
+	r.syncLines = 1000
+	r.bigBytes = 1 << 30
+	r.ops = 1000
+	r.idleSec = 3
+	r.timeout = 10 * time.Minute
+	if cfg.short {
+		r.lines = 100_000
+		r.syncLines = 100
+		r.bigBytes = 100 << 20
+		r.ops = 200
+		r.idleSec = 1
+		r.timeout = 2 * time.Minute
+	}
+	if cfg.lines > 0 {
+		r.lines = int64(cfg.lines)
+	}
+	r.batch100 = min(r.lines, 200_000)
+	if cfg.rows != "" {
+		r.want = map[string]bool{}
+		for _, s := range strings.Split(cfg.rows, ",") {
+			r.want[strings.TrimSpace(s)] = true
+		}
+	}
+	var err error
+	if r.self, err = os.Executable(); err != nil {
+		return err
+	}
+	env := readEnv(cfg.command)
+	if cfg.work == "" {
+		if r.work, err = os.MkdirTemp("", "tidemark-bench-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(r.work)
+	} else {
+		r.work = cfg.work
+		if err := os.MkdirAll(r.work, 0o755); err != nil {
+			return err
+		}
+	}
+	out, chart := cfg.out, cfg.chart
+	if out == "" {
+		out = "bench/RESULTS.md"
+		if cfg.short {
+			out = filepath.Join(r.work, "RESULTS.md")
+		}
+	}
+	if chart == "" {
+		chart = "bench/throughput.svg"
+		if cfg.short {
+			chart = filepath.Join(r.work, "throughput.svg")
+		}
+	}
+	if !cfg.short && cfg.out == "" {
+		if _, err := os.Stat("bench"); err != nil {
+			return fmt.Errorf("run from the repository's root (bench/ not found): %w", err)
+		}
+	}
+
+	logf("work directory %s; %d lines, %d runs a row; load %s", r.work, r.lines, cfg.reps, env.loadStart)
+	r.file = filepath.Join(r.work, "ledger.csv")
+	if err := bench.GenLedgerFile(r.file, int(r.lines), 1); err != nil {
+		return fmt.Errorf("generate ledger: %w", err)
+	}
+	r.syncFile = filepath.Join(r.work, "ledger-sync.csv")
+	if err := bench.GenLedgerFile(r.syncFile, int(r.syncLines), 1); err != nil {
+		return fmt.Errorf("generate ledger: %w", err)
+	}
+	fileBytes, _ := fileSize(r.file)
+	env.input = fmt.Sprintf("%d lines, %.1f MB (%s)", r.lines, float64(fileBytes)/1e6, "id,account,amount; 100 accounts")
+	if r.wants("13") {
+		r.buildPeer()
+	}
+
+	t := &table{env: env, reps: cfg.reps}
+	steps := []func(*table) error{
+		r.rows1to3, r.row4, r.rows5and6, r.row7, r.row8, r.row9and10, r.row11, r.row12, r.row13,
+	}
+	for _, step := range steps {
+		if err := step(t); err != nil {
+			return err
+		}
+	}
+	t.env.loadEnd = loadAvg()
+	t.env.end = time.Now()
+	fmt.Println()
+	fmt.Print(t.text())
+	if err := drawChart(chart, t.chart); err != nil {
+		logf("chart: %v", err)
+	}
+	if err := os.WriteFile(out, []byte(t.markdown(filepath.Base(chart))), 0o644); err != nil {
+		return err
+	}
+	logf("wrote %s and %s", out, chart)
+	return nil
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s benchtable: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// spec is one measurement: a child case and its flags, or an external
+// program.
+type spec struct {
+	label string
+	name  string
+	args  []string
+	ext   string // program to run instead of a child
+}
+
+// runs are the results of one spec, one per repetition, or its error.
+type runs struct {
+	spec spec
+	res  []result
+	err  error
+}
+
+func (x *runs) ok() bool { return x != nil && x.err == nil && len(x.res) > 0 }
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func (x *runs) each(f func(result) float64) []float64 {
+	var v []float64
+	for _, r := range x.res {
+		v = append(v, f(r))
+	}
+	return v
+}
+
+func (x *runs) rate() float64    { return median(x.each(result.rate)) }
+func (x *runs) seconds() float64 { return median(x.each(func(r result) float64 { return r.Seconds })) }
+func (x *runs) extra(k string) float64 {
+	return median(x.each(func(r result) float64 { return r.Extra[k] }))
+}
+func (x *runs) maxRSS() float64 {
+	return slices.Max(x.each(func(r result) float64 { return float64(r.MaxRSSKiB) }))
+}
+func (x *runs) allocsPerLine() float64 {
+	return median(x.each(func(r result) float64 { return float64(r.Mallocs) / float64(max(r.Lines, 1)) }))
+}
+
+// measure runs every spec reps times, round robin, so that a drift of the
+// machine's load touches every spec alike.
+func (r *runner) measure(specs ...spec) []*runs {
+	out := make([]*runs, len(specs))
+	for i, s := range specs {
+		out[i] = &runs{spec: s}
+	}
+	for rep := range r.cfg.reps {
+		for _, x := range out {
+			if x.err != nil {
+				continue
+			}
+			res, err := r.runOne(x.spec)
+			if err != nil {
+				x.err = err
+				logf("%s: %v", x.spec.label, err)
+				continue
+			}
+			x.res = append(x.res, res)
+			logf("%-34s run %d: %s in %.3f s (%s)", x.spec.label, rep+1, fmtCount(res.Lines), res.Seconds, fmtRate(res.rate()))
+		}
+	}
+	return out
+}
+
+// runOne runs one child (or the external program) and decodes its result.
+func (r *runner) runOne(s spec) (result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	var cmd *exec.Cmd
+	if s.ext != "" {
+		cmd = exec.CommandContext(ctx, s.ext, s.args...)
+	} else {
+		args := append([]string{"-child", s.name, "-dir", r.work}, s.args...)
+		cmd = exec.CommandContext(ctx, r.self, args...)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 300 {
+			msg = msg[:300] + "…"
+		}
+		return result{}, fmt.Errorf("%w: %s", err, msg)
+	}
+	var res result
+	if err := json.Unmarshal(lastLine(stdout.Bytes()), &res); err != nil {
+		return result{}, fmt.Errorf("decode result %q: %w", stdout.String(), err)
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		res.MaxRSSKiB = ru.Maxrss
+	}
+	return res, nil
+}
+
+func lastLine(b []byte) []byte {
+	b = bytes.TrimSpace(b)
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		return b[i+1:]
+	}
+	return b
+}
+
+func (r *runner) buildPeer() {
+	bin := filepath.Join(r.work, "peers")
+	logf("building the peer (%s) ...", r.cfg.peers)
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = r.cfg.peers
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		r.peerErr = fmt.Errorf("build %s: %v: %s", r.cfg.peers, err, strings.TrimSpace(out.String()))
+		logf("%v", r.peerErr)
+		return
+	}
+	r.peerBin = bin
+}
+
+func (r *runner) fileArgs(file string, lines int64, extra ...string) []string {
+	return append([]string{"-file", file, "-lines-child", strconv.FormatInt(lines, 10)}, extra...)
+}
+
+// pointer sync policies of the framework rows: the default (every commit
+// durable) and SyncInterval.
+var psyncs = []struct{ flag, label string }{
+	{"every", "pointer SyncEveryCommit (default)"},
+	{"interval", "pointer SyncInterval 100 ms"},
+}
+
+// shared results, for the rows that compare with earlier rows.
+type shared struct {
+	bufio   *runs
+	nop1    map[string]*runs // by pointer sync policy
+	store5  *runs            // bbolt, batch 1000
+	store5p *runs            // pebble, batch 1000
+}
+
+var sh = shared{nop1: map[string]*runs{}}
+
+func (r *runner) rows1to3(t *table) error {
+	if !r.wants("1") && !r.wants("2") && !r.wants("3") && !r.wants("9") && !r.wants("10") && !r.wants("13") {
+		return nil
+	}
+	specs := []spec{{label: "bufio.ReadSlice baseline", name: "bufio", args: r.fileArgs(r.file, r.lines)}}
+	for _, p := range psyncs {
+		specs = append(specs, spec{label: "1 source, " + p.flag, name: "source", args: r.fileArgs(r.file, r.lines, "-psync", p.flag, "-batch", strconv.Itoa(framework.DefaultBatchSize))})
+		specs = append(specs, spec{label: "2 one group, " + p.flag, name: "nop", args: r.fileArgs(r.file, r.lines, "-psync", p.flag, "-groups", "1")})
+		if r.wants("3") {
+			specs = append(specs, spec{label: "3 four groups, " + p.flag, name: "nop", args: r.fileArgs(r.file, r.lines, "-psync", p.flag, "-groups", "4")})
+		}
+	}
+	res := r.measure(specs...)
+	sh.bufio = res[0]
+	i := 1
+	for _, p := range psyncs {
+		src, nop1 := res[i], res[i+1]
+		i += 2
+		var nop4 *runs
+		if r.wants("3") {
+			nop4 = res[i]
+			i++
+		}
+		sh.nop1[p.flag] = nop1
+		t.rate("1", "file source alone, Committed, commit every duty cycle of "+strconv.Itoa(framework.DefaultBatchSize)+" lines; "+p.label, src, sh.bufio, "bufio.ReadSlice loop", 0.5)
+		t.rate("2", "feed → one group → no-op processor, Pause; "+p.label, nop1, sh.bufio, "bufio.ReadSlice loop", 0.25)
+		if nop4 != nil {
+			t.rate("3", "feed → four groups (fan-out), no-op; "+p.label, nop4, nop1, "row 2, same policy", 0.7)
+		}
+	}
+	return nil
+}
+
+func (r *runner) row4(t *table) error {
+	if !r.wants("4") {
+		return nil
+	}
+	var specs []spec
+	for _, p := range psyncs {
+		specs = append(specs, spec{label: "4 ledger in memory, " + p.flag, name: "ledger-mem", args: r.fileArgs(r.file, r.lines, "-psync", p.flag)})
+	}
+	res := r.measure(specs...)
+	for i, p := range psyncs {
+		x := res[i]
+		t.rate("4", "ledger processor, de-duplicated (dedupe.Tracker), state in memory; "+p.label, x, sh.nop1[p.flag], "row 2, same policy", 0)
+		if x.ok() {
+			parse, dd, apply, total := x.extra("parse_ns"), x.extra("dedupe_ns"), x.extra("apply_ns"), x.extra("total_ns")
+			t.note("4", fmt.Sprintf("Row 4 cost per line (%s): %.0f ns in all = parse %.1f ns + de-duplication %.1f ns + apply to the maps %.1f ns + the rest (reading, framing, hand-off, pointer commits) %.0f ns. The parts are timed alone over the same lines held in memory.",
+				p.label, total, parse, dd, apply, total-parse-dd-apply))
+		}
+	}
+	return nil
+}
+
+var batchSizes = []int{100, 1000, 10000}
+
+func (r *runner) rows5and6(t *table) error {
+	for _, be := range []struct{ row, backend, bare string }{{"5", "bbolt", "bare-bbolt"}, {"6", "pebble", "bare-pebble"}} {
+		if !r.wants(be.row) && !(be.row == "5" && (r.wants("9") || r.wants("10"))) {
+			continue
+		}
+		var best float64
+		var bestRuns *runs
+		for _, b := range batchSizes {
+			lines := r.lines
+			if b == 100 {
+				lines = r.batch100
+			}
+			file := r.file
+			if lines != r.lines {
+				file = filepath.Join(r.work, fmt.Sprintf("ledger-%d.csv", lines))
+				if _, err := os.Stat(file); err != nil {
+					if err := bench.GenLedgerFile(file, int(lines), 1); err != nil {
+						return err
+					}
+				}
+			}
+			bs := strconv.Itoa(b)
+			res := r.measure(
+				spec{label: be.row + " bare " + be.backend + " batch " + bs, name: be.bare, args: r.fileArgs(file, lines, "-batch", bs)},
+				spec{label: be.row + " ledger " + be.backend + " batch " + bs, name: "ledger-store", args: r.fileArgs(file, lines, "-batch", bs, "-backend", be.backend)},
+			)
+			bare, st := res[0], res[1]
+			what := fmt.Sprintf("ledger exactly once, %s, batched saves, batch %s", be.backend, bs)
+			if lines != r.lines {
+				what += fmt.Sprintf(" (first %s lines)", fmtCount(lines))
+			}
+			t.rate(be.row, what, st, bare, "bare "+be.backend+" loop, same keys, same batches", 0.7)
+			t.chartPoint(be.backend, b, st, bare)
+			if st.ok() {
+				t.note(be.row, fmt.Sprintf("Row %s, batch %s: %.0f store commits, %.0f Apply calls waited for a commit (back-pressure); pointer SyncEveryCommit.",
+					be.row, bs, st.extra("store_commits"), st.extra("backpressure")))
+				if rate := st.rate(); rate > best {
+					best, bestRuns = rate, st
+				}
+			}
+			if b == 1000 {
+				if be.row == "5" {
+					sh.store5 = st
+				} else {
+					sh.store5p = st
+				}
+			}
+		}
+		if bestRuns != nil {
+			t.add(row{id: be.row, what: "best batch size, against the goal of 1,000,000 lines/s", result: fmtRate(best),
+				baseline: "1,000,000 lines/s", ratio: fmtRatio(best / 1e6), goal: "≥ 1.00", met: verdict(best/1e6 >= 1)})
+		}
+	}
+	return nil
+}
+
+func (r *runner) row7(t *table) error {
+	if !r.wants("7") {
+		return nil
+	}
+	ops := strconv.Itoa(int(r.syncLines))
+	res := r.measure(
+		spec{label: "7 fsync 4 KB baseline", name: "fsync4k", args: []string{"-ops", ops}},
+		spec{label: "7 ledger --sync bbolt", name: "ledger-store", args: r.fileArgs(r.syncFile, r.syncLines, "-sync", "-backend", "bbolt")},
+		spec{label: "7 ledger --sync pebble", name: "ledger-store", args: r.fileArgs(r.syncFile, r.syncLines, "-sync", "-backend", "pebble")},
+	)
+	t.rate("7", fmt.Sprintf("ledger --sync (one durable save per line), bbolt, %s lines", fmtCount(r.syncLines)), res[1], res[0], "4 KB write + fdatasync", 0.8)
+	t.rate("7", fmt.Sprintf("ledger --sync, pebble, %s lines", fmtCount(r.syncLines)), res[2], res[0], "4 KB write + fdatasync", 0.8)
+	return nil
+}
+
+func (r *runner) row8(t *table) error {
+	if !r.wants("8") {
+		return nil
+	}
+	ops := strconv.Itoa(r.ops)
+	res := r.measure(
+		spec{label: "8 small write + fdatasync baseline", name: "fsync-small", args: []string{"-ops", ops}},
+		spec{label: "8 PointerFile.Store", name: "pointer", args: []string{"-ops", ops}},
+	)
+	t.rateUnit("8", "pointer commits (PointerFile.Store, SyncEveryCommit)", res[1], res[0], "80 B write in place + fdatasync", 0.9, "commits/s")
+	return nil
+}
+
+func (r *runner) row9and10(t *table) error {
+	duty := float64(framework.DefaultBatchSize)
+	if r.wants("9") {
+		for _, p := range psyncs {
+			if x := sh.nop1[p.flag]; x.ok() {
+				p99 := x.extra("lag_p99")
+				t.add(row{id: "9", what: "commit lag of row 2 (PendingAcks sampled every 2 ms); " + p.label,
+					result:   fmt.Sprintf("p50 %.0f, p99 %.0f, max %.0f lines", x.extra("lag_p50"), p99, x.extra("lag_max")),
+					baseline: fmt.Sprintf("one duty cycle: %.0f lines", duty), ratio: fmtRatio(p99 / duty), goal: "p99 ≤ 1.00", met: verdict(p99 <= duty)})
+			}
+		}
+		if x := sh.store5; x.ok() {
+			p99 := x.extra("lag_p99")
+			t.add(row{id: "9", what: "commit lag of row 5, bbolt batch 1000 (held until durable)",
+				result:   fmt.Sprintf("p50 %.0f, p99 %.0f, max %.0f lines", x.extra("lag_p50"), p99, x.extra("lag_max")),
+				baseline: fmt.Sprintf("one duty cycle: %.0f lines", duty), ratio: fmtRatio(p99 / duty), goal: "p99 ≤ 1.00", met: verdict(p99 <= duty)})
+		}
+	}
+	if r.wants("10") {
+		mem := func(what string, x *runs, allocGoal bool) {
+			if !x.ok() {
+				t.add(row{id: "10", what: what, result: notMeasured(x)})
+				return
+			}
+			rss := x.maxRSS() / 1024
+			t.add(row{id: "10", what: what + ": peak RSS", result: fmt.Sprintf("%.1f MiB", rss), baseline: "64 MiB", ratio: fmtRatio(rss / 64), goal: "< 1.00", met: verdict(rss < 64)})
+			a := x.allocsPerLine()
+			g, m := "–", "–"
+			if allocGoal {
+				g, m = "≤ 1 alloc/line", verdict(a <= 1)
+			}
+			t.add(row{id: "10", what: what + ": allocations per line", result: fmt.Sprintf("%.2f allocs/line", a), goal: g, met: m})
+		}
+		mem("row 2 (one group, no-op, default pointer sync)", sh.nop1["every"], true)
+		mem("row 5 (ledger, bbolt, batch 1000)", sh.store5, false)
+		mem("row 6 (ledger, pebble, batch 1000)", sh.store5p, false)
+	}
+	return nil
+}
+
+func (r *runner) row11(t *table) error {
+	if !r.wants("11") {
+		return nil
+	}
+	res := r.measure(spec{label: "11 idle tailing feed", name: "idle", args: r.fileArgs(r.syncFile, r.syncLines, "-seconds", strconv.FormatFloat(r.idleSec, 'f', -1, 64))})
+	x := res[0]
+	if !x.ok() {
+		t.add(row{id: "11", what: "idle tailing feed", result: notMeasured(x)})
+		return nil
+	}
+	pct := x.extra("cpu_pct")
+	t.add(row{id: "11", what: fmt.Sprintf("an idle tailing feed (default Backoff idle strategy), CPU over %.0f s", r.idleSec),
+		result: fmt.Sprintf("%.3f %% of one core", pct), baseline: "1 % of one core", ratio: fmtRatio(pct / 1), goal: "< 1.00", met: verdict(pct < 1)})
+	return nil
+}
+
+func (r *runner) row12(t *table) error {
+	if !r.wants("12") {
+		return nil
+	}
+	r.bigFile = filepath.Join(r.work, "big.csv")
+	logf("writing the %.0f MB restart file ...", float64(r.bigBytes)/1e6)
+	if err := repeatFile(r.bigFile, r.file, r.bigBytes); err != nil {
+		return err
+	}
+	setup, err := r.runOne(spec{label: "12 setup", name: "restart-setup", args: r.fileArgs(r.bigFile, 100_000)})
+	if err != nil {
+		t.add(row{id: "12", what: "restart on a big file", result: "not measured: setup: " + err.Error()})
+		return nil
+	}
+	pos, size := setup.Extra["position"], setup.Extra["size"]
+	logf("12 setup: read %s lines in %.1f s; pointer at %.0f of %.0f bytes", fmtCount(setup.Lines), setup.Seconds, pos, size)
+	res := r.measure(spec{label: "12 restart", name: "restart", args: r.fileArgs(r.bigFile, 0)})
+	x := res[0]
+	if !x.ok() {
+		t.add(row{id: "12", what: "restart on a big file", result: notMeasured(x)})
+		return nil
+	}
+	ms := x.extra("first_ms")
+	first := x.extra("first_position")
+	what := fmt.Sprintf("restart on a %.0f MB file, pointer %.1f MB before the end: Start to first delivery", size/1e6, (size-pos)/1e6)
+	if first < pos {
+		what += fmt.Sprintf(" (WARNING: first line delivered at %.0f, before the pointer at %.0f)", first, pos)
+	}
+	t.add(row{id: "12", what: what, result: fmt.Sprintf("%.1f ms", ms), baseline: "100 ms", ratio: fmtRatio(ms / 100), goal: "≤ 1.00", met: verdict(ms <= 100)})
+	return nil
+}
+
+func (r *runner) row13(t *table) error {
+	if !r.wants("13") {
+		return nil
+	}
+	if r.peerBin == "" {
+		t.add(row{id: "13", what: "OpenTelemetry Collector fileconsumer", result: "not measured: " + r.peerErr.Error()})
+		return nil
+	}
+	res := r.measure(spec{label: "13 peer: otel fileconsumer", ext: r.peerBin, args: []string{"-file", r.file, "-lines", strconv.FormatInt(r.lines, 10)}})
+	peer := res[0]
+	t.rate("13", "peer: OpenTelemetry Collector pkg/stanza fileconsumer v0.165.1, start at beginning, counting tokens (no delivery guarantee)", peer, sh.bufio, "bufio.ReadSlice loop", 0)
+	for _, p := range psyncs {
+		t.rate("13", "row 2 against the peer; "+p.label, sh.nop1[p.flag], peer, "the peer", 3)
+	}
+	return nil
+}
+
+// repeatFile writes src over and over to dst until dst has at least n bytes.
+func repeatFile(dst, src string, n int64) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if len(data) == 0 {
+		return errors.New("empty ledger")
+	}
+	f, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	var w int64
+	for w < n {
+		k, err := f.Write(data)
+		if err != nil {
+			return errors.Join(err, f.Close())
+		}
+		w += int64(k)
+	}
+	return f.Close()
+}
+
