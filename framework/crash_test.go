@@ -1,6 +1,192 @@
 package framework_test
 
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/framework"
+)
+
 // childEnv selects a child mode of the test binary (see TestMain).
 const childEnv = "TIDEMARK_FRAMEWORK_CHILD"
 
-func runChild(mode string) int { return 2 }
+// The crash test's child runs a server over dir/input.csv with a processor
+// that appends "run epoch position line" to dir/state and syncs it before
+// Handle returns: its durable state. Mode "kill" runs until killed; mode
+// "finish" runs until the feed settles, then stops cleanly.
+const (
+	crashLines     = 3000
+	crashKillAfter = 400
+)
+
+func runChild(mode string) int {
+	dir := os.Getenv("TIDEMARK_DIR")
+	run := os.Getenv("TIDEMARK_RUN")
+	state, err := os.OpenFile(filepath.Join(dir, "state"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer state.Close()
+	p := &stateProc{run: run, f: state}
+	cfg := fileCfg(filepath.Join(dir, "input.csv"))
+	cfg.Feeds[0].QueueCapacity = 64
+	cfg.Feeds[0].BatchSize = 16
+	s, err := framework.New(cfg, framework.Registry{"p": p})
+	if err == nil {
+		err = s.Start(context.Background())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	switch mode {
+	case "kill":
+		time.Sleep(2 * time.Minute) // the parent kills us long before
+		return 3
+	case "finish":
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := s.WaitSettled(ctx, "orders"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 4
+		}
+		if err := s.Stop(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 5
+		}
+		return 0
+	}
+	return 2
+}
+
+// stateProc writes each line to its state file, durably, before returning.
+type stateProc struct {
+	run string
+	f   *os.File
+	buf []byte
+}
+
+func (p *stateProc) Start(_ context.Context, fc *framework.Context) error {
+	return fc.Subscribe("orders")
+}
+
+func (p *stateProc) Handle(_ context.Context, d dedupe.Delivery, line []byte) error {
+	p.buf = fmt.Appendf(p.buf[:0], "%s %d %d %s\n", p.run, d.Epoch, d.Position, line)
+	if _, err := p.f.Write(p.buf); err != nil {
+		return err
+	}
+	return p.f.Sync()
+}
+
+type stateRec struct {
+	run   string
+	epoch uint64
+	pos   int64
+	line  string
+}
+
+func readState(t *testing.T, dir string) []stateRec {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []stateRec
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 4 {
+			continue // a torn last record
+		}
+		e, _ := strconv.ParseUint(f[1], 10, 64)
+		p, _ := strconv.ParseInt(f[2], 10, 64)
+		recs = append(recs, stateRec{run: f[0], epoch: e, pos: p, line: f[3]})
+	}
+	return recs
+}
+
+func child(t *testing.T, dir, mode, run string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKill9PointerNeverAheadAndRestartRedelivers$")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode, "TIDEMARK_DIR="+dir, "TIDEMARK_RUN="+run)
+	return cmd
+}
+
+// A server killed with SIGKILL part way through: its pointer is never ahead
+// of what the processor had made durable, and the next run re-delivers every
+// line after the pointer, so that no line is ever missed.
+func TestKill9PointerNeverAheadAndRestartRedelivers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test")
+	}
+	dir := t.TempDir()
+	input := filepath.Join(dir, "input.csv")
+	writeLines(t, input, 1, crashLines)
+
+	cmd := child(t, dir, "kill", "1")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, fmt.Sprintf("child processed %d lines", crashKillAfter), func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "state"))
+		return bytes.Count(b, []byte{'\n'}) >= crashKillAfter
+	})
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("child did not die of SIGKILL: %v", err)
+	}
+
+	killed := readState(t, dir)
+	last := killed[len(killed)-1]
+	ptr := loadPointer(t, input)
+	t.Logf("killed: %d lines durable, last position %d; pointer %d (found %v)", len(killed), last.pos, ptr.Pointer.Position, ptr.Found)
+	if ptr.Found {
+		require.Equal(t, last.epoch, ptr.Pointer.Epoch)
+		require.LessOrEqual(t, ptr.Pointer.Position, last.pos, "the pointer is never ahead of the durable state")
+	}
+	require.True(t, last.pos < fileLinePos(crashLines), "killed before the end")
+
+	cmd = child(t, dir, "finish", "2")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("restart: %v\n%s", err, out)
+	}
+	recs := readState(t, dir)
+	seen := make(map[string]int)
+	var second []stateRec
+	for _, r := range recs {
+		seen[r.line]++
+		if r.run == "2" {
+			second = append(second, r)
+		}
+	}
+	for i := 1; i <= crashLines; i++ {
+		if seen[fmt.Sprintf("%06d,entry", i)] == 0 {
+			t.Fatalf("line %d was never processed: a gap", i)
+		}
+	}
+	// The restart starts with the line just after the pointer.
+	require.True(t, len(second) > 0)
+	var resume int64
+	if ptr.Found {
+		resume = ptr.Pointer.Position
+	}
+	require.Equal(t, resume+fileLinePos(1), second[0].pos, "the restart re-delivers from the pointer on")
+	dups := len(recs) - crashLines
+	t.Logf("re-delivered %d lines (the commit lag)", dups)
+	require.Equal(t, fileLinePos(crashLines), loadPointer(t, input).Pointer.Position)
+}

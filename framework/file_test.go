@@ -1,0 +1,136 @@
+package framework_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/framework"
+)
+
+func writeLines(t testing.TB, path string, from, to int) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var b strings.Builder
+	for i := from; i <= to; i++ {
+		fmt.Fprintf(&b, "%06d,entry\n", i)
+	}
+	if _, err := f.WriteString(b.String()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fileLinePos is the position after line i of writeLines' output.
+func fileLinePos(i int) int64 { return int64(i) * int64(len("000000,entry\n")) }
+
+func loadPointer(t testing.TB, input string) feed.LoadResult {
+	t.Helper()
+	r, err := feed.OpenPointerFile(input+feed.PointerSuffix, feed.PointerFileOptions{}).Load()
+	if err != nil {
+		t.Fatalf("load pointer of %s: %v", input, err)
+	}
+	return r
+}
+
+func fileCfg(input string) framework.Config {
+	return framework.Config{
+		Feeds: []framework.FeedConfig{{
+			Name:     "orders",
+			File:     &framework.FileConfig{Filename: input},
+			Overload: framework.OverloadConfig{Policy: framework.Pause},
+			Idle:     framework.Backoff{Max: 5e6},
+		}},
+		Groups: []framework.GroupConfig{{Name: "g", Processors: []string{"p"}}},
+		Logger: discard(),
+	}
+}
+
+// A COMMITTED file feed: the pointer file ends after the last line
+// finished; the next run resumes after it with sequence numbers from 1, in
+// the same epoch; lines appended while running are read (tailing).
+func TestFileFeedCommitsAndResumes(t *testing.T) {
+	dir := t.TempDir()
+	input := filepath.Join(dir, "orders.csv")
+	writeLines(t, input, 1, 100)
+
+	p := &recProc{feeds: []string{"orders"}}
+	s := startServer(t, fileCfg(input), framework.Registry{"p": p})
+	settle(t, s, "orders")
+	writeLines(t, input, 101, 150) // tailing
+	waitFor(t, "appended lines", func() bool { return p.count() == 150 })
+	settle(t, s, "orders")
+	stopServer(t, s)
+	ptr := loadPointer(t, input)
+	require.True(t, ptr.Found)
+	require.Equal(t, fileLinePos(150), ptr.Pointer.Position)
+	first := p.all()
+	require.Equal(t, "000001,entry", first[0].line)
+	require.Equal(t, fileLinePos(1), first[0].d.Position)
+	require.Equal(t, ptr.Pointer.Epoch, first[0].d.Epoch)
+	require.True(t, first[0].d.Origin != nil, "a file feed describes its origin")
+
+	writeLines(t, input, 151, 160)
+	p2 := &recProc{feeds: []string{"orders"}}
+	s2 := startServer(t, fileCfg(input), framework.Registry{"p": p2})
+	settle(t, s2, "orders")
+	stopServer(t, s2)
+	second := p2.all()
+	require.Len(t, second, 10)
+	require.Equal(t, "000151,entry", second[0].line)
+	require.EqualValues(t, 1, second[0].d.Seq)
+	require.Equal(t, ptr.Pointer.Epoch, second[0].d.Epoch)
+	require.Equal(t, fileLinePos(160), loadPointer(t, input).Pointer.Position)
+}
+
+// Two groups on a real file: the pointer file follows the slower; a clean
+// stop commits what the groups finished while draining.
+func TestFileFeedPointerFollowsSlowestGroup(t *testing.T) {
+	dir := t.TempDir()
+	input := filepath.Join(dir, "orders.csv")
+	writeLines(t, input, 1, 50)
+	g := newGate()
+	slow := blockAt(g, 20)
+	fast := &recProc{feeds: []string{"orders"}}
+	cfg := fileCfg(input)
+	cfg.Groups = []framework.GroupConfig{{Name: "slow", Processors: []string{"slow"}}, {Name: "fast", Processors: []string{"fast"}}}
+	s := startServer(t, cfg, framework.Registry{"slow": slow, "fast": fast})
+	waitFor(t, "fast done", func() bool { return fast.count() == 50 })
+	waitFor(t, "pointer at line 19", func() bool {
+		st := status(t, s, "orders")
+		return st.CommittedPosition == fileLinePos(19)
+	})
+	require.Equal(t, fileLinePos(19), loadPointer(t, input).Pointer.Position)
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.Stop(context.Background()) }()
+	g.release()
+	require.NoError(t, <-stopped)
+	require.Equal(t, fileLinePos(50), loadPointer(t, input).Pointer.Position)
+}
+
+// A non-committing strategy (ONCE_EARLIEST) reads the file to its end and
+// is done; no pointer file is written.
+func TestFileFeedOnceEarliest(t *testing.T) {
+	dir := t.TempDir()
+	input := filepath.Join(dir, "orders.csv")
+	writeLines(t, input, 1, 30)
+	cfg := fileCfg(input)
+	cfg.Feeds[0].File.ReadStrategy = feed.OnceEarliest
+	p := &recProc{feeds: []string{"orders"}, handle: func(context.Context, dedupe.Delivery, []byte) error { return nil }}
+	s := startServer(t, cfg, framework.Registry{"p": p})
+	settle(t, s, "orders")
+	st := status(t, s, "orders")
+	require.Equal(t, feed.StateDone, st.State)
+	stopServer(t, s)
+	require.Equal(t, 30, p.count())
+	_, err := os.Stat(input + feed.PointerSuffix)
+	require.True(t, os.IsNotExist(err), "no pointer file: %v", err)
+}
