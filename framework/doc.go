@@ -1,0 +1,76 @@
+// Package framework is the server: it reads feeds, hands their lines to
+// processor groups, and commits each feed's pointer only past lines that
+// every subscriber has finished.
+//
+// # The map
+//
+//	feed.Source ─► feed runner (one goroutine per feed)
+//	                 │ duty cycle: commit, then poll a batch, then hand it off
+//	                 ▼
+//	               one bounded queue per subscribing group (Pause or DropAfterSpin)
+//	                 │ batches, not lines: one channel send per batch per queue
+//	                 ▼
+//	               group goroutine ─► Processor.Handle(ctx, delivery, line)
+//	                 │ failure policy: retry with back-off, then Skip or Quarantine
+//	                 ▼
+//	               finished count + checkpoint holds ─► next duty cycle's commit
+//
+// A [Server] is made from a [Config] (Go, or YAML through [LoadConfig]) and a
+// [Registry] that binds processor names to [Processor] values. Each processor
+// group runs on its own goroutine: a slow group never slows another group's
+// processing, only the shared pointer.
+//
+// # What is committed
+//
+// A group counts a line as finished when its processors' Handle returned, or
+// when the failure policy decided its fate (skipped). At the start of each
+// duty cycle the feed commits the highest line that every live subscriber
+// queue has finished, capped by checkpoint holds (package checkpoint). The
+// pointer follows the slowest group and never moves back. A line dropped for
+// a full DropAfterSpin queue is committed past.
+//
+// After a crash the source re-delivers every line after the pointer:
+// duplicates, never a gap. A clean [Server.Stop] stops reading, lets every
+// group drain its queue (bounded by Config.DrainTimeout), and commits again,
+// so lines finished after the feed stopped are committed too. Sequence
+// numbers start at 1 every run: recognise a line across runs by its epoch
+// and position (package dedupe), never by its sequence number.
+//
+// # Holds and stalls
+//
+// The pointer never passes a line that a consumer was given and did not
+// finish, however the consumer went (unsubscribed, processor removed, group
+// restarted or removed). While it holds, the feed reports stalled with the
+// reason, and [Server.WaitSettled] returns a [*StalledError]:
+//
+//	removed consumer with unfinished lines, others remain
+//	    others fed; pointer held before its first unfinished line;
+//	    "a removed consumer left unprocessed items: <group> (n items)"
+//	last consumer removed
+//	    no reading, consumers 0; "no live consumer"; a later subscriber
+//	    resumes reading, the pointer stays held
+//	group quarantined (fenced) or dead (its restart failed)
+//	    the whole feed pauses; "consumer <group> fenced or dead"
+//	removed consumer that had finished everything
+//	    nothing held
+//
+// [Server.Release] gives up a removed consumer's hold without a restart.
+// Holds and fences apply to sources that can re-read (Source.Rereadable);
+// for the others a removed consumer's unfinished lines are counted as
+// dropped and a fenced group does not pause the feed.
+//
+// # Smallest use
+//
+//	cfg := framework.Config{
+//		Feeds:  []framework.FeedConfig{{Name: "orders", File: &framework.FileConfig{Filename: "orders.csv"}}},
+//		Groups: []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"ledger"}}},
+//	}
+//	s, err := framework.New(cfg, framework.Registry{"ledger": ledger})
+//	...
+//	err = s.Start(ctx)      // ledger.Start subscribes: fc.Subscribe("orders")
+//	...
+//	err = s.Stop(ctx)       // on SIGTERM
+//
+// Logs go to Config.Logger (log/slog); nil discards them. The package knows
+// nothing of file formats or stores.
+package framework
