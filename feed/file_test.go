@@ -709,3 +709,56 @@ func TestIdleSyncsPendingCommit(t *testing.T) {
 		return syncs.Load() > before
 	})
 }
+
+// TestInputFaultsReturnedAndRetried: a failing read or stat of the input is
+// returned by Poll, naming the file, and the next Poll carries on.
+func TestInputFaultsReturnedAndRetried(t *testing.T) {
+	p := input(t, "a\nb\n")
+	c := &vfs.Counter{Match: func(op vfs.Op, name string) bool { return op == vfs.OpRead && name == p }, FailAt: 2}
+	s := open(t, p, Config{FS: vfs.Inject(vfs.Default(), c.Injector())})
+	_, err := s.poll()
+	if err == nil || !strings.Contains(err.Error(), "read input "+p+" at offset 0") || !errors.Is(err, vfs.ErrInjected.Err) {
+		t.Fatalf("err %v", err)
+	}
+	if g := s.drain(); fmt.Sprint(lines(g)) != "[a b]" {
+		t.Fatalf("%+v", g)
+	}
+	c.Match = func(op vfs.Op, name string) bool { return op == vfs.OpStat && name == p }
+	c.FailAt = c.Count() + 1
+	if _, err := s.poll(); err == nil || !strings.Contains(err.Error(), "stat input "+p) {
+		t.Fatalf("err %v", err)
+	}
+	appendTo(t, p, "c\n")
+	if g := s.drain(); fmt.Sprint(lines(g)) != "[c]" {
+		t.Fatalf("%+v", g)
+	}
+}
+
+// TestOversizeLineWhileTailing: a line that grows beyond the maximum across
+// polls is skipped once its terminator arrives; memory stays bounded.
+func TestOversizeLineWhileTailing(t *testing.T) {
+	p := input(t, "ok\n"+strings.Repeat("z", 50))
+	s := open(t, p, Config{MaxLineBytes: 8})
+	if g := s.drain(); fmt.Sprint(lines(g)) != "[ok]" {
+		t.Fatalf("%+v", g)
+	}
+	if st := s.Status(); !st.PartialPending || st.Detail != DetailPartialLine || st.OversizeSkipped != 0 || st.ReadPosition != 3 {
+		t.Fatalf("status %+v", st)
+	}
+	appendTo(t, p, strings.Repeat("z", 50))
+	s.drain()
+	appendTo(t, p, "\nnext\n")
+	g := s.drain()
+	if fmt.Sprint(lines(g)) != "[next]" || g[0].Position != 109 {
+		t.Fatalf("%+v", g)
+	}
+	if st := s.Status(); st.OversizeSkipped != 1 || st.PartialPending {
+		t.Fatalf("status %+v", st)
+	}
+	if len(s.rejects) != 1 || s.rejects[0].Position != 3 || s.rejects[0].End != 104 {
+		t.Fatalf("rejects %+v", s.rejects)
+	}
+	if len(s.fr.buf) > 8+2 {
+		t.Fatalf("buffer of %d bytes for 8-byte lines", len(s.fr.buf))
+	}
+}
