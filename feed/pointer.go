@@ -71,9 +71,14 @@ var ErrInvalidPointer = errors.New("feed: invalid pointer")
 
 // Pointer is the content of a pointer record.
 type Pointer struct {
-	Epoch       uint64
-	Position    int64
-	Identity    dedupe.Identity
+	// Epoch names the position space (see NewEpoch).
+	Epoch uint64
+	// Position is the byte offset just after the last committed line's
+	// terminator; never negative.
+	Position int64
+	// Identity is the input file's device and inode when it was opened.
+	Identity dedupe.Identity
+	// Fingerprint covers the input's leading bytes (up to 4096).
 	Fingerprint dedupe.Fingerprint
 	// TailLen and TailHash cover the bytes just before Position (up to 64).
 	TailLen  int
