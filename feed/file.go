@@ -161,8 +161,11 @@ var _ Source = (*FileSource)(nil)
 // and the bytes just before that, so that the file found at the path can be
 // recognised as the same content (a copy renamed over the path).
 type continuation struct {
-	forceNew bool // truncated: always a new epoch from 0
-	pos      int64
+	forceNew bool  // truncated: always a new epoch from 0
+	pos      int64 // where the old file was read to (a line start)
+	resync   bool  // the old file was being read from inside a line
+	drop     int64 // bytes of an unterminated last line after pos
+	epoch    uint64
 	tailLen  int
 	tailHash uint64
 	ok       bool // tailHash was read
@@ -444,14 +447,15 @@ func (s *FileSource) startReopen(reason string) {
 func (s *FileSource) reopen() error {
 	reason := s.reopenReason
 	s.reopenReason = ""
-	if p := s.fr.pending(); p > 0 && !(s.fr.discard && s.fr.discardKind == skipResync) {
-		start := s.fr.position()
-		s.partialDropped++
-		s.log.Warn("feed: dropped the unterminated last line of the old input: it was never delivered",
-			"path", s.path, "epoch", s.epoch, "position", start, "length", p, "reason", reason)
-		s.rejectLine(Reject{Path: s.path, Epoch: s.epoch, Position: start, Length: p, Reason: RejectPartialDropped})
+	c := &continuation{
+		forceNew: reason == ReasonTruncated,
+		pos:      s.fr.position(),
+		resync:   s.fr.discard && s.fr.discardKind == skipResync,
+		epoch:    s.epoch,
 	}
-	c := &continuation{forceNew: reason == ReasonTruncated, pos: s.fr.position()}
+	if !c.resync {
+		c.drop = s.fr.pending()
+	}
 	if !c.forceNew {
 		c.tailLen = int(min(MaxTailLen, c.pos))
 		h, err := s.in.tailHash(c.pos, c.tailLen)
@@ -469,6 +473,18 @@ func (s *FileSource) reopen() error {
 		s.log.Warn("feed: closing the old input failed", "path", s.path, "err", err)
 	}
 	return s.open(false)
+}
+
+// dropPartial reports the unterminated last line of the file a reopen left,
+// when the file opened instead does not continue it.
+func (s *FileSource) dropPartial(c *continuation) {
+	if c.drop <= 0 {
+		return
+	}
+	s.partialDropped++
+	s.log.Warn("feed: dropped the unterminated last line of the old input: it was never delivered",
+		"path", s.path, "epoch", c.epoch, "position", c.pos, "length", c.drop)
+	s.rejectLine(Reject{Path: s.path, Epoch: c.epoch, Position: c.pos, Length: c.drop, Reason: RejectPartialDropped})
 }
 
 // decision is where and in which epoch an opened input is read.
@@ -539,6 +555,9 @@ func (s *FileSource) open(first bool) error {
 		return errors.Join(err, f.Close())
 	}
 
+	if c := s.cont; c != nil && d.newEpoch {
+		s.dropPartial(c)
+	}
 	s.in = h
 	s.started = true
 	s.cont = nil
@@ -681,7 +700,7 @@ func (s *FileSource) decideReopen(h *inputFile, size int64, fp dedupe.Fingerprin
 	}
 	s.log.Warn("feed: the file at the path is another file with the same bytes up to the position read: reading on under the same epoch",
 		"path", s.path, "epoch", s.epoch, "position", c.pos)
-	return decision{start: c.pos, committed: s.committed}, nil
+	return decision{start: c.pos, resync: c.resync, committed: s.committed, migrate: s.migrate}, nil
 }
 
 // onSkip is the framer's report of skipped bytes.

@@ -478,3 +478,31 @@ func TestReopenSameContentKeepsEpochAndOrigin(t *testing.T) {
 		t.Fatal("an ended epoch's Origin must not read the new file")
 	}
 }
+
+// TestCopyCompletesPartialLine: when a copy renamed over the path continues
+// the epoch, the old file's unterminated last line is not dropped: the copy
+// delivers it once it is complete. A copy made while the source was skipping
+// to a line start (a Latest start inside a line) goes on skipping.
+func TestCopyCompletesPartialLine(t *testing.T) {
+	p := input(t, "a\nb")
+	s := open(t, p, Config{})
+	if g := s.drain(); fmt.Sprint(lines(g)) != "[a]" {
+		t.Fatalf("%+v", g)
+	}
+	replaceByRename(t, p, "a\nbc\n")
+	g := s.drain()
+	if fmt.Sprint(lines(g)) != "[bc]" || g[0].Position != 5 {
+		t.Fatalf("%+v", g)
+	}
+	if st := s.Status(); st.PartialDropped != 0 || len(s.rejects) != 0 || st.Reopens[ReasonReplaced] != 1 {
+		t.Fatalf("status %+v rejects %+v", st, s.rejects)
+	}
+
+	p2 := input(t, "old\nhal")
+	l := open(t, p2, Config{Strategy: Latest})
+	l.drain()
+	replaceByRename(t, p2, "old\nhalf\nnew\n")
+	if g := l.drain(); fmt.Sprint(lines(g)) != "[new]" {
+		t.Fatalf("Latest after a copy: %+v", g)
+	}
+}
