@@ -582,4 +582,3 @@ func repeatFile(dst, src string, n int64) error {
 	}
 	return f.Close()
 }
-
