@@ -1,0 +1,78 @@
+// Package ops is the operator's side of a running tidemark server: an
+// opt-in HTTP listener that serves Prometheus metrics, every feed's status
+// as JSON and as a small page, and the operator command that releases a
+// removed consumer's hold.
+//
+// # Endpoints
+//
+//	GET  /                      the status as a page that reloads itself
+//	GET  /status                every feed's and store's status ([Report])
+//	GET  /status/{feed}         one feed's status ([FeedReport])
+//	GET  /metrics               Prometheus metrics (names below)
+//	POST /feeds/{feed}/release  consumer=<group>: give up the hold a removed
+//	                            consumer has on the feed's pointer
+//
+// A release is what the spec calls delivery.release: the feed's pointer may
+// then move past the lines the removed consumer left unfinished, and that
+// consumer never processes them. Use it when a run must complete without a
+// restart; a restart instead re-delivers the held lines to every consumer.
+// The command-line tool does the same: tidemark release --addr HOST:PORT
+// --feed F --consumer G.
+//
+// # Access
+//
+// The listener binds 127.0.0.1 unless Config.Addr says otherwise. Without a
+// Config.Token it serves loopback clients only: a request from any other
+// address is refused with 403. With a token it serves every address, and
+// demands "Authorization: Bearer <token>" on every mutating request (POST),
+// loopback included; reads (GET) need no token, so that a Prometheus server
+// on another host can scrape. Mutating requests a browser sends from
+// another origin are refused (net/http's CrossOriginProtection), so a web
+// page cannot release a hold through the loopback listener. Behind a
+// reverse proxy on the same host every request looks like loopback: set a
+// token there.
+//
+// # Metrics
+//
+// Registered on a private registry, and on Config.Registerer when set;
+// never on the global registry. Read from status at each scrape:
+//
+//	per feed (label feed)
+//	  tidemark_feed_read_position_bytes, _pointer_position_bytes,
+//	  _committed_position_bytes, _epoch, _file_size_bytes, _behind_bytes,
+//	  _pending_acks, _consumers, _stalled (0/1), _settled (0/1),
+//	  _state{state} (1 for the current state),
+//	  _lines_read_total, _lines_delivered_total, _lines_dropped_total,
+//	  _lines_failed_total, _lines_skipped_total, _lines_oversize_total,
+//	  _partial_lines_dropped_total, _releases_total, _poll_errors_total,
+//	  _commit_errors_total, _reopens_total{reason}
+//	per feed and group (labels feed, group)
+//	  tidemark_queue_depth, _lines_processed_total, _failures_total,
+//	  _lines_skipped_total, _lines_dropped_total, _fenced (0/1),
+//	  _removed_held_items (removed queues that still hold the pointer)
+//	per store (label store; durable positions also by feed)
+//	  tidemark_store_batches_committed_total, _failed_commits_total,
+//	  _failed (0/1), _applied_total, _redeliveries_skipped_total,
+//	  _redeliveries_skipped_by_lineage_total, _staged, _backpressure_total,
+//	  _durable_position_bytes{feed}, _durable_epoch{feed}
+//
+// Fed by the framework and the stores through an [Observer]:
+//
+//	tidemark_group_handle_seconds{group}  handling latency per line
+//	tidemark_store_commit_seconds{store}  commit latency per batch
+//	tidemark_store_batch_lines{store}     deliveries per batch
+//
+// Counters restart from zero with the process, as the status they are read
+// from does. An epoch is a nanosecond timestamp: as a float metric it is
+// exact to about a microsecond, enough to see that it changed.
+//
+// # Use
+//
+//	srv, _ := framework.New(cfg, processors)
+//	_ = srv.Start(ctx)
+//	l, err := ops.New(ops.Config{Server: srv, Feeds: []string{"orders"}})
+//	if err != nil { ... }
+//	if err := l.Start(ctx); err != nil { ... }
+//	defer l.Close()
+//	fmt.Println("operator endpoint on", l.Addr())
+package ops

@@ -1,0 +1,411 @@
+package ops
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tidemark-go/tidemark/framework"
+	"github.com/tidemark-go/tidemark/state"
+)
+
+// DefaultAddr is the address a Listener binds when Config.Addr is empty:
+// the loopback interface, on a port the system picks (see Listener.Addr).
+const DefaultAddr = "127.0.0.1:0"
+
+// DefaultRefresh is how often the page at / reloads itself when
+// Config.Refresh is zero.
+const DefaultRefresh = 2 * time.Second
+
+// shutdownTimeout bounds how long Close waits for requests in flight.
+const shutdownTimeout = 5 * time.Second
+
+// Errors of a Listener.
+var (
+	// ErrInvalidConfig is wrapped by New's errors.
+	ErrInvalidConfig = errors.New("ops: invalid listener config")
+	// ErrStarted is returned by a second Start.
+	ErrStarted = errors.New("ops: listener already started")
+)
+
+// Server is what the listener reads and acts on: a *framework.Server
+// satisfies it.
+type Server interface {
+	// FeedStatus returns the named feed's status.
+	FeedStatus(name string) (framework.FeedStatus, error)
+	// Release gives up the hold of a removed consumer (group) on a feed.
+	Release(feed, consumer string) error
+}
+
+// FeedNamer is implemented by a Server that can list its feeds. When the
+// Server does not implement it, Config.Feeds must name them.
+type FeedNamer interface {
+	FeedNames() []string
+}
+
+// StoreConfig is a store whose counters and durable positions the listener
+// reports.
+type StoreConfig struct {
+	// Name labels the store in metrics and status; required and unique.
+	Name string
+	// Store is the store. Its Stats and Applied are read at each scrape
+	// and status request.
+	Store state.Store
+	// Feeds are the feeds whose durable position is reported. Nil means
+	// the listener's feeds.
+	Feeds []string
+}
+
+// Config configures a Listener. Only Server is required.
+type Config struct {
+	// Addr is the TCP address to listen on. Empty means DefaultAddr:
+	// 127.0.0.1 on a free port. Bind another interface only together with
+	// a Token: without one, every request from a non-loopback address is
+	// refused anyway.
+	Addr string
+	// Token, when set, allows requests from any address and is demanded
+	// (as "Authorization: Bearer <token>") on every mutating request,
+	// loopback included. Read-only requests (GET, HEAD: metrics, status,
+	// the page) need no token. When empty, only loopback clients are
+	// served, and they need no token.
+	Token string
+	// Server is the framework server to report on and act on.
+	Server Server
+	// Feeds names the feeds to report, in order. Nil means the server's
+	// feeds (FeedNamer); it must be set for a Server that cannot list them.
+	Feeds []string
+	// Stores are reported besides the feeds. Optional.
+	Stores []StoreConfig
+	// Observer holds the latency and batch size histograms fed by the
+	// framework and the stores. Nil means the listener makes its own,
+	// which stays empty until something observes into it (see Observer).
+	Observer *Observer
+	// Registerer, when set, also gets the listener's metrics (besides the
+	// listener's private registry that /metrics serves), so that a host can
+	// expose them with its own. Registration fails New on a conflict.
+	Registerer prometheus.Registerer
+	// Gatherer, when set, is served on /metrics together with the
+	// listener's own metrics (for example the host's registry with Go
+	// runtime metrics).
+	Gatherer prometheus.Gatherer
+	// Refresh is how often the page at / reloads itself; zero means
+	// DefaultRefresh.
+	Refresh time.Duration
+	// Logger receives the listener's records (start, stop, releases,
+	// refused requests). Nil discards them.
+	Logger *slog.Logger
+}
+
+// Listener is the operator's HTTP endpoint of a running server:
+//
+//	GET  /                         a page with every feed's status, reloading itself
+//	GET  /status                   every feed's and store's status as JSON (Report)
+//	GET  /status/{feed}            one feed's status as JSON (FeedReport)
+//	GET  /metrics                  Prometheus metrics
+//	POST /feeds/{feed}/release     give up a removed consumer's hold:
+//	                               consumer=<group> in the query or form
+//
+// Make one with New, then Start it; Close stops it.
+type Listener struct {
+	cfg     Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	obs     *Observer
+	handler http.Handler
+
+	mu     sync.Mutex
+	ln     net.Listener
+	srv    *http.Server
+	served chan struct{}
+	stop   func() bool
+	closed bool
+}
+
+// New checks cfg, registers the metrics and builds the handler. Nothing
+// listens until Start.
+func New(cfg Config) (*Listener, error) {
+	if cfg.Server == nil {
+		return nil, fmt.Errorf("%w: Server is nil: pass the framework server to report on", ErrInvalidConfig)
+	}
+	if cfg.Feeds == nil {
+		if _, ok := cfg.Server.(FeedNamer); !ok {
+			return nil, fmt.Errorf("%w: Feeds is empty and the server cannot list its feeds: name the feeds to report", ErrInvalidConfig)
+		}
+	}
+	seen := map[string]bool{}
+	for i, sc := range cfg.Stores {
+		switch {
+		case sc.Name == "":
+			return nil, fmt.Errorf("%w: store %d has no name: name it, it labels its metrics", ErrInvalidConfig, i+1)
+		case sc.Store == nil:
+			return nil, fmt.Errorf("%w: store %q is nil", ErrInvalidConfig, sc.Name)
+		case seen[sc.Name]:
+			return nil, fmt.Errorf("%w: store %q is configured twice: give each store its own name", ErrInvalidConfig, sc.Name)
+		}
+		seen[sc.Name] = true
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	l := &Listener{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, reg: prometheus.NewRegistry()}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	if l.obs == nil {
+		l.obs = NewObserver()
+	}
+	col := &collector{l: l}
+	for _, c := range []prometheus.Collector{col, l.obs} {
+		if err := l.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("ops: register metrics: %w", err)
+		}
+		if cfg.Registerer != nil {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("ops: register metrics on the Registerer passed in: %w; is another listener registered there?", err)
+			}
+		}
+	}
+	var g prometheus.Gatherer = l.reg
+	if cfg.Gatherer != nil {
+		g = prometheus.Gatherers{l.reg, cfg.Gatherer}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: slogErrorLog{l.log}}))
+	mux.HandleFunc("GET /status", l.serveStatus)
+	mux.HandleFunc("GET /status/{feed}", l.serveFeedStatus)
+	mux.HandleFunc("POST /feeds/{feed}/release", l.serveRelease)
+	mux.HandleFunc("GET /{$}", l.servePage)
+	l.handler = l.guard(http.NewCrossOriginProtection().Handler(mux))
+	return l, nil
+}
+
+// Handler returns the listener's HTTP handler, with its access rules, for
+// a host that serves it on its own server.
+func (l *Listener) Handler() http.Handler { return l.handler }
+
+// Observer returns the histograms the listener serves: pass it to the
+// framework and the stores (see Observer).
+func (l *Listener) Observer() *Observer { return l.obs }
+
+// Start listens on the configured address and serves in the background
+// until Close, or until ctx is done.
+func (l *Listener) Start(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ln != nil || l.closed {
+		return ErrStarted
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", l.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("ops: listen on %s: %w; choose a free address (port 0 picks one)", l.cfg.Addr, err)
+	}
+	l.ln = ln
+	l.srv = &http.Server{
+		Handler:           l.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slogErrorLog{l.log}.logger(),
+	}
+	l.served = make(chan struct{})
+	go func() {
+		defer close(l.served)
+		if err := l.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			l.log.Error("ops: listener stopped serving", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	l.stop = context.AfterFunc(ctx, func() { _ = l.Close() })
+	attrs := []any{"addr", ln.Addr().String(), "token", l.cfg.Token != ""}
+	if !isLoopbackListen(ln.Addr()) && l.cfg.Token == "" {
+		l.log.Warn("ops: listener bound to a non-loopback address without a token: requests from other hosts are refused; set a token to allow them", attrs...)
+	} else {
+		l.log.Info("ops: listener started", attrs...)
+	}
+	return nil
+}
+
+// Addr returns the address the listener is bound to (with the port the
+// system picked for port 0), or nil before Start.
+func (l *Listener) Addr() net.Addr {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ln == nil {
+		return nil
+	}
+	return l.ln.Addr()
+}
+
+// Close stops the listener: it stops accepting, waits a few seconds for
+// requests in flight, then closes their connections. Closing twice, or
+// before Start, returns nil.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	if l.closed || l.srv == nil {
+		l.closed = true
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	srv, served, stop := l.srv, l.served, l.stop
+	l.mu.Unlock()
+	stop()
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		err = errors.Join(err, srv.Close())
+	}
+	<-served
+	l.log.Info("ops: listener stopped", "addr", l.ln.Addr().String())
+	if err != nil {
+		return fmt.Errorf("ops: close listener on %s: %w", l.ln.Addr(), err)
+	}
+	return nil
+}
+
+// guard applies the access rules: no token, loopback only; with a token,
+// any address, and the token on every mutating request.
+func (l *Listener) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if l.cfg.Token == "" && !isLoopbackRemote(r.RemoteAddr) {
+			l.log.Warn("ops: refused a request from a non-loopback address: no token is configured",
+				"remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+			httpError(w, http.StatusForbidden, "only loopback clients are served: configure a token to allow other addresses")
+			return
+		}
+		if l.cfg.Token != "" && !safeMethod(r.Method) && !l.tokenOK(r) {
+			l.log.Warn("ops: refused a mutating request without the right token",
+				"remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tidemark"`)
+			httpError(w, http.StatusUnauthorized, "this request needs the listener's token: send Authorization: Bearer <token>")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (l *Listener) tokenOK(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(l.cfg.Token)) == 1
+}
+
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
+}
+
+// isLoopbackRemote reports whether a request's RemoteAddr is a loopback
+// address. An address that does not parse is not.
+func isLoopbackRemote(remote string) bool {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return false
+	}
+	return ap.Addr().Unmap().IsLoopback()
+}
+
+func isLoopbackListen(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+// feedNames returns the feeds to report.
+func (l *Listener) feedNames() []string {
+	if l.cfg.Feeds != nil {
+		return l.cfg.Feeds
+	}
+	return l.cfg.Server.(FeedNamer).FeedNames()
+}
+
+func (l *Listener) serveStatus(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, l.report())
+}
+
+func (l *Listener) serveFeedStatus(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("feed")
+	st, err := l.cfg.Server.FeedStatus(name)
+	if err != nil {
+		httpError(w, statusOf(err), fmt.Sprintf("status of feed %q: %v", name, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, NewFeedReport(st))
+}
+
+// ReleaseResult is the body of a successful POST /feeds/{feed}/release.
+type ReleaseResult struct {
+	Feed     string `json:"feed"`
+	Consumer string `json:"consumer"`
+	// Status is the feed's status just after the release.
+	Status *FeedReport `json:"status,omitempty"`
+}
+
+func (l *Listener) serveRelease(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("feed")
+	consumer := r.FormValue("consumer")
+	if consumer == "" {
+		httpError(w, http.StatusBadRequest, fmt.Sprintf("release on feed %q: name the removed consumer (its group) with consumer=<group>; GET /status lists the removed queues that hold the feed", name))
+		return
+	}
+	if err := l.cfg.Server.Release(name, consumer); err != nil {
+		l.log.Warn("ops: release refused", "feed", name, "group", consumer, "remote", r.RemoteAddr, "err", err)
+		httpError(w, statusOf(err), fmt.Sprintf("release %q on feed %q: %v", consumer, name, err))
+		return
+	}
+	l.log.Warn("ops: released a removed consumer's hold at an operator's request", "feed", name, "group", consumer, "remote", r.RemoteAddr)
+	res := ReleaseResult{Feed: name, Consumer: consumer}
+	if st, err := l.cfg.Server.FeedStatus(name); err == nil {
+		fr := NewFeedReport(st)
+		res.Status = &fr
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// statusOf maps the framework's errors of operator calls to HTTP statuses.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, framework.ErrUnknownFeed), errors.Is(err, framework.ErrUnknownGroup):
+		return http.StatusNotFound
+	case errors.Is(err, framework.ErrNoHold), errors.Is(err, framework.ErrState):
+		return http.StatusConflict
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// ErrorBody is the JSON body of every error response.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+func httpError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, ErrorBody{Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		code = http.StatusInternalServerError
+		b, _ = json.Marshal(ErrorBody{Error: "encode response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}

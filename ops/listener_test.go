@@ -1,0 +1,360 @@
+package ops_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tidemark-go/tidemark/framework"
+	"github.com/tidemark-go/tidemark/ops"
+)
+
+func base(l *ops.Listener) string { return "http://" + l.Addr().String() }
+
+func TestDefaultAddrIsLoopback(t *testing.T) {
+	f := startFixture(t, 3, 0)
+	l := startListener(t, ops.Config{Server: f.srv, Feeds: []string{"in"}})
+	ta, ok := l.Addr().(*net.TCPAddr)
+	require.True(t, ok)
+	require.True(t, ta.IP.Equal(net.IPv4(127, 0, 0, 1)), "bound to %v", ta.IP)
+	require.NotZero(t, ta.Port)
+}
+
+func TestStatusJSON(t *testing.T) {
+	f := startFixture(t, 20, 0)
+	require.NoError(t, f.srv.WaitSettled(context.Background(), "in"))
+	l := startListener(t, ops.Config{Server: f.srv, Feeds: []string{"in"}})
+
+	code, body := get(t, base(l)+"/status")
+	require.Equal(t, http.StatusOK, code, body)
+	var r ops.Report
+	require.NoError(t, json.Unmarshal([]byte(body), &r))
+	require.Len(t, r.Feeds, 1)
+	fr := r.Feeds[0]
+	require.Equal(t, "in", fr.Name)
+	require.Equal(t, f.input, fr.Path)
+	require.Equal(t, "CAUGHT_UP", strings.ToUpper(strings.ReplaceAll(fr.State, " ", "_")))
+	require.EqualValues(t, 200, fr.ReadPosition)
+	require.EqualValues(t, 200, fr.FileSize)
+	require.EqualValues(t, 0, fr.BytesBehind)
+	require.EqualValues(t, 20, fr.Read)
+	require.EqualValues(t, 40, fr.Delivered)
+	require.True(t, fr.Settled)
+	require.False(t, fr.Stalled)
+	require.NotZero(t, fr.Epoch)
+	require.Len(t, fr.Groups, 2)
+	require.Equal(t, "A", fr.Groups[0].Group)
+	require.EqualValues(t, 20, fr.Groups[0].Processed)
+	// The JSON has the field names the CLI and scripts rely on.
+	require.Contains(t, body, `"pointerPosition"`)
+	require.Contains(t, body, `"committedPosition"`)
+	require.Contains(t, body, `"pendingAcks"`)
+
+	code, body = get(t, base(l)+"/status/in")
+	require.Equal(t, http.StatusOK, code, body)
+	var one ops.FeedReport
+	require.NoError(t, json.Unmarshal([]byte(body), &one))
+	require.Equal(t, "in", one.Name)
+
+	code, body = get(t, base(l)+"/status/nope")
+	require.Equal(t, http.StatusNotFound, code, body)
+	require.Contains(t, body, "nope")
+}
+
+func TestUnknownFeedIsReportedNotFatal(t *testing.T) {
+	f := startFixture(t, 3, 0)
+	l := startListener(t, ops.Config{Server: f.srv, Feeds: []string{"in", "ghost"}})
+	code, body := get(t, base(l)+"/status")
+	require.Equal(t, http.StatusOK, code)
+	var r ops.Report
+	require.NoError(t, json.Unmarshal([]byte(body), &r))
+	require.Len(t, r.Feeds, 1)
+	require.Len(t, r.Errors, 1)
+	require.Contains(t, r.Errors[0], "ghost")
+	code, body = get(t, base(l)+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "1", metric(body, "tidemark_ops_status_errors"))
+}
+
+func TestPageRefreshesAndShowsFeeds(t *testing.T) {
+	f := startFixture(t, 5, 0)
+	require.NoError(t, f.srv.WaitSettled(context.Background(), "in"))
+	l := startListener(t, ops.Config{Server: f.srv, Feeds: []string{"in"}, Refresh: 3 * time.Second})
+	code, body := get(t, base(l)+"/")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `<meta http-equiv="refresh" content="3">`)
+	require.Contains(t, body, ">in</td>")
+	require.Contains(t, body, "settled")
+	code, _ = get(t, base(l)+"/nothing-here")
+	require.Equal(t, http.StatusNotFound, code)
+}
+
+func TestMetricsOfFeedsAndQueues(t *testing.T) {
+	f := startFixture(t, 20, 0)
+	require.NoError(t, f.srv.WaitSettled(context.Background(), "in"))
+	obs := ops.NewObserver()
+	obs.ObserveHandle("A", 3*time.Millisecond)
+	obs.ForStore("ledger").ObserveCommit(100, 2*time.Millisecond)
+	reg := prometheus.NewRegistry()
+	l := startListener(t, ops.Config{Server: f.srv, Feeds: []string{"in"}, Observer: obs, Registerer: reg})
+	require.Same(t, obs, l.Observer())
+
+	var body string
+	waitFor(t, "the commit of every line", func() bool {
+		_, body = get(t, base(l)+"/metrics")
+		return metric(body, `tidemark_feed_committed_position_bytes{feed="in"}`) == "200" &&
+			metric(body, `tidemark_feed_pointer_position_bytes{feed="in"}`) == "200"
+	})
+	for sample, want := range map[string]string{
+		`tidemark_feed_read_position_bytes{feed="in"}`:                 "200",
+		`tidemark_feed_pointer_position_bytes{feed="in"}`:              "200",
+		`tidemark_feed_file_size_bytes{feed="in"}`:                     "200",
+		`tidemark_feed_behind_bytes{feed="in"}`:                        "0",
+		`tidemark_feed_lines_read_total{feed="in"}`:                    "20",
+		`tidemark_feed_lines_delivered_total{feed="in"}`:               "40",
+		`tidemark_feed_lines_dropped_total{feed="in"}`:                 "0",
+		`tidemark_feed_lines_failed_total{feed="in"}`:                  "0",
+		`tidemark_feed_lines_skipped_total{feed="in"}`:                 "0",
+		`tidemark_feed_pending_acks{feed="in"}`:                        "0",
+		`tidemark_feed_stalled{feed="in"}`:                             "0",
+		`tidemark_feed_settled{feed="in"}`:                             "1",
+		`tidemark_feed_consumers{feed="in"}`:                           "2",
+		`tidemark_feed_state{feed="in",state="CAUGHT_UP"}`:             "1",
+		`tidemark_feed_state{feed="in",state="BEHIND"}`:                "0",
+		`tidemark_queue_depth{feed="in",group="A"}`:                    "0",
+		`tidemark_queue_lines_processed_total{feed="in",group="B"}`:    "20",
+		`tidemark_queue_failures_total{feed="in",group="A"}`:           "0",
+		`tidemark_queue_fenced{feed="in",group="A"}`:                   "0",
+		`tidemark_group_handle_seconds_count{group="A"}`:               "1",
+		`tidemark_store_commit_seconds_count{store="ledger"}`:          "1",
+		`tidemark_store_batch_lines_sum{store="ledger"}`:               "100",
+		`tidemark_store_batch_lines_bucket{store="ledger",le="128"}`:   "1",
+		`tidemark_store_batch_lines_bucket{store="ledger",le="64"}`:    "0",
+		`tidemark_group_handle_seconds_bucket{group="A",le="0.00064"}`: "0",
+		`tidemark_group_handle_seconds_bucket{group="A",le="0.01024"}`: "1",
+	} {
+		require.Equal(t, want, metric(body, sample), "%s in\n%s", sample, body)
+	}
+	require.NotEmpty(t, metric(body, `tidemark_feed_epoch{feed="in"}`))
+
+	// The same metrics are on the Registerer passed in.
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	require.True(t, names["tidemark_feed_read_position_bytes"])
+	require.True(t, names["tidemark_group_handle_seconds"])
+
+	// A second listener on the same Registerer is a conflict, said so.
+	_, err = ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}, Observer: obs, Registerer: reg})
+	require.ErrorContains(t, err, "Registerer")
+}
+
+func TestReopenCountByReason(t *testing.T) {
+	f := startFixture(t, 10, 0)
+	require.NoError(t, f.srv.WaitSettled(context.Background(), "in"))
+	l := startListener(t, ops.Config{Server: f.srv, Feeds: []string{"in"}})
+	// Truncate the input: the source reopens it with the reason "input truncated".
+	require.NoError(t, writeFile(f.input, "x\n"))
+	waitFor(t, "the reopen", func() bool {
+		_, body := get(t, base(l)+"/metrics")
+		return metric(body, `tidemark_feed_reopens_total{feed="in",reason="input truncated"}`) == "1"
+	})
+}
+
+func TestReleaseOverHTTP(t *testing.T) {
+	f := startFixture(t, 20, 5)
+	l := startListener(t, ops.Config{Server: f.srv, Feeds: []string{"in"}})
+	f.stall(t, 20)
+
+	_, body := get(t, base(l)+"/metrics")
+	require.Equal(t, "1", metric(body, `tidemark_feed_stalled{feed="in"}`), body)
+	require.Equal(t, "0", metric(body, `tidemark_feed_settled{feed="in"}`), body)
+	require.Equal(t, "15", metric(body, `tidemark_queue_removed_held_items{feed="in",group="A"}`), body)
+	require.Equal(t, "1", metric(body, `tidemark_feed_consumers{feed="in"}`), body)
+
+	_, body = get(t, base(l)+"/status")
+	var r ops.Report
+	require.NoError(t, json.Unmarshal([]byte(body), &r))
+	require.True(t, r.Feeds[0].Stalled)
+	require.Contains(t, r.Feeds[0].StallReason, "A")
+	_, page := get(t, base(l)+"/")
+	require.Contains(t, page, "stalled: ")
+	require.Contains(t, page, "--consumer A")
+
+	rel := base(l) + "/feeds/in/release"
+	code, body := do(t, http.MethodPost, rel, "", nil)
+	require.Equal(t, http.StatusBadRequest, code, body)
+	require.Contains(t, body, "consumer=")
+	code, body = get(t, rel+"?consumer=A")
+	require.Equal(t, http.StatusMethodNotAllowed, code, body)
+	code, body = do(t, http.MethodPost, rel+"?consumer=B", "", nil)
+	require.Equal(t, http.StatusConflict, code, body)
+	code, body = do(t, http.MethodPost, base(l)+"/feeds/nope/release?consumer=A", "", nil)
+	require.Equal(t, http.StatusNotFound, code, body)
+
+	// The consumer may come in a form body too.
+	code, body = do(t, http.MethodPost, rel, "", strings.NewReader(url.Values{"consumer": {"A"}}.Encode()))
+	require.Equal(t, http.StatusOK, code, body)
+	var res ops.ReleaseResult
+	require.NoError(t, json.Unmarshal([]byte(body), &res))
+	require.Equal(t, "A", res.Consumer)
+	require.NotNil(t, res.Status)
+	require.EqualValues(t, 1, res.Status.Released)
+
+	require.NoError(t, f.srv.WaitSettled(context.Background(), "in"))
+	waitFor(t, "the commit of every line", func() bool {
+		_, body = get(t, base(l)+"/metrics")
+		return metric(body, `tidemark_feed_committed_position_bytes{feed="in"}`) == "200"
+	})
+	require.Equal(t, "0", metric(body, `tidemark_feed_stalled{feed="in"}`))
+	require.Equal(t, "1", metric(body, `tidemark_feed_releases_total{feed="in"}`))
+	require.Empty(t, metric(body, `tidemark_queue_removed_held_items{feed="in",group="A"}`))
+}
+
+// A request from a non-loopback address is refused without a token, and
+// with one, reads pass and writes need it. The remote address is simulated:
+// no traffic leaves the loopback interface.
+func TestAccessRules(t *testing.T) {
+	f := startFixture(t, 20, 5)
+	f.stall(t, 20)
+	remote := "10.0.0.1:1234"
+	serve := func(l *ops.Listener, method, target, from, auth string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, target, nil)
+		req.RemoteAddr = from
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		w := httptest.NewRecorder()
+		l.Handler().ServeHTTP(w, req)
+		return w
+	}
+
+	open, err := ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}})
+	require.NoError(t, err)
+	for _, target := range []string{"/", "/status", "/metrics"} {
+		require.Equal(t, http.StatusForbidden, serve(open, http.MethodGet, target, remote, "").Code, target)
+		require.Equal(t, http.StatusForbidden, serve(open, http.MethodGet, target, "[2001:db8::1]:80", "").Code, target)
+		require.Equal(t, http.StatusForbidden, serve(open, http.MethodGet, target, "not an address", "").Code, target)
+		require.Equal(t, http.StatusOK, serve(open, http.MethodGet, target, "127.0.0.1:5000", "").Code, target)
+		require.Equal(t, http.StatusOK, serve(open, http.MethodGet, target, "[::1]:5000", "").Code, target)
+		require.Equal(t, http.StatusOK, serve(open, http.MethodGet, target, "[::ffff:127.0.0.1]:5000", "").Code, target)
+	}
+	w := serve(open, http.MethodPost, "/feeds/in/release?consumer=A", remote, "")
+	require.Equal(t, http.StatusForbidden, w.Code)
+	require.Contains(t, w.Body.String(), "token")
+	st, err := f.srv.FeedStatus("in")
+	require.NoError(t, err)
+	require.True(t, st.Stalled, "a refused release released nothing")
+
+	guarded, err := ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}, Token: "s3cret"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, serve(guarded, http.MethodGet, "/status", remote, "").Code)
+	require.Equal(t, http.StatusOK, serve(guarded, http.MethodGet, "/metrics", remote, "").Code)
+	for _, auth := range []string{"", "Bearer wrong", "Basic s3cret", "s3cret", "Bearer s3cret2"} {
+		for _, from := range []string{remote, "127.0.0.1:5000"} {
+			w := serve(guarded, http.MethodPost, "/feeds/in/release?consumer=A", from, auth)
+			require.Equal(t, http.StatusUnauthorized, w.Code, "auth %q from %s", auth, from)
+			require.Contains(t, w.Header().Get("WWW-Authenticate"), "Bearer")
+		}
+	}
+	st, err = f.srv.FeedStatus("in")
+	require.NoError(t, err)
+	require.True(t, st.Stalled, "an unauthorized release released nothing")
+	w = serve(guarded, http.MethodPost, "/feeds/in/release?consumer=A", remote, "Bearer s3cret")
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	require.NoError(t, f.srv.WaitSettled(context.Background(), "in"))
+}
+
+// A browser's cross-origin POST to the loopback listener is refused: a web
+// page cannot release a hold.
+func TestCrossOriginPostRefused(t *testing.T) {
+	f := startFixture(t, 20, 5)
+	f.stall(t, 20)
+	l, err := ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}})
+	require.NoError(t, err)
+	req := httptest.NewRequest(http.MethodPost, "/feeds/in/release?consumer=A", nil)
+	req.RemoteAddr = "127.0.0.1:5000"
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	w := httptest.NewRecorder()
+	l.Handler().ServeHTTP(w, req)
+	require.Equal(t, http.StatusForbidden, w.Code)
+	st, err := f.srv.FeedStatus("in")
+	require.NoError(t, err)
+	require.True(t, st.Stalled)
+}
+
+func TestConfigErrors(t *testing.T) {
+	f := startFixture(t, 1, 0)
+	_, err := ops.New(ops.Config{})
+	require.ErrorIs(t, err, ops.ErrInvalidConfig)
+	_, err = ops.New(ops.Config{Server: f.srv})
+	require.ErrorIs(t, err, ops.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Feeds")
+	_, err = ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}, Stores: []ops.StoreConfig{{Name: ""}}})
+	require.ErrorIs(t, err, ops.ErrInvalidConfig)
+	_, err = ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}, Stores: []ops.StoreConfig{{Name: "s"}}})
+	require.ErrorIs(t, err, ops.ErrInvalidConfig)
+}
+
+// feedNamer is a Server that lists its feeds.
+type feedNamer struct{ *framework.Server }
+
+func (feedNamer) FeedNames() []string { return []string{"in"} }
+
+func TestFeedNamesFromServer(t *testing.T) {
+	f := startFixture(t, 2, 0)
+	l := startListener(t, ops.Config{Server: feedNamer{f.srv}})
+	_, body := get(t, base(l)+"/status")
+	var r ops.Report
+	require.NoError(t, json.Unmarshal([]byte(body), &r))
+	require.Len(t, r.Feeds, 1)
+}
+
+func TestStartCloseLifecycle(t *testing.T) {
+	f := startFixture(t, 1, 0)
+	l, err := ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}})
+	require.NoError(t, err)
+	require.Nil(t, l.Addr())
+	require.NoError(t, l.Close(), "close before start")
+	require.ErrorIs(t, l.Start(context.Background()), ops.ErrStarted, "no start after close")
+
+	l, err = ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, l.Start(ctx))
+	require.ErrorIs(t, l.Start(ctx), ops.ErrStarted)
+	addr := l.Addr().String()
+	code, _ := get(t, "http://"+addr+"/status")
+	require.Equal(t, http.StatusOK, code)
+	cancel() // the context's end closes the listener
+	waitFor(t, "the listener to close", func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return true
+		}
+		_ = c.Close()
+		return false
+	})
+	require.NoError(t, l.Close())
+
+	// A busy address is an error that names it.
+	l1 := startListener(t, ops.Config{Server: f.srv, Feeds: []string{"in"}})
+	l2, err := ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}, Addr: l1.Addr().String()})
+	require.NoError(t, err)
+	err = l2.Start(context.Background())
+	require.Error(t, err)
+	require.Contains(t, err.Error(), l1.Addr().String())
+	require.False(t, errors.Is(err, ops.ErrStarted))
+}
