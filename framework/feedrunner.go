@@ -370,13 +370,18 @@ func (f *feedRunner) commit() {
 		f.mu.Unlock()
 		return
 	}
-	f.committed = target
 	f.mu.Unlock()
+	// Only the runner commits (and Stop, once the runner has exited), so
+	// f.committed does not change while the source writes.
 	if err := f.src.Commit(target.epoch, target.pos); err != nil {
 		if n := f.commitErrors.Add(1); n == 1 || n%1000 == 0 {
 			f.log.Error("commit failed; the next duty cycle tries again", "epoch", target.epoch, "position", target.pos, "err", err, "errors", n)
 		}
+		return
 	}
+	f.mu.Lock()
+	f.committed = target
+	f.mu.Unlock()
 }
 
 // addQueue makes q a live consumer of the feed.

@@ -47,9 +47,11 @@ type incarnation struct {
 	drain  chan struct{}
 	drainO sync.Once
 	done   chan struct{}
-	// busy is held by the goroutine while it processes a batch, released
-	// while it sleeps between retries or waits for a fence to lift.
-	busy sync.Mutex
+	// busy is a semaphore held by the goroutine while it processes a
+	// batch, released while it sleeps between retries or waits for a
+	// fence to lift. RemoveProcessor passes through it (ctx-bounded) so
+	// that a processor is never stopped while it handles a line.
+	busy chan struct{}
 
 	queues map[string]*queue // by feed name; under g.mu
 	qsnap  atomic.Pointer[[]*queue]
@@ -63,6 +65,7 @@ func newIncarnation(base context.Context) *incarnation {
 		quit:   make(chan struct{}),
 		drain:  make(chan struct{}),
 		done:   make(chan struct{}),
+		busy:   make(chan struct{}, 1),
 		queues: make(map[string]*queue),
 	}
 	inc.qsnap.Store(new([]*queue))
@@ -240,7 +243,7 @@ func (g *group) drained(inc *incarnation) bool {
 // process hands the items of b to the processors. It reports false when
 // the incarnation is stopping.
 func (g *group) process(inc *incarnation, q *queue, b *batch) bool {
-	inc.busy.Lock()
+	inc.busy <- struct{}{}
 	q.beginBatch(b)
 	n := q.finished.Load()
 	ok := true
@@ -273,7 +276,7 @@ items:
 		}
 	}
 	q.endBatch()
-	inc.busy.Unlock()
+	<-inc.busy
 	b.release()
 	return ok
 }
@@ -305,9 +308,9 @@ func (g *group) deliver(inc *incarnation, q *queue, p *procEntry, d dedupe.Deliv
 		if attempt < g.policy.Retries {
 			wait := g.policy.delay(attempt)
 			g.log.Warn("processor failed; retrying", "feed", d.Feed, "processor", p.name, "epoch", d.Epoch, "position", d.Position, "seq", d.Seq, "attempt", attempt+1, "wait", wait, "err", err)
-			inc.busy.Unlock()
+			<-inc.busy
 			slept := sleepCtx(inc.ctx, wait)
-			inc.busy.Lock()
+			inc.busy <- struct{}{}
 			if !slept {
 				return false
 			}
@@ -326,9 +329,9 @@ func (g *group) deliver(inc *incarnation, q *queue, p *procEntry, d dedupe.Deliv
 			g.s.wakeFeeds()
 			g.log.Error("processor failed after its retries: group quarantined; its feeds pause until the fence lifts, the processor or group is removed, or the group restarts",
 				"feed", d.Feed, "processor", p.name, "epoch", d.Epoch, "position", d.Position, "seq", d.Seq, "err", err)
-			inc.busy.Unlock()
+			<-inc.busy
 			lifted := g.waitFence(inc)
-			inc.busy.Lock()
+			inc.busy <- struct{}{}
 			if !lifted {
 				return false
 			}

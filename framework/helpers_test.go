@@ -3,6 +3,7 @@ package framework_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -61,6 +62,9 @@ type memSource struct {
 	traceOn   bool
 	seq       uint64
 	done      bool
+	// failCommits and failPolls make that many calls fail.
+	failCommits int
+	failPolls   int
 }
 
 func newMemSource(n int) *memSource {
@@ -116,6 +120,10 @@ func (s *memSource) Poll(_ context.Context, items []feed.Item) (int, error) {
 	if s.traceOn {
 		s.trace = append(s.trace, "poll")
 	}
+	if s.failPolls > 0 {
+		s.failPolls--
+		return 0, errors.New("disk on fire")
+	}
 	n := 0
 	for n < len(items) && s.next < len(s.lines) {
 		s.seq++
@@ -135,6 +143,10 @@ func (s *memSource) Commit(epoch uint64, position int64) error {
 	defer s.mu.Unlock()
 	if s.traceOn {
 		s.trace = append(s.trace, "commit")
+	}
+	if s.failCommits > 0 {
+		s.failCommits--
+		return errors.New("pointer write failed")
 	}
 	if epoch != s.epoch || position <= s.committed {
 		return nil

@@ -391,8 +391,12 @@ func (s *Server) RemoveProcessor(ctx context.Context, groupName, name string) er
 	s.wakeFeeds()
 	// Wait until the goroutine is between batches (or waiting) so that
 	// Stop never runs while the processor handles a line.
-	inc.busy.Lock()
-	inc.busy.Unlock() //nolint:staticcheck // an empty critical section: a barrier
+	select {
+	case inc.busy <- struct{}{}:
+		<-inc.busy
+	case <-ctx.Done():
+		return fmt.Errorf("framework: remove processor %q from group %q: removed, but not stopped: its group is still handling a batch: %w", name, groupName, ctx.Err())
+	}
 	return g.stopProcessors(ctx, []*procEntry{p})
 }
 

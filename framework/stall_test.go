@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/framework"
@@ -227,4 +228,90 @@ func TestOperatorCallsName(t *testing.T) {
 	require.ErrorIs(t, s.LiftFence("g"), framework.ErrNotFenced)
 	require.ErrorIs(t, s.RestartGroup(context.Background(), "x"), framework.ErrUnknownGroup)
 	require.ErrorIs(t, s.RemoveGroup(context.Background(), "x"), framework.ErrUnknownGroup)
+}
+
+// A source that cannot re-read keeps the containment rule: a removed
+// consumer's unfinished lines are counted as dropped and hold nothing, and a
+// fenced group does not pause the feed (its full queue drops instead).
+func TestNonRereadableSourceDoesNotHold(t *testing.T) {
+	src := newMemSource(10)
+	src.reread = false
+	g := newGate()
+	a := blockAt(g, 1)
+	b := &recProc{feeds: []string{"orders"}}
+	cfg := oneFeed(src, grp("A", "a"), grp("B", "b"))
+	cfg.Feeds[0].Overload = framework.OverloadConfig{} // its default: DropAfterSpin
+	cfg.Feeds[0].QueueCapacity = 1000
+	s := startServer(t, cfg, framework.Registry{"a": a, "b": b})
+	defer g.release()
+	waitFor(t, "A blocked, B done", func() bool { return g.waitingSeq() == 1 && b.count() == 10 })
+	require.NoError(t, s.Unsubscribe("orders", "A"))
+	st := status(t, s, "orders")
+	require.False(t, st.Stalled, "reason: %s", st.StallReason)
+	require.EqualValues(t, 10, st.Dropped, "the removed queue's lost lines are counted, the one being handled too")
+	settle(t, s, "orders")
+	waitFor(t, "commit of everything", func() bool { return src.committedPos() == src.pos(10) })
+}
+
+func TestFencedGroupDoesNotPauseNonRereadableFeed(t *testing.T) {
+	src := newMemSource(10)
+	src.reread = false
+	a := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+		if d.Seq == 2 {
+			return errors.New("down")
+		}
+		return nil
+	}}
+	b := &recProc{feeds: []string{"orders"}}
+	cfg := oneFeed(src, grp("A", "a"), grp("B", "b"))
+	cfg.Feeds[0].Overload = framework.OverloadConfig{Policy: framework.DropAfterSpin, Spin: 1e6}
+	cfg.Feeds[0].QueueCapacity = 1
+	cfg.Feeds[0].BatchSize = 1
+	cfg.Groups[0].Failure = framework.FailurePolicy{Retries: -1, Action: framework.Quarantine}
+	cfg.DrainTimeout = 10 * time.Millisecond // A stays fenced
+	s := startServer(t, cfg, framework.Registry{"a": a, "b": b})
+	waitFor(t, "B fed while A is fenced", func() bool { return b.count() == 10 })
+	st := status(t, s, "orders")
+	require.True(t, st.Groups[0].Fenced)
+	require.False(t, st.Stalled, "reason: %s", st.StallReason)
+	require.True(t, st.Dropped >= 7, "dropped %d", st.Dropped)
+}
+
+// A failed commit is counted, logged, and tried again by a later cycle; a
+// failed poll is counted, logged, and retried.
+func TestCommitAndPollErrorsAreRetried(t *testing.T) {
+	src := newMemSource(10)
+	src.failCommits = 2
+	src.failPolls = 1
+	var logs logBuf
+	p := &recProc{feeds: []string{"orders"}}
+	cfg := oneFeed(src, grp("g", "p"))
+	cfg.Logger = logs.logger()
+	cfg.Feeds[0].BatchSize = 3
+	s := startServer(t, cfg, framework.Registry{"p": p})
+	settle(t, s, "orders")
+	waitFor(t, "commit of everything", func() bool { return src.committedPos() == src.pos(10) })
+	st := status(t, s, "orders")
+	require.EqualValues(t, 2, st.CommitErrors)
+	require.EqualValues(t, 1, st.PollErrors)
+	require.Contains(t, logs.String(), "commit failed; the next duty cycle tries again")
+	require.Contains(t, logs.String(), "feed read failed; retrying after the idle wait")
+	require.Equal(t, 10, p.count())
+}
+
+// A hold taken after lines were committed does not move the pointer back.
+func TestLateHoldKeepsCommittedLines(t *testing.T) {
+	src := newMemSource(10)
+	idle := &countingIdle{}
+	p := &recProc{feeds: []string{"orders"}}
+	s := startServer(t, stallCfg(src, idle, grp("g", "p")), framework.Registry{"p": p})
+	waitFor(t, "commit of everything", func() bool { return src.committedPos() == src.pos(10) })
+	cp := s.Checkpoint("orders", "g")
+	src.appendN(5)
+	waitFor(t, "new lines", func() bool { return p.count() == 15 })
+	idle.wait(t, 3)
+	require.Equal(t, src.pos(10), src.committedPos())
+	require.EqualValues(t, 10, status(t, s, "orders").CommittedSeq)
+	cp.DurableThrough(cp.Mark())
+	waitFor(t, "commit of the new lines", func() bool { return src.committedPos() == src.pos(15) })
 }
