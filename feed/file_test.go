@@ -758,7 +758,7 @@ func TestOversizeLineWhileTailing(t *testing.T) {
 	if len(s.rejects) != 1 || s.rejects[0].Position != 3 || s.rejects[0].End != 104 {
 		t.Fatalf("rejects %+v", s.rejects)
 	}
-	if len(s.fr.buf) > 8+2 {
+	if len(s.fr.buf) > framerBufSize {
 		t.Fatalf("buffer of %d bytes for 8-byte lines", len(s.fr.buf))
 	}
 }

@@ -10,8 +10,8 @@ import (
 // Config.MaxLineBytes is 0: 1 MiB.
 const DefaultMaxLineBytes = 1 << 20
 
-// framerBufSize is the framer's initial read buffer size; it grows for long
-// lines up to MaxLineBytes+2 and shrinks back once they are consumed.
+// framerBufSize is the framer's read buffer size; it grows for lines longer
+// than that, up to MaxLineBytes+2, and shrinks back once they are consumed.
 const framerBufSize = 64 << 10
 
 // minFreeRead is the free space below which the framer compacts its buffer
@@ -39,7 +39,7 @@ const (
 // buffer is compacted, which only happens when fill is called with
 // compact set. A line without its '\n' is kept (never returned) until its
 // terminator arrives. A line longer than max is skipped to its terminator
-// without being buffered whole: the framer holds at most max+2 bytes.
+// without being buffered whole: the buffer never exceeds max(base, max+2).
 type framer struct {
 	buf []byte
 	// r..w is the unconsumed part of buf; newlines are searched from scan
@@ -49,6 +49,8 @@ type framer struct {
 	// the input, counting from the framer's start offset.
 	off int64
 	max int
+	// base is the buffer's usual size.
+	base int
 	// discard is set while bytes are dropped up to and including the next
 	// '\n'; discardStart is the input offset of the first dropped byte.
 	discard      bool
@@ -64,7 +66,8 @@ func newFramer(maxLine int, onSkip func(kind skipKind, start, end int64)) *frame
 		maxLine = DefaultMaxLineBytes
 	}
 	return &framer{
-		buf:    make([]byte, min(framerBufSize, maxLine+2)),
+		buf:    make([]byte, framerBufSize),
+		base:   framerBufSize,
 		max:    maxLine,
 		onSkip: onSkip,
 	}
@@ -78,8 +81,8 @@ func (f *framer) reset(off int64, resync bool) {
 	f.discard = resync
 	f.discardKind = skipResync
 	f.discardStart = off
-	if len(f.buf) > framerBufSize {
-		f.buf = make([]byte, min(framerBufSize, f.max+2))
+	if len(f.buf) > f.base {
+		f.buf = make([]byte, f.base)
 	}
 }
 
@@ -181,9 +184,9 @@ func (f *framer) makeRoom() {
 		f.r, f.w, f.scan = 0, 0, 0
 	}
 	pending := f.w - f.r
-	if len(f.buf) > framerBufSize && pending <= framerBufSize/2 {
+	if len(f.buf) > f.base && pending <= f.base/2 {
 		// A long line was consumed: give the large buffer back.
-		nb := make([]byte, min(framerBufSize, f.max+2))
+		nb := make([]byte, f.base)
 		f.moveTo(nb)
 		return
 	}
@@ -196,7 +199,7 @@ func (f *framer) makeRoom() {
 	}
 	// The buffer is full of one unterminated line of at most max+1 bytes
 	// (frame starts skipping beyond that): grow it, up to max+2.
-	nb := make([]byte, min(2*len(f.buf), f.max+2))
+	nb := make([]byte, max(len(f.buf)+1, min(2*len(f.buf), f.max+2)))
 	f.moveTo(nb)
 }
 

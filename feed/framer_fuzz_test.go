@@ -20,7 +20,10 @@ func FuzzFramer(f *testing.F) {
 		for i, c := range chunks {
 			sizes[i] = int(c%97) + 1
 		}
-		got, pending, _ := runFramer(t, &chunkReader{r: bytes.NewReader(data), sizes: sizes}, m, int(batch%9)+1, 0, false)
+		// A buffer from max+2 bytes up: the smallest exercises every
+		// compaction and growth path.
+		bufSize := m + 2 + int(batch/9)%8
+		got, pending, _ := runFramer(t, &chunkReader{r: bytes.NewReader(data), sizes: sizes}, m, int(batch%9)+1, bufSize, 0, false)
 		want, wantPending := refFrame(data, m)
 		if !slices.Equal(got, want) {
 			t.Fatalf("max %d chunks %v\n got %+v\nwant %+v", m, sizes, got, want)

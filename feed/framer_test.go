@@ -2,6 +2,7 @@ package feed
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -44,10 +45,13 @@ func refFrame(data []byte, maxLine int) ([]refLine, int64) {
 // runFramer drives a framer over rd the way FileSource.Poll does: lines are
 // only copied once a "poll" (a batch of up to batch items) ends, so fill
 // runs without compaction while lines of the batch are in use.
-func runFramer(t testing.TB, rd io.Reader, maxLine, batch int, start int64, resync bool) ([]refLine, int64, *framer) {
+func runFramer(t testing.TB, rd io.Reader, maxLine, batch, bufSize int, start int64, resync bool) ([]refLine, int64, *framer) {
 	t.Helper()
 	var out []refLine
 	f := newFramer(maxLine, nil)
+	if bufSize > 0 {
+		f.base, f.buf = bufSize, make([]byte, bufSize)
+	}
 	f.onSkip = func(kind skipKind, s, e int64) {
 		if kind == skipOversize {
 			out = append(out, refLine{Start: s, End: e, Skip: true})
@@ -56,6 +60,7 @@ func runFramer(t testing.TB, rd io.Reader, maxLine, batch int, start int64, resy
 	f.reset(start, resync)
 	items := make([]Item, batch)
 	eof := false
+	var lastEnd int64
 	for polls := 0; !eof; polls++ {
 		if polls > 1<<22 {
 			t.Fatal("framer does not make progress")
@@ -82,9 +87,16 @@ func runFramer(t testing.TB, rd io.Reader, maxLine, batch int, start int64, resy
 			break
 		}
 		for _, it := range items[:n] {
+			if it.Position <= lastEnd {
+				t.Fatalf("position %d after %d", it.Position, lastEnd)
+			}
+			lastEnd = it.Position
 			out = append(out, refLine{Line: string(it.Line), End: it.Position})
 		}
 	}
+	// Skips are reported while a poll frames, lines when it ends: merge
+	// them in input order.
+	slices.SortStableFunc(out, func(a, b refLine) int { return cmp.Compare(a.End, b.End) })
 	return out, f.pending(), f
 }
 
@@ -118,9 +130,9 @@ func TestFramerCases(t *testing.T) {
 	}
 	for _, tt := range tests {
 		for rname, wrap := range readers {
-			for _, batch := range []int{1, 3, 100} {
-				t.Run(fmt.Sprintf("%s/%s/batch%d", tt.name, rname, batch), func(t *testing.T) {
-					got, pending, _ := runFramer(t, wrap(strings.NewReader(tt.in)), tt.max, batch, 0, false)
+			for _, c := range []struct{ batch, buf int }{{1, 0}, {3, 0}, {100, 0}, {1, tt.max + 2}, {3, 3}} {
+				t.Run(fmt.Sprintf("%s/%s/batch%d/buf%d", tt.name, rname, c.batch, c.buf), func(t *testing.T) {
+					got, pending, _ := runFramer(t, wrap(strings.NewReader(tt.in)), tt.max, c.batch, c.buf, 0, false)
 					if !slices.Equal(got, tt.want) {
 						t.Fatalf("lines\n got %v\nwant %v", got, tt.want)
 					}
@@ -143,7 +155,7 @@ func TestFramerCases(t *testing.T) {
 func TestFramerLongLineGrowsAndShrinks(t *testing.T) {
 	long := strings.Repeat("L", 3*framerBufSize)
 	in := "a\n" + long + "\nb\n" + strings.Repeat("c\n", framerBufSize)
-	got, _, f := runFramer(t, iotest.HalfReader(strings.NewReader(in)), 4*framerBufSize, 7, 0, false)
+	got, _, f := runFramer(t, iotest.HalfReader(strings.NewReader(in)), 4*framerBufSize, 7, 0, 0, false)
 	if len(got) != 3+framerBufSize || got[1].Line != long || got[2].Line != "b" {
 		t.Fatalf("got %d lines; second is %d bytes", len(got), len(got[1].Line))
 	}
@@ -155,7 +167,7 @@ func TestFramerLongLineGrowsAndShrinks(t *testing.T) {
 // TestFramerOversizeBoundedMemory: a huge line is skipped without the buffer
 // growing beyond MaxLineBytes+2.
 func TestFramerOversizeBoundedMemory(t *testing.T) {
-	const maxLine = 100
+	const maxLine = 100 << 10
 	in := io.MultiReader(strings.NewReader("x\n"), &repeatReader{b: 'z', n: 10 << 20}, strings.NewReader("\ny\n"))
 	f := newFramer(maxLine, nil)
 	var skips []refLine
@@ -167,7 +179,7 @@ func TestFramerOversizeBoundedMemory(t *testing.T) {
 		for _, it := range items[:n] {
 			lines = append(lines, string(it.Line))
 		}
-		if len(f.buf) > maxLine+2 {
+		if len(f.buf) > max(framerBufSize, maxLine+2) {
 			t.Fatalf("buffer grew to %d bytes", len(f.buf))
 		}
 		if n > 0 {
@@ -178,6 +190,9 @@ func TestFramerOversizeBoundedMemory(t *testing.T) {
 		}
 	}
 	want := []refLine{{Start: 2, End: 2 + 10<<20 + 1, Skip: true}}
+	if len(f.buf) > maxLine+2 {
+		t.Fatalf("buffer of %d bytes", len(f.buf))
+	}
 	if fmt.Sprint(skips) != fmt.Sprint(want) || fmt.Sprint(lines) != "[x y]" {
 		t.Fatalf("skips %v lines %v", skips, lines)
 	}
