@@ -119,8 +119,10 @@
 //
 // An epoch names a position space: an offset means something only within
 // its epoch. A new epoch is [NewEpoch] of the largest epoch known and the
-// clock: time based, and always larger than any epoch the pointer file
-// held. It is stored in the pointer file at once (at position 0, or at the
+// clock: time based (nanoseconds since 1970), and larger than the epoch of
+// the record it replaces and of every epoch of this run. (The epochs of a
+// pointer file that holds no valid record are unknown: the clock decides.)
+// It is stored in the pointer file at once (at position 0, or at the
 // migrated position of a legacy pointer), so that a crash before the first
 // commit does not lose it. Commits of an older epoch are ignored: lines of a
 // rotated-away file that are acknowledged late never move the new file's

@@ -363,7 +363,10 @@ func (s *FileSource) read(items []Item) (int, error) {
 			checked = true
 			more, err := s.check()
 			if err != nil {
-				return n, err
+				if n > 0 {
+					return n, nil // the next poll meets the error again
+				}
+				return 0, err
 			}
 			if !more {
 				s.caughtUp()
@@ -381,7 +384,10 @@ func (s *FileSource) read(items []Item) (int, error) {
 			return n, nil
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
-			return n, fmt.Errorf("feed: read input %s at offset %d (epoch %d): %w; the next poll retries", s.path, s.fr.off, s.epoch, err)
+			if n > 0 {
+				return n, nil // the next poll meets the error again
+			}
+			return 0, fmt.Errorf("feed: read input %s at offset %d (epoch %d): %w; the next poll retries", s.path, s.fr.off, s.epoch, err)
 		}
 		s.atEOF = true
 		if s.reopenReason != "" {
