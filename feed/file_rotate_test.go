@@ -506,3 +506,35 @@ func TestCopyCompletesPartialLine(t *testing.T) {
 		t.Fatalf("Latest after a copy: %+v", g)
 	}
 }
+
+// TestRotationWithoutPointer: the strategies without a pointer follow a
+// rotation too, reading the new file from 0 (items keep epoch 0).
+func TestRotationWithoutPointer(t *testing.T) {
+	for _, st := range []ReadStrategy{Earliest, Latest} {
+		t.Run(st.String(), func(t *testing.T) {
+			p := input(t, "a\n")
+			s := open(t, p, Config{Strategy: st, FS: noPointerFS(t, p)})
+			s.drain()
+			appendTo(t, p, "b\n")
+			if err := os.Rename(p, p+".1"); err != nil {
+				t.Fatal(err)
+			}
+			write(t, p, "c\n")
+			g := s.drain()
+			if fmt.Sprint(lines(g)) != "[b c]" || g[1].Position != 2 || g[1].Epoch != 0 {
+				t.Fatalf("%+v", g)
+			}
+			if st := s.Status(); st.Reopens[ReasonReplaced] != 1 {
+				t.Fatalf("status %+v", st)
+			}
+			if err := os.Truncate(p, 0); err != nil {
+				t.Fatal(err)
+			}
+			s.drain()
+			appendTo(t, p, "d\n")
+			if g := s.drain(); fmt.Sprint(lines(g)) != "[d]" || g[0].Position != 2 {
+				t.Fatalf("after truncation: %+v", g)
+			}
+		})
+	}
+}
