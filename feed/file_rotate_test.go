@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
@@ -537,4 +538,41 @@ func TestRotationWithoutPointer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOriginConcurrentWithRotation: stores call an Origin's TailHash from
+// their own goroutines while the source rotates and closes its files.
+func TestOriginConcurrentWithRotation(t *testing.T) {
+	p := input(t, "a\n")
+	s := open(t, p, Config{Sync: SyncNever})
+	ctx := context.Background()
+	if n, err := s.Poll(ctx, s.items); n != 1 || err != nil {
+		t.Fatal(n, err)
+	}
+	var origins atomic.Pointer[dedupe.Origin]
+	origins.Store(s.items[0].Origin)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				origins.Load().TailHash(2, 2) // an error once the epoch ended is fine
+			}
+		}
+	}()
+	for i := range 20 {
+		replaceByRename(t, p, fmt.Sprintf("%d\n", i%10))
+		g, err := s.poll()
+		if err != nil || len(g) != 1 {
+			t.Fatalf("round %d: %+v %v", i, g, err)
+		}
+		origins.Store(s.items[0].Origin)
+	}
+	s.Close()
+	close(stop)
+	<-done
 }
