@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tidemark-go/tidemark/dedupe"
@@ -168,5 +169,79 @@ func BenchmarkBareReadSliceFile(b *testing.B) {
 	if n != b.N {
 		b.Fatalf("read %d lines", n)
 	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lines/s")
+}
+
+// lagSource is a sliceSource that measures, at each commit, how many lines
+// the processor had finished beyond the committed line.
+type lagSource struct {
+	sliceSource
+	lineLen   int64
+	processed *atomic.Int64
+	commits   int64
+	lagSum    int64
+	lagMax    int64
+}
+
+func (s *lagSource) Commit(_ uint64, pos int64) error {
+	lag := s.processed.Load() - pos/s.lineLen
+	s.commits++
+	s.lagSum += lag
+	s.lagMax = max(s.lagMax, lag)
+	return nil
+}
+
+type lagProc struct {
+	countProc
+	processed *atomic.Int64
+}
+
+func (p *lagProc) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+	p.processed.Add(1)
+	return p.countProc.Handle(ctx, d, line)
+}
+
+// BenchmarkCommitLag reports how far the pointer trails processing: the
+// lines a processor had finished beyond the committed line, at each commit,
+// with a processor that does a little work per line.
+func BenchmarkCommitLag(b *testing.B) {
+	data := benchLines(b.N)
+	var processed atomic.Int64
+	src := &lagSource{sliceSource: sliceSource{data: data}, lineLen: int64(bytes.IndexByte(data, '\n') + 1), processed: &processed}
+	p := &lagProc{countProc: countProc{want: b.N, done: make(chan struct{})}, processed: &processed}
+	s, err := framework.New(framework.Config{
+		Feeds:  []framework.FeedConfig{{Name: "bench", Source: src, Overload: framework.OverloadConfig{Policy: framework.Pause}}},
+		Groups: []framework.GroupConfig{{Name: "g", Processors: []string{"p"}}},
+	}, framework.Registry{"p": p})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	if err := s.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	<-p.done
+	b.StopTimer()
+	if err := s.Stop(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if src.commits > 0 {
+		b.ReportMetric(float64(src.lagSum)/float64(src.commits), "lag-lines-avg")
+		b.ReportMetric(float64(src.lagMax), "lag-lines-max")
+		b.ReportMetric(float64(src.commits), "commits")
+	}
+}
+
+// BenchmarkServerNoopFileCommitted reads a real file with the COMMITTED
+// strategy: every duty cycle writes (and syncs) the pointer file.
+func BenchmarkServerNoopFileCommitted(b *testing.B) {
+	path := benchFile(b)
+	src, err := feed.NewFileSource(feed.Config{Path: path, Strategy: feed.Committed})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	runNoop(b, src, b.N)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lines/s")
 }

@@ -3,9 +3,13 @@ package framework_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/framework"
@@ -66,3 +70,59 @@ processorGroups:
 	// seq 2, position 14: o-2,25
 	// seq 3, position 20: o-3,5
 }
+
+// A program maps SIGTERM (and Ctrl-C) to a clean stop: the feeds stop
+// reading, the groups drain, and what they finished is committed.
+func Example_signals() {
+	cfg := framework.Config{
+		Feeds:  []framework.FeedConfig{{Name: "orders", File: &framework.FileConfig{Filename: "orders.csv"}}},
+		Groups: []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"printer"}}},
+	}
+	s, err := framework.New(cfg, framework.Registry{"printer": printer{}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := s.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Stop(stopCtx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A host holds a group's commits until its own saves are durable, with the
+// server's checkpoint of (feed, group).
+func ExampleServer_Checkpoint() {
+	dir, _ := os.MkdirTemp("", "tidemark-example")
+	defer os.RemoveAll(dir)
+	input := filepath.Join(dir, "orders.csv")
+	_ = os.WriteFile(input, []byte("o-1,10\no-2,25\no-3,5\n"), 0o644)
+
+	cfg := framework.Config{
+		Feeds:  []framework.FeedConfig{{Name: "orders", File: &framework.FileConfig{Filename: input}, Overload: framework.OverloadConfig{Policy: framework.Pause}}},
+		Groups: []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"quiet"}}},
+	}
+	s, _ := framework.New(cfg, framework.Registry{"quiet": quiet{}})
+	cp := s.Checkpoint("orders", "orders-agent") // before Start: nothing is committed unheld
+	ctx := context.Background()
+	_ = s.Start(ctx)
+	_ = s.WaitSettled(ctx, "orders")
+
+	m := cp.Mark() // everything the group finished so far
+	// ... make the effects of those lines durable, then:
+	cp.DurableThrough(m)
+	_ = s.Stop(ctx) // the stop's commit moves the pointer to the mark
+	st, _ := s.FeedStatus("orders")
+	fmt.Printf("finished %d lines, committed through position %d\n", m.Count, st.CommittedPosition)
+	// Output: finished 3 lines, committed through position 20
+}
+
+type quiet struct{}
+
+func (quiet) Start(_ context.Context, fc *framework.Context) error  { return fc.Subscribe("orders") }
+func (quiet) Handle(context.Context, dedupe.Delivery, []byte) error { return nil }

@@ -71,6 +71,9 @@ func newFeedRunner(s *Server, fc FeedConfig, src feed.Source) *feedRunner {
 		exited:    make(chan struct{}),
 		lastState: feed.StateStarting,
 	}
+	if fc.AgentName != "" {
+		f.log = f.log.With("agent", fc.AgentName)
+	}
 	if f.spin <= 0 {
 		f.spin = DefaultSpin
 	}
