@@ -342,7 +342,7 @@ func (l *Listener) serveFeedStatus(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("feed")
 	st, err := l.cfg.Server.FeedStatus(name)
 	if err != nil {
-		httpError(w, statusOf(err), fmt.Sprintf("status of feed %q: %v", name, err))
+		httpError(w, statusOf(err), err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, NewFeedReport(st))
@@ -365,7 +365,11 @@ func (l *Listener) serveRelease(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := l.cfg.Server.Release(name, consumer); err != nil {
 		l.log.Warn("ops: release refused", "feed", name, "group", consumer, "remote", r.RemoteAddr, "err", err)
-		httpError(w, statusOf(err), fmt.Sprintf("release %q on feed %q: %v", consumer, name, err))
+		msg := err.Error()
+		if errors.Is(err, framework.ErrNoHold) {
+			msg += "; GET /status lists the removed queues that hold a feed"
+		}
+		httpError(w, statusOf(err), msg)
 		return
 	}
 	l.log.Warn("ops: released a removed consumer's hold at an operator's request", "feed", name, "group", consumer, "remote", r.RemoteAddr)

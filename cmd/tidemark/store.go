@@ -122,11 +122,15 @@ func showStore(out io.Writer, st, view state.Store, ns string, feeds, buckets []
 	for _, f := range feeds {
 		l, ok := view.Applied(f)
 		if !ok {
-			fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\t-\t(nothing applied)\n", f)
+			fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\t-\n", f)
 			continue
 		}
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d bytes %016x\t%d bytes %016x\n", f, l.Epoch, l.Position,
 			l.Identity.Dev, l.Identity.Ino, l.Fingerprint.Len, l.Fingerprint.Hash, l.TailLen, l.TailHash)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "(- : nothing applied for that feed in this namespace)")
+	return nil
 }
