@@ -160,7 +160,7 @@ type core struct {
 	eng       engine
 	log       *slog.Logger
 
-	applyMu sync.Mutex // serializes Apply and View
+	applySem chan struct{} // a token: serializes Apply and View
 
 	outMu   sync.Mutex // serializes output declarations
 	outputs map[string]*Output
@@ -193,6 +193,7 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 		eng:      eng,
 		log:      o.logger(),
 		outputs:  make(map[string]*Output),
+		applySem: make(chan struct{}, 1),
 		cur:      newBatch(),
 		changed:  make(chan struct{}),
 		latest:   make(map[feedKey]*staged),
@@ -314,8 +315,10 @@ func (c *core) cut() *batch {
 }
 
 func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(tx *Tx) error) (bool, error) {
-	c.applyMu.Lock()
-	defer c.applyMu.Unlock()
+	if err := c.acquire(ctx); err != nil {
+		return false, fmt.Errorf("apply feed %q epoch %d position %d: waiting for another Apply: %w", d.Feed, d.Epoch, d.Position, err)
+	}
+	defer c.release()
 
 	fk := feedKey{ns, d.Feed}
 	c.mu.Lock()
@@ -405,6 +408,19 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 	c.mu.Unlock()
 	return true, nil
 }
+
+// acquire takes the token that serializes Apply and View, or gives up when
+// ctx is done.
+func (c *core) acquire(ctx context.Context) error {
+	select {
+	case c.applySem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *core) release() { <-c.applySem }
 
 func (c *core) applyErr(d dedupe.Delivery, err error) error {
 	return fmt.Errorf("apply feed %q epoch %d position %d in store %s: %w", d.Feed, d.Epoch, d.Position, c.dir, err)
@@ -670,8 +686,8 @@ func (s *nsStore) Apply(ctx context.Context, d dedupe.Delivery, fn func(tx *Tx) 
 }
 
 func (s *nsStore) View(fn func(tx *Tx) error) error {
-	s.c.applyMu.Lock()
-	defer s.c.applyMu.Unlock()
+	_ = s.c.acquire(context.Background())
+	defer s.c.release()
 	s.c.mu.Lock()
 	closed := s.c.closed
 	s.c.mu.Unlock()
@@ -692,10 +708,10 @@ func (s *nsStore) Applied(feed string) (dedupe.Lineage, bool) {
 }
 
 func (s *nsStore) Bind(feed string, cp *checkpoint.Checkpoint) error { return s.c.bind(feed, cp) }
-func (s *nsStore) Namespace(name string) Store                      { return &nsStore{c: s.c, ns: name} }
-func (s *nsStore) Output(name string) (*Output, error)              { return s.c.output(name) }
-func (s *nsStore) Flush(ctx context.Context) error                  { return s.c.flush(ctx) }
-func (s *nsStore) Close() error                                     { return s.c.close() }
-func (s *nsStore) Stats() Stats                                     { return s.c.statsNow() }
-func (s *nsStore) Dir() string                                      { return s.c.dir }
-func (s *nsStore) Backend() string                                  { return s.c.kind }
+func (s *nsStore) Namespace(name string) Store                       { return &nsStore{c: s.c, ns: name} }
+func (s *nsStore) Output(name string) (*Output, error)               { return s.c.output(name) }
+func (s *nsStore) Flush(ctx context.Context) error                   { return s.c.flush(ctx) }
+func (s *nsStore) Close() error                                      { return s.c.close() }
+func (s *nsStore) Stats() Stats                                      { return s.c.statsNow() }
+func (s *nsStore) Dir() string                                       { return s.c.dir }
+func (s *nsStore) Backend() string                                   { return s.c.kind }

@@ -1,0 +1,192 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidemark-go/tidemark/checkpoint"
+	"github.com/tidemark-go/tidemark/dedupe"
+)
+
+// backend is one row of the conformance table: how to open a store of that
+// backend in a directory. A new backend adds a row.
+type backend struct {
+	name string
+	open func(dir string, o *Options) (Store, error)
+}
+
+func backends() []backend {
+	return []backend{
+		{Bolt, OpenBolt},
+		{Pebble, OpenPebble},
+	}
+}
+
+// forEachBackend runs fn as a subtest per backend.
+func forEachBackend(t *testing.T, fn func(t *testing.T, be backend)) {
+	for _, be := range backends() {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, be)
+		})
+	}
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// opts returns options for tests: quiet, and batches that only a test cuts
+// (by Flush or by reaching BatchSize) unless it says otherwise.
+func testOpts() *Options {
+	return &Options{Logger: quietLogger(), BatchSize: 1 << 20, BatchInterval: time.Hour}
+}
+
+func mustOpen(t testing.TB, be backend, dir string, o *Options) Store {
+	t.Helper()
+	if o.Logger == nil {
+		o.Logger = quietLogger()
+	}
+	s, err := be.open(dir, o)
+	if err != nil {
+		t.Fatalf("open %s store %s: %v", be.name, dir, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+const lineLen = 10 // every test line is 10 bytes: line n ends at n*lineLen
+
+func del(feed string, epoch uint64, n int) dedupe.Delivery {
+	return dedupe.Delivery{Feed: feed, Epoch: epoch, Position: int64(n) * lineLen, Seq: uint64(n)}
+}
+
+// applyLine applies line n of feed f: it counts it and adds n to a sum.
+func applyLine(t testing.TB, s Store, d dedupe.Delivery) bool {
+	t.Helper()
+	ok, err := s.Apply(context.Background(), d, func(tx *Tx) error {
+		if _, err := tx.AddInt64([]byte("count"), 1); err != nil {
+			return err
+		}
+		_, err := tx.AddInt64([]byte("sum"), d.Position/lineLen)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("apply %+v: %v", d, err)
+	}
+	return ok
+}
+
+func getInt(t testing.TB, s Store, key string) int64 {
+	t.Helper()
+	var n int64
+	err := s.View(func(tx *Tx) error {
+		var err error
+		n, err = tx.GetInt64([]byte(key))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("view %s: %v", key, err)
+	}
+	return n
+}
+
+// waitFor polls cond until it holds, failing after a generous deadline.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// progress is a controllable queue progress for a checkpoint: finish
+// counts an item as finished.
+type progress struct {
+	n atomic.Uint64
+}
+
+func (p *progress) finish()               { p.n.Add(1) }
+func (p *progress) set(n uint64)          { p.n.Store(n) }
+func (p *progress) mark() checkpoint.Mark { n := p.n.Load(); return checkpoint.Mark{Count: n, Seq: n} }
+
+// hold returns a held checkpoint of (feed, "g") bound to p.
+func hold(feed string, p *progress) *checkpoint.Checkpoint {
+	reg := checkpoint.NewRegistry()
+	cp := reg.Hold(feed, "g")
+	reg.Bind(feed, "g", p.mark)
+	return cp
+}
+
+func durableCount(cp *checkpoint.Checkpoint) uint64 {
+	m, _ := cp.Durable()
+	return m.Count
+}
+
+// gate blocks the committer in a hook until opened.
+type gate struct {
+	mu      sync.Mutex
+	entered chan struct{}
+	release chan struct{}
+	armed   bool
+}
+
+func newGate() *gate { return &gate{entered: make(chan struct{}, 100), release: make(chan struct{})} }
+
+func (g *gate) hook() {
+	g.mu.Lock()
+	armed := g.armed
+	g.mu.Unlock()
+	if !armed {
+		return
+	}
+	g.entered <- struct{}{}
+	<-g.release
+}
+
+func (g *gate) arm() { g.mu.Lock(); g.armed = true; g.mu.Unlock() }
+func (g *gate) open() {
+	g.mu.Lock()
+	g.armed = false
+	g.mu.Unlock()
+	close(g.release)
+}
+
+// file is an input file in memory that an Origin can read back.
+type file struct {
+	mu    sync.Mutex
+	data  []byte
+	ident dedupe.Identity
+	reads atomic.Int64
+}
+
+func fnv64(b []byte) uint64 { h := fnv.New64a(); h.Write(b); return h.Sum64() }
+
+func (f *file) origin() *dedupe.Origin {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := min(len(f.data), 4096)
+	return &dedupe.Origin{
+		Identity:    f.ident,
+		Fingerprint: dedupe.Fingerprint{Len: n, Hash: fnv64(f.data[:n])},
+		TailHash:    f.tailHash,
+	}
+}
+
+func (f *file) tailHash(pos int64, n int) (uint64, error) {
+	f.reads.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if pos > int64(len(f.data)) || int64(n) > pos {
+		return 0, errors.New("file shorter than the position")
+	}
+	return fnv64(f.data[pos-int64(n) : pos]), nil
+}
