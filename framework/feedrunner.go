@@ -34,6 +34,9 @@ type feedRunner struct {
 	wake  chan struct{}
 	timer *time.Timer
 	seq   uint64 // last sequence number given; runner-owned
+	// unsent is a batch read and handed to no queue, because every
+	// consumer was removed meanwhile; the next live consumer gets it.
+	unsent *batch
 
 	// mu guards the consumers and the runner's view of its progress. The
 	// runner holds it while it polls, so that status never sees lines that
@@ -164,7 +167,11 @@ func (f *feedRunner) run(ctx context.Context, stop <-chan struct{}) {
 			idle++
 			continue
 		}
-		b := f.poll(ctx)
+		b := f.unsent
+		f.unsent = nil
+		if b == nil {
+			b = f.poll(ctx)
+		}
 		if b == nil {
 			if !f.sleep(stop, f.idle.Idle(idle)) {
 				return
@@ -262,10 +269,12 @@ func (f *feedRunner) poll(ctx context.Context) *batch {
 // false when the server stopped the feed meanwhile.
 func (f *feedRunner) handoff(b *batch, snap []*queue, stop <-chan struct{}) bool {
 	ok := true
+	receivers := 0
 	for _, q := range snap {
 		if q.removed.Load() {
 			continue
 		}
+		receivers++
 		b.refs.Add(1)
 		sent, stopped := f.send(q, b, stop)
 		if !sent {
@@ -275,6 +284,12 @@ func (f *feedRunner) handoff(b *batch, snap []*queue, stop <-chan struct{}) bool
 			ok = false
 			break
 		}
+	}
+	if ok && receivers == 0 {
+		// Every consumer went away before the batch reached one: keep it
+		// for the next subscriber rather than commit lines nobody got.
+		f.unsent = b
+		return true
 	}
 	if ok {
 		f.mu.Lock()

@@ -3,10 +3,13 @@ package framework_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/framework"
 )
 
@@ -314,4 +317,69 @@ func TestLateHoldKeepsCommittedLines(t *testing.T) {
 	require.EqualValues(t, 10, status(t, s, "orders").CommittedSeq)
 	cp.DurableThrough(cp.Mark())
 	waitFor(t, "commit of the new lines", func() bool { return src.committedPos() == src.pos(15) })
+}
+
+// hookSource calls before at the start of each Poll that has lines to give.
+type hookSource struct {
+	*memSource
+	before func()
+}
+
+func (h *hookSource) Poll(ctx context.Context, items []feed.Item) (int, error) {
+	h.memSource.mu.Lock()
+	more := h.memSource.next < len(h.memSource.lines)
+	h.memSource.mu.Unlock()
+	if more && h.before != nil {
+		h.before()
+	}
+	return h.memSource.Poll(ctx, items)
+}
+
+// A batch read while its only consumer is being removed is never committed
+// unless a consumer got it: if the removal wins, the batch waits for the
+// next subscriber.
+func TestBatchReadDuringRemovalIsNotLost(t *testing.T) {
+	for i := range 10 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			src := newMemSource(5)
+			idle := &countingIdle{}
+			a := &recProc{feeds: []string{"orders"}}
+			hs := &hookSource{memSource: src}
+			cfg := stallCfg(src, idle, grp("A", "a"))
+			cfg.Feeds[0].Source = hs
+			var s *framework.Server
+			removed := make(chan error, 1)
+			var once sync.Once
+			hs.before = func() {
+				if src.next == 5 { // the second batch: remove A while it is read
+					once.Do(func() { go func() { removed <- s.Unsubscribe("orders", "A") }() })
+				}
+			}
+			s = startServer(t, cfg, framework.Registry{"a": a})
+			waitFor(t, "first batch", func() bool { return a.count() == 5 })
+			src.appendN(5)
+			require.NoError(t, <-removed)
+			idle.wait(t, 3)
+			// Whoever won, the pointer is not past a line A did not finish.
+			require.LessOrEqual(t, src.committedPos(), src.pos(a.count()))
+			require.NoError(t, s.RestartGroup(context.Background(), "A"))
+			waitFor(t, "every line finished by someone", func() bool {
+				seen := map[string]bool{}
+				for _, g := range a.all() {
+					seen[g.line] = true
+				}
+				return len(seen) == 10 || status(t, s, "orders").Stalled
+			})
+			idle.wait(t, 3)
+			finished := map[int64]bool{}
+			for _, g := range a.all() {
+				finished[g.d.Position] = true
+			}
+			for j := 1; j <= 10; j++ {
+				if src.pos(j) <= src.committedPos() && !finished[src.pos(j)] {
+					t.Fatalf("committed through %d, past line %d that no consumer finished", src.committedPos(), j)
+				}
+			}
+		})
+	}
 }
