@@ -1,0 +1,168 @@
+package feed
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const sourceChildEnv = "TIDEMARK_SOURCE_CHILD"
+
+// killLine is the fixed-width line i of the kill test's input: line i ends
+// at position 12*i.
+func killLine(i int) string { return fmt.Sprintf("line-%06d\n", i) }
+
+// sourceChild is the child process of TestFileSourceKill: it reads its input
+// with a Committed source in batches of 7, prints "processed <position>" for
+// every line, then commits the batch and prints "committed <position>".
+func sourceChild(path string) {
+	s, err := NewFileSource(Config{Path: path})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	items := make([]Item, 7)
+	for {
+		n, err := s.Poll(context.Background(), items)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		if n == 0 {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		for _, it := range items[:n] {
+			fmt.Fprintf(os.Stdout, "processed %d %d\n", it.Epoch, it.Position) // unbuffered: one write per line
+		}
+		last := items[n-1]
+		if err := s.Commit(last.Epoch, last.Position); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		fmt.Fprintf(os.Stdout, "committed %d %d\n", last.Epoch, last.Position)
+	}
+}
+
+// TestFileSourceKill kills a real process reading with a Committed source
+// with SIGKILL, several times, at moments chosen by its progress. After
+// each kill the pointer is in the child's epoch, at a line start, at or
+// after the last commit the child reported and at most one batch later; a
+// restart delivers the line at the pointer first. Over all runs every line
+// is processed: duplicates, never a gap.
+func TestFileSourceKill(t *testing.T) {
+	if v := os.Getenv(sourceChildEnv); v != "" {
+		sourceChild(v)
+		return
+	}
+	if testing.Short() {
+		t.Skip("starts child processes")
+	}
+	const total = 20000
+	p := filepath.Join(t.TempDir(), "in.log")
+	var b strings.Builder
+	for i := 1; i <= total; i++ {
+		b.WriteString(killLine(i))
+	}
+	write(t, p, b.String())
+	processed := make([]bool, total+1)
+	var epoch uint64
+	for round, commits := range []int{1, 50, 300} {
+		ep, last, seen := runSourceChild(t, p, commits)
+		for _, pos := range seen {
+			processed[pos/12] = true
+		}
+		if epoch != 0 && ep != epoch {
+			t.Fatalf("round %d: the child read in epoch %d, want the kept epoch %d", round, ep, epoch)
+		}
+		epoch = ep
+		res := loadPointer(t, p)
+		if !res.Found || res.Pointer.Epoch != epoch {
+			t.Fatalf("round %d: pointer %+v, want epoch %d", round, res, epoch)
+		}
+		pos := res.Pointer.Position
+		if pos < last || pos > last+7*12 || pos%12 != 0 {
+			t.Fatalf("round %d: pointer at %d; the child reported committing %d", round, pos, last)
+		}
+		for i := int64(1); i <= pos/12; i++ {
+			if !processed[i] {
+				t.Fatalf("round %d: the pointer %d passes line %d, which was never processed", round, pos, i)
+			}
+		}
+	}
+	// The last run, in process, reads the rest.
+	s := open(t, p, Config{})
+	g := s.drain()
+	if len(g) == 0 || g[0].Epoch != epoch || g[0].Position != loadPointer(t, p).Pointer.Position+12 {
+		t.Fatalf("restart: first line %+v", g[:min(1, len(g))])
+	}
+	for _, x := range g {
+		processed[x.Position/12] = true
+	}
+	for i := 1; i <= total; i++ {
+		if !processed[i] {
+			t.Fatalf("line %d was never processed", i)
+		}
+	}
+}
+
+// runSourceChild runs the child until it reported at least commits commits,
+// kills it with SIGKILL, and returns its epoch, the last position it
+// reported committed, and the positions it reported processed.
+func runSourceChild(t *testing.T, path string, commits int) (uint64, int64, []int64) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFileSourceKill$", "-test.count=1")
+	cmd.Env = append(os.Environ(), sourceChildEnv+"="+path)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	timer := time.AfterFunc(deadline, func() { cmd.Process.Kill() })
+	defer timer.Stop()
+	var epoch uint64
+	var last int64
+	var seen []int64
+	n := 0
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 3 {
+			continue
+		}
+		e, _ := strconv.ParseUint(f[1], 10, 64)
+		pos, _ := strconv.ParseInt(f[2], 10, 64)
+		epoch = e
+		switch f[0] {
+		case "processed":
+			seen = append(seen, pos)
+		case "committed":
+			last = pos
+			n++
+			if n >= commits && !killed {
+				killed = true
+				if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	err = cmd.Wait()
+	if !killed {
+		t.Fatalf("the child ended before it was killed: %v\n%s", err, stderr.String())
+	}
+	return epoch, last, seen
+}
