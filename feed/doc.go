@@ -30,10 +30,13 @@
 //	...
 //	items := make([]feed.Item, 256)
 //	for {
-//		n, err := src.Poll(ctx, items)   // never blocks
-//		... handle items[:n], then, once they are processed:
-//		src.Commit(items[n-1].Epoch, items[n-1].Position)
-//		if n == 0 { back off }
+//		n, err := src.Poll(ctx, items) // never blocks; ErrDone ends a once strategy
+//		if n == 0 {
+//			// back off (the framework's idle strategy), then poll again
+//			continue
+//		}
+//		// process items[:n]; once they are processed:
+//		err = src.Commit(items[n-1].Epoch, items[n-1].Position)
 //	}
 //
 // # Lines and positions
