@@ -104,8 +104,12 @@ type Config struct {
 	// DefaultRefresh.
 	Refresh time.Duration
 	// Logger receives the listener's records (start, stop, releases,
-	// refused requests). Nil discards them.
+	// refused requests, and the Watcher's). Nil discards them.
 	Logger *slog.Logger
+	// Watch, when positive, makes the listener run a [Watcher] this often
+	// while it runs: one log record per stall, reopen, drop or failed
+	// commit. Zero means no watcher.
+	Watch time.Duration
 }
 
 // Listener is the operator's HTTP endpoint of a running server:
@@ -131,6 +135,9 @@ type Listener struct {
 	served chan struct{}
 	stop   func() bool
 	closed bool
+	// watchStop and watched stop and wait for the watcher; nil without one.
+	watchStop context.CancelFunc
+	watched   chan struct{}
 }
 
 // New checks cfg, registers the metrics and builds the handler. Nothing
@@ -229,6 +236,15 @@ func (l *Listener) Start(ctx context.Context) error {
 		}
 	}()
 	l.stop = context.AfterFunc(ctx, func() { _ = l.Close() })
+	if l.cfg.Watch > 0 {
+		wctx, cancel := context.WithCancel(context.Background())
+		l.watchStop, l.watched = cancel, make(chan struct{})
+		w := l.newWatcher()
+		go func() {
+			defer close(l.watched)
+			w.Run(wctx, l.cfg.Watch)
+		}()
+	}
 	attrs := []any{"addr", ln.Addr().String(), "token", l.cfg.Token != ""}
 	if !isLoopbackListen(ln.Addr()) && l.cfg.Token == "" {
 		l.log.Warn("ops: listener bound to a non-loopback address without a token: requests from other hosts are refused; set a token to allow them", attrs...)
@@ -261,8 +277,13 @@ func (l *Listener) Close() error {
 	}
 	l.closed = true
 	srv, served, stop := l.srv, l.served, l.stop
+	watchStop, watched := l.watchStop, l.watched
 	l.mu.Unlock()
 	stop()
+	if watchStop != nil {
+		watchStop()
+		<-watched
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	err := srv.Shutdown(ctx)
