@@ -551,9 +551,6 @@ func TestOpenErrors(t *testing.T) {
 
 func TestStoreIsLockedByOneProcess(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
-		if be.name == Pebble {
-			t.Skip("Pebble refuses a second open at once; no timeout to test")
-		}
 		dir := t.TempDir()
 		mustOpen(t, be, dir, testOpts())
 		o := testOpts()

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
@@ -27,11 +30,29 @@ func openPebble(dir string, opts *Options) (*pebbleEngine, error) {
 		FS:     fs,
 		Logger: pebbleLogger{log: opts.logger()},
 	}
-	db, err := pebble.Open(path, po)
-	if err != nil {
-		return nil, fmt.Errorf("open pebble %s: %w", path, err)
+	// Pebble does not wait for another holder of its lock: retry until
+	// the lock timeout, as bbolt does.
+	deadline := time.Now().Add(opts.lockTimeout())
+	for {
+		db, err := pebble.Open(path, po)
+		if err == nil {
+			return &pebbleEngine{db: db}, nil
+		}
+		if !pebbleLocked(err) {
+			return nil, fmt.Errorf("open pebble %s: %w", path, err)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("open pebble %s: another process holds it (waited %v): %w: %w", path, opts.lockTimeout(), ErrLocked, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return &pebbleEngine{db: db}, nil
+}
+
+// pebbleLocked reports whether Open failed on Pebble's LOCK file: held by
+// another process (EAGAIN from flock) or by this one.
+func pebbleLocked(err error) bool {
+	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) ||
+		strings.Contains(err.Error(), "lock held by current process")
 }
 
 func (e *pebbleEngine) get(key []byte) ([]byte, bool, error) {

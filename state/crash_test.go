@@ -1,0 +1,325 @@
+package state
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidemark-go/tidemark/checkpoint"
+)
+
+// The crash tests re-execute the test binary as a child that applies the
+// lines of a feed to a store, driving a checkpoint, and writes the "pointer"
+// (the durable mark's position) as a feed would. The parent kills it with
+// SIGKILL once it reported enough progress, then checks on disk that:
+//
+//   - the state and the recorded position agree: the counter of applied
+//     lines is the recorded position's line number, and the output file
+//     holds exactly lines 1 to that number;
+//   - the pointer is never ahead of the recorded position (invariant 5).
+//
+// The next child resumes from the pointer, as the feed would after a
+// restart: the re-delivered lines are skipped. The last run finishes and
+// every line is applied and written exactly once.
+
+const (
+	envCrashChild = "TIDEMARK_STATE_CRASH_CHILD"
+	crashLines    = 20000
+	pointerFile   = "pointer"
+)
+
+type crashConfig struct {
+	backend string
+	sync    bool
+	// stopAfterOutput makes the child stop (block, to be killed) right
+	// after the output bytes of batch number stopAfterOutput are synced and
+	// before the backend transaction: the kill lands in that window.
+	stopAfterOutput int
+}
+
+func (c crashConfig) env(dir string) []string {
+	return append(os.Environ(),
+		envCrashChild+"=1",
+		"CRASH_DIR="+dir,
+		"CRASH_BACKEND="+c.backend,
+		"CRASH_SYNC="+strconv.FormatBool(c.sync),
+		"CRASH_STOP_AFTER_OUTPUT="+strconv.Itoa(c.stopAfterOutput),
+	)
+}
+
+// TestCrashChild is the child; it does nothing in a normal run.
+func TestCrashChild(t *testing.T) {
+	if os.Getenv(envCrashChild) == "" {
+		t.Skip("child of the crash tests")
+	}
+	dir := os.Getenv("CRASH_DIR")
+	o := &Options{Logger: quietLogger(), BatchSize: 64, BatchInterval: 2 * time.Millisecond}
+	o.Sync, _ = strconv.ParseBool(os.Getenv("CRASH_SYNC"))
+	stopAt, _ := strconv.Atoi(os.Getenv("CRASH_STOP_AFTER_OUTPUT"))
+	if stopAt > 0 {
+		batches := 0
+		o.hooks = &hooks{afterOutput: func() {
+			batches++
+			if batches == stopAt {
+				fmt.Println("stopped after output")
+				select {} // wait for the kill
+			}
+		}}
+	}
+	s, err := Open(os.Getenv("CRASH_BACKEND")+":"+dir, o)
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(2)
+	}
+	var p progress
+	reg := checkpoint.NewRegistry()
+	cp := reg.Hold("f", "g")
+	ptr := readPointer(dir)
+	reg.Bind("f", "g", func() checkpoint.Mark {
+		n := p.n.Load()
+		return checkpoint.Mark{Count: n, Epoch: 1, Position: ptr + int64(n)*lineLen}
+	})
+	if err := s.Bind("f", cp); err != nil {
+		fmt.Println("error", err)
+		os.Exit(2)
+	}
+	// The feed's commit: write the durable mark's position as the pointer.
+	go func() {
+		var last uint64
+		for {
+			if m, _ := cp.Durable(); m.Count > last {
+				last = m.Count
+				writePointer(dir, m.Position)
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+	ctx := context.Background()
+	for n := int(ptr/lineLen) + 1; n <= crashLines; n++ {
+		_, err := s.Apply(ctx, del("f", 1, n), func(tx *Tx) error {
+			if _, err := tx.AddInt64([]byte("count"), 1); err != nil {
+				return err
+			}
+			if _, err := tx.AddInt64([]byte("sum"), int64(n)); err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(tx.Output("out.csv"), "%d\n", n)
+			return err
+		})
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(2)
+		}
+		p.finish()
+		if n%50 == 0 {
+			fmt.Println("progress", n)
+		}
+	}
+	if err := s.Close(); err != nil {
+		fmt.Println("error", err)
+		os.Exit(2)
+	}
+	if m, _ := cp.Durable(); m.Count > 0 {
+		writePointer(dir, m.Position)
+	}
+	fmt.Println("done")
+}
+
+func readPointer(dir string) int64 {
+	b, err := os.ReadFile(filepath.Join(dir, pointerFile))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+func writePointer(dir string, pos int64) {
+	tmp := filepath.Join(dir, pointerFile+".tmp")
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(pos, 10)), 0o644); err == nil {
+		os.Rename(tmp, filepath.Join(dir, pointerFile))
+	}
+}
+
+// runChild runs a child until it prints a line for which stop returns
+// true (then kills it with SIGKILL), or until it ends. It returns whether
+// the child finished.
+func runChild(t *testing.T, cfg crashConfig, dir string, stop func(line string) bool) (finished bool) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
+	cmd.Env = cfg.env(dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "error") {
+			t.Errorf("child: %s", line)
+		}
+		if line == "done" {
+			finished = true
+		}
+		if !killed && stop != nil && stop(line) {
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed = true
+		}
+	}
+	err = cmd.Wait()
+	if !killed && err != nil {
+		t.Fatalf("child failed: %v", err)
+	}
+	return finished
+}
+
+// checkAgree opens the store in dir and checks that the state, the
+// recorded position, the output and the pointer agree. It returns the
+// number of lines recorded as applied.
+func checkAgree(t *testing.T, dir string) int64 {
+	t.Helper()
+	s, err := OpenDir(dir, &Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l, _ := s.Applied("f")
+	n := l.Position / lineLen
+	if count := getInt(t, s, "count"); count != n {
+		t.Fatalf("count %d, but the recorded position is line %d", count, n)
+	}
+	if sum := getInt(t, s, "sum"); sum != n*(n+1)/2 {
+		t.Fatalf("sum %d, want %d for %d lines", sum, n*(n+1)/2, n)
+	}
+	out, err := os.ReadFile(filepath.Join(dir, "out.csv"))
+	if err != nil && n > 0 {
+		t.Fatal(err)
+	}
+	checkOutput(t, out, n)
+	if ptr := readPointer(dir); ptr > l.Position {
+		t.Fatalf("pointer %d is ahead of the recorded position %d", ptr, l.Position)
+	}
+	return n
+}
+
+// checkOutput checks that out is lines 1 to n, each once.
+func checkOutput(t *testing.T, out []byte, n int64) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if n == 0 {
+		if len(out) != 0 {
+			t.Fatalf("output %q with nothing applied", out)
+		}
+		return
+	}
+	if int64(len(lines)) != n {
+		t.Fatalf("output has %d lines, state has %d", len(lines), n)
+	}
+	for i, line := range lines {
+		if line != strconv.Itoa(i+1) {
+			t.Fatalf("output line %d is %q", i+1, line)
+		}
+	}
+}
+
+func TestCrashMidBatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test")
+	}
+	for _, cfg := range []crashConfig{
+		{backend: Bolt}, {backend: Pebble},
+		{backend: Bolt, sync: true}, {backend: Pebble, sync: true},
+	} {
+		name := cfg.backend
+		if cfg.sync {
+			name += "/sync"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			kills := []int{1000, 2600, 5000}
+			if cfg.sync {
+				kills = []int{200, 450}
+			}
+			var last int64
+			for i, target := range kills {
+				runChild(t, cfg, dir, func(line string) bool {
+					var n int
+					_, err := fmt.Sscanf(line, "progress %d", &n)
+					return err == nil && n >= target
+				})
+				n := checkAgree(t, dir)
+				t.Logf("kill %d at progress >= %d: %d lines recorded, pointer at line %d", i+1, target, n, readPointer(dir)/lineLen)
+				if n < last {
+					t.Fatalf("recorded position went back from line %d to %d", last, n)
+				}
+				last = n
+			}
+			if cfg.sync {
+				return // the batched runs finish the file
+			}
+			if !runChild(t, cfg, dir, nil) {
+				t.Fatal("the last run did not finish")
+			}
+			if n := checkAgree(t, dir); n != crashLines {
+				t.Fatalf("after the last run %d lines applied, want %d", n, crashLines)
+			}
+		})
+	}
+}
+
+// TestCrashBetweenOutputAndSave kills the child after a batch's output is
+// synced and before its state is saved: the bytes are in the file, past the
+// committed length. After the restart they are cut off, and the replay
+// writes every line exactly once.
+func TestCrashBetweenOutputAndSave(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test")
+	}
+	for _, be := range []string{Bolt, Pebble} {
+		t.Run(be, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			cfg := crashConfig{backend: be, stopAfterOutput: 5}
+			runChild(t, cfg, dir, func(line string) bool { return line == "stopped after output" })
+			out, _ := os.ReadFile(filepath.Join(dir, "out.csv"))
+			s, err := OpenDir(dir, &Options{Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := s.Output("out.csv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			committed := o.Committed()
+			s.Close()
+			if int64(len(out)) <= committed {
+				t.Fatalf("the kill missed the window: output %d bytes, committed %d", len(out), committed)
+			}
+			n := checkAgree(t, dir)
+			t.Logf("killed with %d output bytes past the committed %d; %d lines recorded", int64(len(out))-committed, committed, n)
+			cfg.stopAfterOutput = 0
+			if !runChild(t, cfg, dir, nil) {
+				t.Fatal("the restart did not finish")
+			}
+			if n := checkAgree(t, dir); n != crashLines {
+				t.Fatalf("after the restart %d lines applied, want %d", n, crashLines)
+			}
+		})
+	}
+}
