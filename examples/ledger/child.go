@@ -238,3 +238,13 @@ func (c *child) doneEvent() map[string]int64 {
 	}
 	return c.done.fields
 }
+
+// exitedNow reports whether the child has exited.
+func (c *child) exitedNow() bool {
+	select {
+	case <-c.exited:
+		return true
+	default:
+		return false
+	}
+}

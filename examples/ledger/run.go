@@ -410,7 +410,13 @@ func startEvents(w io.Writer, st, ns state.Store, pointerPath string, appliedAtO
 			s := st.Stats()
 			for _, p := range ptrs {
 				if ok && p.Epoch == durable.Epoch && p.Position > durable.Position {
-					fmt.Fprintf(w, "%s epoch=%d pointer=%d durable=%d\n", evAhead, p.Epoch, p.Position, durable.Position)
+					var mark checkpoint.Mark
+					select {
+					case <-proc.cpReady:
+						mark, _ = proc.cp.Durable()
+					default:
+					}
+					fmt.Fprintf(w, "%s epoch=%d pointer=%d durable=%d mark_count=%d mark_position=%d\n", evAhead, p.Epoch, p.Position, durable.Position, mark.Count, mark.Position)
 				}
 			}
 			if first || s.Commits != last.commits || durable.Position != last.pos {
