@@ -245,4 +245,3 @@ func BenchmarkServerNoopFileCommitted(b *testing.B) {
 	runNoop(b, src, b.N)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lines/s")
 }
-
