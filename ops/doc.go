@@ -62,9 +62,21 @@
 //	tidemark_store_commit_seconds{store}  commit latency per batch
 //	tidemark_store_batch_lines{store}     deliveries per batch
 //
+// ObserveHandle costs about 90 ns a line on one core of the CI machine
+// (60 ns a call from two goroutines at once; BenchmarkObserveHandle), and a
+// scrape of 10 feeds about 0.9 ms (BenchmarkScrape).
+//
 // Counters restart from zero with the process, as the status they are read
 // from does. An epoch is a nanosecond timestamp: as a float metric it is
 // exact to about a microsecond, enough to see that it changed.
+//
+// # Logs
+//
+// A [Watcher] (or Config.Watch on the listener) reads the status
+// periodically and logs one record per stall, end of a stall, new epoch,
+// reopen, drop and failed commit, with the feed, group, epoch and position
+// as attributes: the records to alert on. The listener itself logs its
+// start and stop, every release and every refused request.
 //
 // # Use
 //

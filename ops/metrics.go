@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,10 +23,12 @@ import (
 // An Observer is safe for concurrent use. Make it before the server and the
 // stores, hand it to them, and pass it to the listener in Config.Observer.
 type Observer struct {
-	handle      *prometheus.HistogramVec
-	commit      *prometheus.HistogramVec
-	batch       *prometheus.HistogramVec
-	failedBatch *prometheus.CounterVec
+	handle *prometheus.HistogramVec
+	commit *prometheus.HistogramVec
+	batch  *prometheus.HistogramVec
+	// groups caches each group's histogram (string → prometheus.Observer):
+	// ObserveHandle runs once per line.
+	groups sync.Map
 }
 
 // HandleObserver is what a processor group reports after each line it
@@ -70,7 +73,11 @@ func NewObserver() *Observer {
 
 // ObserveHandle records that group handled a line in d.
 func (o *Observer) ObserveHandle(group string, d time.Duration) {
-	o.handle.WithLabelValues(group).Observe(d.Seconds())
+	h, ok := o.groups.Load(group)
+	if !ok {
+		h, _ = o.groups.LoadOrStore(group, o.handle.WithLabelValues(group))
+	}
+	h.(prometheus.Observer).Observe(d.Seconds())
 }
 
 // ObserveCommit records that store committed a batch of lines applied
