@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"image/color"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -23,6 +24,7 @@ func drawChart(path string, series []*chartSeries) error {
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Min = 0
+	p.Y.Tick.Marker = rateTicks{}
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Add(plotter.NewGrid())
@@ -56,7 +58,35 @@ func drawChart(path string, series []*chartSeries) error {
 		p.Add(line, points)
 		p.Legend.Add(s.name, line, points)
 	}
+	goal, err := plotter.NewLine(plotter.XYs{{X: 100, Y: 1e6}, {X: 10000, Y: 1e6}})
+	if err != nil {
+		return err
+	}
+	goal.Color = color.Gray{Y: 0x60}
+	goal.Dashes = []vg.Length{vg.Points(1), vg.Points(3)}
+	p.Add(goal)
+	p.Legend.Add("goal: 1 M lines/s", goal)
 	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
+}
+
+// rateTicks labels a rate axis in k and M.
+type rateTicks struct{}
+
+func (rateTicks) Ticks(min, max float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ticks {
+		if ticks[i].Label == "" {
+			continue
+		}
+		v := ticks[i].Value
+		switch {
+		case v >= 1e6:
+			ticks[i].Label = strconv.FormatFloat(v/1e6, 'f', -1, 64) + " M"
+		case v >= 1e3:
+			ticks[i].Label = strconv.FormatFloat(v/1e3, 'f', -1, 64) + " k"
+		}
+	}
+	return ticks
 }
 
 func contains(s, sub string) bool {

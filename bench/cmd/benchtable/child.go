@@ -75,6 +75,8 @@ func runChild(name string, a childArgs) error {
 		r, err = caseSource(a)
 	case "nop":
 		r, err = caseNop(a)
+	case "nop-gaps":
+		r, err = caseNopGaps(a)
 	case "ledger-mem":
 		r, err = caseLedgerMem(a)
 	case "ledger-store":
@@ -303,6 +305,7 @@ func serveOpts(a childArgs, procs []framework.Processor, counters []*bench.Count
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	m0 := mallocs()
+	cpu0 := cpuSeconds(syscall.RUSAGE_SELF)
 	start := time.Now()
 	if err := s.Start(ctx); err != nil {
 		return 0, 0, err
@@ -324,6 +327,7 @@ func serveOpts(a childArgs, procs []framework.Processor, counters []*bench.Count
 	}
 	el := time.Since(start).Seconds()
 	m := mallocs() - m0
+	extra["cpu_seconds"] = cpuSeconds(syscall.RUSAGE_SELF) - cpu0
 	if lag != nil {
 		lag.finish(extra)
 	}
@@ -368,6 +372,7 @@ func caseLedgerMem(a childArgs) (result, error) {
 		return result{}, err
 	}
 	extra["total_ns"] = el * 1e9 / float64(a.lines)
+	extra["cpu_ns"] = extra["cpu_seconds"] * 1e9 / float64(a.lines)
 	return result{Lines: a.lines, Seconds: el, Mallocs: m, Extra: extra}, nil
 }
 
@@ -394,7 +399,11 @@ func costBreakdown(path string, extra map[string]float64) error {
 	n := float64(len(lines))
 	accounts := make([][]byte, len(lines))
 	amounts := make([]int64, len(lines))
-	start := time.Now()
+	// Each part is timed in CPU time of this thread, so that other
+	// processes on a loaded machine do not count.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	start := threadClock()
 	for i, line := range lines {
 		_, acct, amt, err := bench.ParseLedgerLine(line)
 		if err != nil {
@@ -402,11 +411,11 @@ func costBreakdown(path string, extra map[string]float64) error {
 		}
 		accounts[i], amounts[i] = acct, amt
 	}
-	extra["parse_ns"] = float64(time.Since(start).Nanoseconds()) / n
+	extra["parse_ns"] = start.ns() / n
 
 	var tr dedupe.Tracker
 	o := &dedupe.Origin{}
-	start = time.Now()
+	start = threadClock()
 	skipped := 0
 	for i := range lines {
 		d := dedupe.Delivery{Feed: feedName, Epoch: 1, Position: ends[i], Seq: uint64(i + 1), Origin: o}
@@ -416,17 +425,17 @@ func costBreakdown(path string, extra map[string]float64) error {
 		}
 		tr.Record(d)
 	}
-	extra["dedupe_ns"] = float64(time.Since(start).Nanoseconds()) / n
+	extra["dedupe_ns"] = start.ns() / n
 	if skipped != 0 {
 		return fmt.Errorf("tracker skipped %d new lines", skipped)
 	}
 
 	l := bench.NewLedgerMem(feedName, nil)
-	start = time.Now()
+	start = threadClock()
 	for i := range lines {
 		l.ApplyEntry(accounts[i], amounts[i])
 	}
-	extra["apply_ns"] = float64(time.Since(start).Nanoseconds()) / n
+	extra["apply_ns"] = start.ns() / n
 	return nil
 }
 
@@ -704,3 +713,64 @@ func (p *firstProc) Handle(_ context.Context, d dedupe.Delivery, _ []byte) error
 	}
 	return nil
 }
+
+// gapNop is a no-op processor that records the longest pause between two
+// lines and where it happened: a diagnostic of stalls (case nop-gaps).
+type gapNop struct {
+	*bench.Counter
+	last   time.Time
+	maxGap time.Duration
+	at     uint64
+	gaps   []string
+}
+
+func (p *gapNop) Start(_ context.Context, fc *framework.Context) error {
+	return fc.Subscribe(feedName)
+}
+
+func (p *gapNop) Handle(_ context.Context, d dedupe.Delivery, _ []byte) error {
+	now := time.Now()
+	if !p.last.IsZero() {
+		if g := now.Sub(p.last); g > p.maxGap {
+			p.maxGap, p.at = g, d.Seq
+		}
+		if g := now.Sub(p.last); g > 5*time.Millisecond {
+			p.gaps = append(p.gaps, fmt.Sprintf("%d:%v", d.Seq, g.Round(100*time.Microsecond)))
+		}
+	}
+	p.last = now
+	p.Count()
+	return nil
+}
+
+func caseNopGaps(a childArgs) (result, error) {
+	c := bench.NewCounter(uint64(a.lines))
+	p := &gapNop{Counter: c}
+	extra := map[string]float64{}
+	el, m, err := serve(a, []framework.Processor{p}, []*bench.Counter{c}, nil, extra)
+	extra["max_gap_ms"] = float64(p.maxGap.Microseconds()) / 1e3
+	extra["max_gap_seq"] = float64(p.at)
+	fmt.Fprintln(os.Stderr, "gaps over 5 ms (seq:gap):", p.gaps)
+	return result{Lines: a.lines, Seconds: el, Mallocs: m, Extra: extra}, err
+}
+
+// rusageThread is RUSAGE_THREAD of getrusage(2).
+const rusageThread = 1
+
+// cpuSeconds returns the user and system CPU time of who (RUSAGE_SELF, or
+// rusageThread).
+func cpuSeconds(who int) float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(who, &ru); err != nil {
+		return 0
+	}
+	return tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
+}
+
+// clock is a reading of this thread's CPU time.
+type clock float64
+
+func threadClock() clock { return clock(cpuSeconds(rusageThread)) }
+
+// ns returns the thread's CPU nanoseconds since c.
+func (c clock) ns() float64 { return (cpuSeconds(rusageThread) - float64(c)) * 1e9 }

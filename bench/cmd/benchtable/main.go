@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -41,9 +42,22 @@ func main() {
 	flag.BoolVar(&a.sync, "sync", false, "child: store Sync mode")
 	flag.Float64Var(&a.seconds, "seconds", 1, "child: seconds of idle")
 	flag.IntVar(&a.ops, "ops", 1000, "child: operations")
+	cpuprofile := flag.String("cpuprofile", "", "child: write a CPU profile of the measurement to `file`")
 	flag.Parse()
 	if *child != "" {
+		if *cpuprofile != "" {
+			f, err := os.Create(*cpuprofile)
+			if err == nil {
+				err = pprof.StartCPUProfile(f)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "benchtable:", err)
+				os.Exit(1)
+			}
+			defer pprof.StopCPUProfile()
+		}
 		if err := runChild(*child, a); err != nil {
+			pprof.StopCPUProfile()
 			fmt.Fprintf(os.Stderr, "benchtable -child %s: %v\n", *child, err)
 			os.Exit(1)
 		}
