@@ -35,10 +35,13 @@ var ErrStalled = errors.New("framework: feed stalled")
 // StalledError is returned by [Server.WaitSettled] when the feed is
 // stalled: it holds its pointer for a reason that waiting will not clear.
 type StalledError struct {
-	Feed   string
+	// Feed is the stalled feed's name.
+	Feed string
+	// Reason is FeedStatus.StallReason.
 	Reason string
 }
 
+// Error names the feed and the stall reason.
 func (e *StalledError) Error() string {
 	return fmt.Sprintf("framework: feed %q stalled: %s", e.Feed, e.Reason)
 }

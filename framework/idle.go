@@ -16,7 +16,9 @@ type IdleStrategy interface {
 // that arrives is read within Max. The zero value waits 1 ms, then up to
 // 50 ms.
 type Backoff struct {
+	// Min is the first wait; 0 means 1 ms.
 	Min time.Duration
+	// Max is the longest wait; 0 means 50 ms.
 	Max time.Duration
 }
 

@@ -105,4 +105,5 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error says what the processor panicked with.
 func (e *PanicError) Error() string { return fmt.Sprintf("framework: processor panicked: %v", e.Value) }

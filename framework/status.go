@@ -54,6 +54,7 @@ type FeedStatus struct {
 
 // QueueStatus is one processor group's queue on a feed.
 type QueueStatus struct {
+	// Group is the name of the queue's processor group.
 	Group string
 	// Depth counts items handed to the queue and not finished.
 	Depth uint64
