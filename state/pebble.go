@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,6 +19,9 @@ const pebbleDir = "pebble"
 
 type pebbleEngine struct {
 	db *pebble.DB
+	// fatal is set once Pebble reported a fatal error: the database must
+	// not be used again.
+	fatal atomic.Bool
 }
 
 func openPebble(dir string, opts *Options) (*pebbleEngine, error) {
@@ -55,7 +59,11 @@ func pebbleLocked(err error) bool {
 		strings.Contains(err.Error(), "lock held by current process")
 }
 
-func (e *pebbleEngine) get(key []byte) ([]byte, bool, error) {
+func (e *pebbleEngine) get(key []byte) (_ []byte, _ bool, err error) {
+	if e.fatal.Load() {
+		return nil, false, errPebbleFatal
+	}
+	defer e.recoverFatal(&err)
 	v, closer, err := e.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
@@ -67,7 +75,11 @@ func (e *pebbleEngine) get(key []byte) ([]byte, bool, error) {
 	return val, true, closer.Close()
 }
 
-func (e *pebbleEngine) scan(prefix []byte, fn func(k, v []byte) error) error {
+func (e *pebbleEngine) scan(prefix []byte, fn func(k, v []byte) error) (err error) {
+	if e.fatal.Load() {
+		return errPebbleFatal
+	}
+	defer e.recoverFatal(&err)
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return err
@@ -84,7 +96,11 @@ func (e *pebbleEngine) scan(prefix []byte, fn func(k, v []byte) error) error {
 	return it.Close()
 }
 
-func (e *pebbleEngine) commit(ws []write) error {
+func (e *pebbleEngine) commit(ws []write) (err error) {
+	if e.fatal.Load() {
+		return errPebbleFatal
+	}
+	defer e.recoverFatal(&err)
 	b := e.db.NewBatch()
 	for _, w := range ws {
 		var err error
@@ -103,7 +119,13 @@ func (e *pebbleEngine) commit(ws []write) error {
 	return b.Close()
 }
 
-func (e *pebbleEngine) close() error { return e.db.Close() }
+// errPebbleFatal is returned by a Pebble engine after a fatal error.
+var errPebbleFatal = errors.New("pebble reported a fatal error earlier; restart the process")
+
+func (e *pebbleEngine) close() (err error) {
+	defer e.recoverFatal(&err)
+	return e.db.Close()
+}
 
 // pebbleLogger sends Pebble's messages to slog: its routine messages at
 // debug level, its errors at error level.
@@ -117,8 +139,28 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 	l.log.Error("pebble: " + fmt.Sprintf(format, args...))
 }
 
+// Fatalf is how Pebble reports an error it cannot continue after, such as
+// a failed WAL write or sync: it expects the process to exit. The store
+// recovers the panic in the call that caused it, returns it as the
+// commit's error and goes into its failed state, which asks for a restart.
 func (l pebbleLogger) Fatalf(format string, args ...any) {
-	msg := "pebble: " + fmt.Sprintf(format, args...)
-	l.log.Error(msg)
-	panic(msg)
+	err := fmt.Errorf(format, args...)
+	l.log.Error(err.Error())
+	panic(pebbleFatal{err})
+}
+
+// pebbleFatal carries a Pebble fatal error through the panic of Fatalf.
+type pebbleFatal struct{ err error }
+
+// recoverFatal turns a Pebble fatal error into *err, and marks the engine
+// unusable. Other panics go on.
+func (e *pebbleEngine) recoverFatal(err *error) {
+	if r := recover(); r != nil {
+		f, ok := r.(pebbleFatal)
+		if !ok {
+			panic(r)
+		}
+		e.fatal.Store(true)
+		*err = f.err
+	}
 }
