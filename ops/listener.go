@@ -135,6 +135,8 @@ type Listener struct {
 	served chan struct{}
 	stop   func() bool
 	closed bool
+	// closeDone is closed when the first Close has finished.
+	closeDone chan struct{}
 	// watchStop and watched stop and wait for the watcher; nil without one.
 	watchStop context.CancelFunc
 	watched   chan struct{}
@@ -266,16 +268,23 @@ func (l *Listener) Addr() net.Addr {
 }
 
 // Close stops the listener: it stops accepting, waits a few seconds for
-// requests in flight, then closes their connections. Closing twice, or
-// before Start, returns nil.
+// requests in flight, then closes their connections. A Close while another
+// one (or the end of Start's context) is closing waits for it and returns
+// nil; so does a Close before Start.
 func (l *Listener) Close() error {
 	l.mu.Lock()
 	if l.closed || l.srv == nil {
 		l.closed = true
+		done := l.closeDone
 		l.mu.Unlock()
+		if done != nil {
+			<-done
+		}
 		return nil
 	}
 	l.closed = true
+	l.closeDone = make(chan struct{})
+	defer close(l.closeDone)
 	srv, served, stop := l.srv, l.served, l.stop
 	watchStop, watched := l.watchStop, l.watched
 	l.mu.Unlock()
