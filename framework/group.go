@@ -194,6 +194,33 @@ func (g *group) subscribe(inc *incarnation, p *procEntry, f *feedRunner) error {
 	return nil
 }
 
+// unsubscribe takes p off the group's queue on f, removing the queue when
+// no processor is left on it.
+func (g *group) unsubscribe(inc *incarnation, p *procEntry, f *feedRunner) error {
+	g.mu.Lock()
+	q := inc.queues[f.name]
+	ps := []*procEntry(nil)
+	if q != nil {
+		ps = *q.procs.Load()
+	}
+	i := slices.Index(ps, p)
+	if g.inc != inc || i < 0 {
+		g.mu.Unlock()
+		return fmt.Errorf("framework: processor %q of group %q unsubscribes from feed %q: %w", p.name, g.name, f.name, ErrNotSubscribed)
+	}
+	ps = slices.Delete(slices.Clone(ps), i, i+1)
+	q.procs.Store(&ps)
+	if len(ps) > 0 {
+		g.mu.Unlock()
+		return nil
+	}
+	delete(inc.queues, f.name)
+	inc.publish()
+	g.mu.Unlock()
+	f.removeQueue(q, fmt.Sprintf("processor %s unsubscribed", p.name))
+	return nil
+}
+
 // run is the group's goroutine: it takes batches from its queues in turn
 // and hands each line to the subscribed processors.
 func (g *group) run(inc *incarnation) {

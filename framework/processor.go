@@ -89,6 +89,18 @@ func (c *Context) Subscribe(feedName string) error {
 	return c.g.subscribe(c.inc, c.proc, f)
 }
 
+// Unsubscribe stops the processor receiving the named feed; it may be
+// called from Handle (the line being handled still counts when Handle
+// returns). When no processor of the group is left on the feed, the group's
+// queue is removed: see [Server.Unsubscribe] for what the feed then holds.
+func (c *Context) Unsubscribe(feedName string) error {
+	f := c.s.feeds[feedName]
+	if f == nil {
+		return fmt.Errorf("framework: processor %q of group %q unsubscribes from feed %q: %w", c.proc.name, c.g.name, feedName, ErrUnknownFeed)
+	}
+	return c.g.unsubscribe(c.inc, c.proc, f)
+}
+
 // Checkpoint takes the hold of the processor's group on the named feed
 // (see package checkpoint): while held, the group's queue counts as
 // finished only up to the last mark declared durable. Take it before the

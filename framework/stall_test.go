@@ -383,3 +383,33 @@ func TestBatchReadDuringRemovalIsNotLost(t *testing.T) {
 		})
 	}
 }
+
+// A processor that unsubscribes itself (from Handle) with lines left in its
+// queue: the line it handled counts, the rest are held.
+func TestVoluntaryUnsubscribeHolds(t *testing.T) {
+	src := newMemSource(10)
+	idle := &countingIdle{}
+	var fc *framework.Context
+	a := &recProc{feeds: []string{"orders"}}
+	a.startFn = func(c *framework.Context) error { fc = c; return nil }
+	a.handle = func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+		if d.Seq == 5 {
+			if err := fc.Unsubscribe("orders"); err != nil {
+				return err
+			}
+			if err := fc.Unsubscribe("orders"); !errors.Is(err, framework.ErrNotSubscribed) {
+				t.Errorf("second unsubscribe: %v", err)
+			}
+		}
+		return nil
+	}
+	b := &recProc{feeds: []string{"orders"}}
+	s := startServer(t, stallCfg(src, idle, grp("A", "a"), grp("B", "b")), framework.Registry{"a": a, "b": b})
+	waitFor(t, "B done", func() bool { return b.count() == 10 })
+	waitFor(t, "commit through line 5", func() bool { return src.committedPos() == src.pos(5) })
+	idle.wait(t, 3)
+	require.Equal(t, src.pos(5), src.committedPos())
+	require.Equal(t, 5, a.count())
+	requireStalled(t, s, "a removed consumer left unprocessed items: A (5 items)")
+	require.ErrorIs(t, fc.Unsubscribe("nope"), framework.ErrUnknownFeed)
+}
