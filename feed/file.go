@@ -166,6 +166,10 @@ type continuation struct {
 	resync   bool  // the old file was being read from inside a line
 	drop     int64 // bytes of an unterminated last line after pos
 	epoch    uint64
+	// end is how far the old file was read; fp and the tail describe the
+	// old file's bytes up to end.
+	end      int64
+	fp       dedupe.Fingerprint
 	tailLen  int
 	tailHash uint64
 	ok       bool // tailHash was read
@@ -463,9 +467,17 @@ func (s *FileSource) reopen() error {
 		c.drop = s.fr.pending()
 	}
 	if !c.forceNew {
-		c.tailLen = int(min(MaxTailLen, c.pos))
-		h, err := s.in.tailHash(c.pos, c.tailLen)
-		c.tailHash, c.ok = h, err == nil
+		// Describe every byte read from the old file, an unterminated last
+		// line included: the file at the path continues the epoch only if
+		// it holds them all.
+		c.end = s.fr.off
+		c.tailLen = int(min(MaxTailLen, c.end))
+		th, terr := s.in.tailHash(c.end, c.tailLen)
+		head := s.head[:min(int64(len(s.head)), c.end)]
+		n, herr := s.in.f.ReadAt(head, 0)
+		c.fp = dedupe.Fingerprint{Len: n, Hash: HashBytes(head[:n])}
+		c.tailHash = th
+		c.ok = terr == nil && n == len(head) && (herr == nil || errors.Is(herr, io.EOF))
 	}
 	s.mu.Lock()
 	s.reopens[reason]++
@@ -699,7 +711,7 @@ func (s *FileSource) decideReopen(h *inputFile, size int64, fp dedupe.Fingerprin
 		s.log.Warn("feed: reading the input at the path from 0 under a new epoch", "path", s.path, "previous_epoch", s.epoch)
 		return fresh, nil
 	}
-	if why := s.sameContent(h, size, s.head[:fp.Len], c.pos, s.fp, c.tailLen, c.tailHash); why != "" {
+	if why := s.sameContent(h, size, s.head[:fp.Len], c.end, c.fp, c.tailLen, c.tailHash); why != "" {
 		s.log.Warn("feed: the file at the path is a new file: reading it from 0 under a new epoch",
 			"path", s.path, "previous_epoch", s.epoch, "reason", why)
 		return fresh, nil

@@ -576,3 +576,28 @@ func TestOriginConcurrentWithRotation(t *testing.T) {
 	close(stop)
 	<-done
 }
+
+// TestRotationAfterOnlyPartialLine: a file opened empty that only got an
+// unterminated line before it was rotated away is not continued by the new
+// file (whose bytes differ): the partial line is reported dropped and the
+// new file starts a new epoch.
+func TestRotationAfterOnlyPartialLine(t *testing.T) {
+	p := input(t, "")
+	write(t, p, "")
+	s := open(t, p, Config{})
+	s.drain()
+	old := s.Status().Epoch
+	appendTo(t, p, "part")
+	s.drain()
+	if err := os.Rename(p, p+".1"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, p, "new\n")
+	g := s.drain()
+	if fmt.Sprint(lines(g)) != "[new]" || g[0].Epoch <= old {
+		t.Fatalf("%+v", g)
+	}
+	if st := s.Status(); st.PartialDropped != 1 || len(s.rejects) != 1 || s.rejects[0].Length != 4 {
+		t.Fatalf("status %+v rejects %+v", st, s.rejects)
+	}
+}
