@@ -62,8 +62,8 @@ type FeedConfig struct {
 	Source feed.Source
 	// File describes a file source; used when Source is nil.
 	File *FileConfig
-	// AgentName is the name of the feed's reader in logs; defaults to
-	// "<name>-feed".
+	// AgentName names the feed's reader: its logs carry it as "agent".
+	// Optional.
 	AgentName string
 	// Overload decides what a full subscriber queue does to the feed.
 	Overload OverloadConfig
@@ -97,6 +97,11 @@ type FileConfig struct {
 	// the zero value syncs every commit.
 	Sync         feed.SyncPolicy
 	SyncInterval time.Duration
+	// OnReject, when set, is told of every line the source does not
+	// deliver (oversize, or the unterminated end of a rotated file); the
+	// source also logs and counts them (FeedStatus.OversizeSkipped,
+	// PartialDropped).
+	OnReject func(feed.Reject)
 }
 
 // OverloadPolicy decides what the feed does when a subscriber queue is full.

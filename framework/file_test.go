@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/tidemark-go/tidemark/dedupe"
@@ -133,4 +134,39 @@ func TestFileFeedOnceEarliest(t *testing.T) {
 	require.Equal(t, 30, p.count())
 	_, err := os.Stat(input + feed.PointerSuffix)
 	require.True(t, os.IsNotExist(err), "no pointer file: %v", err)
+}
+
+// An oversize line is not delivered: the source reports it through the
+// feed's OnReject and counts it in the feed's status; the lines after it
+// are delivered.
+func TestFileFeedOversizeLineReported(t *testing.T) {
+	dir := t.TempDir()
+	input := filepath.Join(dir, "orders.csv")
+	writeLines(t, input, 1, 2)
+	f, err := os.OpenFile(input, os.O_APPEND|os.O_WRONLY, 0o644)
+	require.NoError(t, err)
+	_, err = f.WriteString(strings.Repeat("x", 100) + "\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	var rejects []feed.Reject
+	var mu sync.Mutex
+	cfg := fileCfg(input)
+	cfg.Feeds[0].File.MaxLineBytes = 50
+	cfg.Feeds[0].File.OnReject = func(r feed.Reject) {
+		mu.Lock()
+		rejects = append(rejects, r)
+		mu.Unlock()
+	}
+	p := &recProc{feeds: []string{"orders"}}
+	s := startServer(t, cfg, framework.Registry{"p": p})
+	settle(t, s, "orders")
+	writeLines(t, input, 3, 3)
+	waitFor(t, "line after the oversize one", func() bool { return p.count() == 3 })
+	st := status(t, s, "orders")
+	require.EqualValues(t, 1, st.OversizeSkipped)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, rejects, 1)
+	require.Equal(t, feed.RejectOversize, rejects[0].Reason)
+	require.Equal(t, fileLinePos(2), rejects[0].Position)
 }

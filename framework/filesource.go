@@ -16,5 +16,6 @@ func openFileSource(fc FeedConfig, log *slog.Logger) (feed.Source, error) {
 		Sync:         fc.File.Sync,
 		SyncInterval: fc.File.SyncInterval,
 		Logger:       log.With("feed", fc.Name),
+		OnReject:     fc.File.OnReject,
 	})
 }

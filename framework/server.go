@@ -25,7 +25,10 @@ const (
 // Server reads feeds and hands their lines to processor groups, committing
 // each feed's pointer only past lines that every subscriber has finished.
 // Make one with [New], then Start and Stop it. Its methods are safe for
-// concurrent use.
+// concurrent use. Start, Stop and the operator calls (Unsubscribe,
+// RemoveProcessor, RestartGroup, RemoveGroup) are serialised and wait for
+// groups: do not call them from a processor's Handle (a processor leaves a
+// feed with [Context.Unsubscribe]).
 type Server struct {
 	cfg   Config
 	log   *slog.Logger
