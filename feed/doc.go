@@ -173,11 +173,13 @@
 // ([ReasonReplaced], [ReasonTruncated]), reads what the writer appended to
 // the old file up to its end, closes it, and opens the file at the path:
 //
-//   - The file at the path is read on in the same epoch only when it holds
-//     the same bytes up to the position read (the same fingerprinted prefix
-//     and the same bytes just before the position): a writer that appends by
-//     writing a copy and renaming it over the path. Otherwise (a new file
-//     after a rotation), it is read from 0 under a new epoch.
+//   - The file at the path is read on in the same epoch, from the position
+//     read, only when it holds the bytes read from the old file, an
+//     unterminated last line included (compared as at open: the size, the
+//     hash of the first up to 4096 bytes, and of the 64 bytes before the end
+//     of what was read): a writer that appends by writing a copy and
+//     renaming it over the path. Otherwise (a new file after a rotation), it
+//     is read from 0 under a new epoch.
 //   - A truncated file is always read from 0 under a new epoch, even when it
 //     has grown back past the old position: the lines there are new.
 //   - An unterminated last line of the old file is not delivered: it is

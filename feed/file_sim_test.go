@@ -112,6 +112,41 @@ func TestSimulation(t *testing.T) {
 				default:
 					op = "restart"
 					s.Close()
+					// What happens to the file while the source is down is
+					// decided by the open-time table.
+					switch r.IntN(5) {
+					case 0:
+						op += " after appending"
+						b := m.lines(r)
+						m.content = append(m.content, b...)
+						appendTo(t, p, string(b))
+					case 1:
+						op += " after a rotation"
+						rotations++
+						if err := os.Rename(p, fmt.Sprintf("%s.%d", p, rotations)); err != nil {
+							t.Fatal(err)
+						}
+						wantEpoch = "new"
+						if m.readPos == 0 {
+							wantEpoch = "any"
+						}
+						m.content, m.readPos = m.lines(r), 0
+						write(t, p, string(m.content))
+					case 2:
+						op += " after a copy"
+						m.content = append(m.content, m.lines(r)...)
+						replaceByRename(t, p, string(m.content))
+					case 3:
+						op += " after a truncation"
+						wantEpoch = "new"
+						if m.readPos == 0 {
+							wantEpoch = "any"
+						}
+						m.content, m.readPos = nil, 0
+						if err := os.Truncate(p, 0); err != nil {
+							t.Fatal(err)
+						}
+					}
 					s = open(t, p, Config{Sync: SyncNever})
 					lastSeq, m.dropped = 0, 0
 				}
