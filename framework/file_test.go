@@ -170,3 +170,28 @@ func TestFileFeedOversizeLineReported(t *testing.T) {
 	require.Equal(t, feed.RejectOversize, rejects[0].Reason)
 	require.Equal(t, fileLinePos(2), rejects[0].Position)
 }
+
+// A truncated input starts a new epoch while the feed runs: the new lines
+// arrive under it, and the pointer moves in the new epoch from 0.
+func TestFileFeedTruncationStartsNewEpoch(t *testing.T) {
+	dir := t.TempDir()
+	input := filepath.Join(dir, "orders.csv")
+	writeLines(t, input, 1, 10)
+	p := &recProc{feeds: []string{"orders"}}
+	s := startServer(t, fileCfg(input), framework.Registry{"p": p})
+	settle(t, s, "orders")
+	waitFor(t, "commit of the first file", func() bool { return status(t, s, "orders").CommittedPosition == fileLinePos(10) })
+	first := p.all()[0].d.Epoch
+	require.NoError(t, os.Truncate(input, 0))
+	writeLines(t, input, 1, 3)
+	waitFor(t, "lines of the new epoch", func() bool { return p.count() == 13 })
+	settle(t, s, "orders")
+	got := p.all()
+	require.True(t, got[10].d.Epoch != first, "a new epoch")
+	require.Equal(t, fileLinePos(1), got[10].d.Position)
+	require.EqualValues(t, 11, got[10].d.Seq, "sequence numbers go on within the run")
+	stopServer(t, s)
+	ptr := loadPointer(t, input)
+	require.Equal(t, got[10].d.Epoch, ptr.Pointer.Epoch)
+	require.Equal(t, fileLinePos(3), ptr.Pointer.Position)
+}
