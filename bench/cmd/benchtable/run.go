@@ -103,18 +103,21 @@ func run(cfg config) error {
 			return err
 		}
 	}
-	out, chart := cfg.out, cfg.chart
-	if out == "" {
-		out = "bench/RESULTS.md"
-		if cfg.short {
-			out = filepath.Join(r.work, "RESULTS.md")
+	// A short run is a quick check: its report goes to a directory of its
+	// own, never over bench/RESULTS.md.
+	outDir := "bench"
+	if cfg.short {
+		outDir = filepath.Join(os.TempDir(), "tidemark-bench-short")
+		if err := os.MkdirAll(outDir, 0o755); err != nil {
+			return err
 		}
 	}
+	out, chart := cfg.out, cfg.chart
+	if out == "" {
+		out = filepath.Join(outDir, "RESULTS.md")
+	}
 	if chart == "" {
-		chart = "bench/throughput.svg"
-		if cfg.short {
-			chart = filepath.Join(r.work, "throughput.svg")
-		}
+		chart = filepath.Join(outDir, "throughput.svg")
 	}
 	if !cfg.short && cfg.out == "" {
 		if _, err := os.Stat("bench"); err != nil {
