@@ -555,7 +555,7 @@ func (r *runner) row13(t *table) error {
 	}
 	res := r.measure(spec{label: "13 peer: otel fileconsumer", ext: r.peerBin, args: []string{"-file", r.file, "-lines", strconv.FormatInt(r.lines, 10)}})
 	peer := res[0]
-	t.rate("13", "peer: OpenTelemetry Collector pkg/stanza fileconsumer v0.165.1, start at beginning, counting tokens (no delivery guarantee)", peer, sh.bufio, "bufio.ReadSlice loop", 0)
+	t.rate("13", "peer: OpenTelemetry Collector pkg/stanza fileconsumer v0.165.1, start_at beginning, poll_interval 10 ms, offsets in memory, counting tokens (no delivery guarantee)", peer, sh.bufio, "bufio.ReadSlice loop", 0)
 	for _, p := range psyncs {
 		t.rate("13", "row 2 against the peer; "+p.label, sh.nop1[p.flag], peer, "the peer", 3)
 	}
