@@ -98,6 +98,20 @@ func resume(t *testing.T, ptr string) (feed.Item, string) {
 	return items[0], string(items[0].Line)
 }
 
+// commitFirst opens the input of the pointer with a COMMITTED file source
+// and commits its first line.
+func commitFirst(t *testing.T, ptr string) {
+	t.Helper()
+	src, err := feed.NewFileSource(feed.Config{Path: strings.TrimSuffix(ptr, feed.PointerSuffix)})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, src.Close()) }()
+	items := make([]feed.Item, 1)
+	n, err := src.Poll(context.Background(), items)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.NoError(t, src.Commit(items[0].Epoch, items[0].Position))
+}
+
 func TestUsageAndHelp(t *testing.T) {
 	r := tm()
 	expect(t, r, exitUsage)
@@ -327,6 +341,17 @@ func TestPointerSet(t *testing.T) {
 	r = tm("pointer", "show", ptr)
 	require.Contains(t, r.stdout, "verdict       matches: the feed resumes at 6")
 	require.Contains(t, r.stdout, "identity      ok")
+	// The identity and fingerprint written are the file source's own: a
+	// commit by the source records the same.
+	set := res.Pointer
+	commitFirst(t, ptr)
+	res, _, err = loadPointer(ptr)
+	require.NoError(t, err)
+	require.EqualValues(t, 12, res.Pointer.Position)
+	require.Equal(t, set.Epoch, res.Pointer.Epoch)
+	require.Equal(t, set.Identity, res.Pointer.Identity)
+	require.Equal(t, set.Fingerprint, res.Pointer.Fingerprint)
+	require.Equal(t, set.TailLen+6, res.Pointer.TailLen)
 
 	// The end of the input and 0 are line starts.
 	prev := res.Pointer.Epoch
