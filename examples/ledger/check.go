@@ -68,7 +68,7 @@ func Compare(m *Model, st LedgerState, out *OutputSummary, rejects int) *Report 
 		State:       st,
 		Want:        LedgerState{Applied: m.Applied, Total: m.Total, Balances: m.Balances},
 		Rejects:     rejects,
-		WantRejects: m.Malformed,
+		WantRejects: m.Malformed + m.Oversize,
 	}
 	for id, want := range m.IDs {
 		got := out.IDs[id]
