@@ -56,7 +56,7 @@ func BenchmarkScrape(b *testing.B) {
 			h := l.Handler()
 			b.ReportAllocs()
 			for b.Loop() {
-				req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+				req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/metrics", nil)
 				req.RemoteAddr = "127.0.0.1:1"
 				w := httptest.NewRecorder()
 				h.ServeHTTP(w, req)

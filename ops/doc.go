@@ -23,7 +23,9 @@
 //
 // The listener binds 127.0.0.1 unless Config.Addr says otherwise. Without a
 // Config.Token it serves loopback clients only: a request from any other
-// address is refused with 403. With a token it serves every address, and
+// address is refused with 403, and so is a request whose Host is not
+// localhost or a loopback address (a web page that rebinds its own name to
+// 127.0.0.1 cannot read the status). With a token it serves every address, and
 // demands "Authorization: Bearer <token>" on every mutating request (POST),
 // loopback included; reads (GET) need no token, so that a Prometheus server
 // on another host can scrape. Mutating requests a browser sends from

@@ -53,7 +53,7 @@ func (f *fakeServer) set(st framework.FeedStatus) {
 
 func scrape(t *testing.T, l *ops.Listener) string {
 	t.Helper()
-	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/metrics", nil)
 	req.RemoteAddr = "127.0.0.1:1"
 	w := httptest.NewRecorder()
 	l.Handler().ServeHTTP(w, req)
@@ -106,7 +106,7 @@ func TestPageEscapes(t *testing.T) {
 	fs.set(framework.FeedStatus{Name: "<b>x</b>", Stalled: true, StallReason: `<script>alert(1)</script>`})
 	l, err := ops.New(ops.Config{Server: fs, Feeds: []string{"<b>x</b>"}})
 	require.NoError(t, err)
-	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil)
 	req.RemoteAddr = "127.0.0.1:1"
 	w := httptest.NewRecorder()
 	l.Handler().ServeHTTP(w, req)
@@ -122,7 +122,7 @@ func TestReleaseEscapedFeedName(t *testing.T) {
 	fs := &fakeServer{}
 	l, err := ops.New(ops.Config{Server: fs, Feeds: []string{}})
 	require.NoError(t, err)
-	req := httptest.NewRequest(http.MethodPost, "/feeds/a%2Fb/release?consumer=g%20h", nil)
+	req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/feeds/a%2Fb/release?consumer=g%20h", nil)
 	req.RemoteAddr = "127.0.0.1:1"
 	w := httptest.NewRecorder()
 	l.Handler().ServeHTTP(w, req)
@@ -165,7 +165,7 @@ func TestStoreMetricsAndStatus(t *testing.T) {
 		require.Equal(t, want, metric(body, sample), "%s in\n%s", sample, body)
 	}
 
-	req := httptest.NewRequest(http.MethodGet, "/status", nil)
+	req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/status", nil)
 	req.RemoteAddr = "127.0.0.1:1"
 	w := httptest.NewRecorder()
 	l.Handler().ServeHTTP(w, req)

@@ -317,6 +317,12 @@ func (l *Listener) guard(next http.Handler) http.Handler {
 			httpError(w, http.StatusForbidden, "only loopback clients are served: configure a token to allow other addresses")
 			return
 		}
+		if l.cfg.Token == "" && !isLoopbackHost(r.Host) {
+			l.log.Warn("ops: refused a request for a host name that is not loopback: no token is configured",
+				"remote", r.RemoteAddr, "host", r.Host, "method", r.Method, "path", r.URL.Path)
+			httpError(w, http.StatusForbidden, "without a token the listener answers only requests for localhost or a loopback address (a guard against DNS rebinding): use http://127.0.0.1:PORT, or configure a token")
+			return
+		}
 		if l.cfg.Token != "" && !safeMethod(r.Method) && !l.tokenOK(r) {
 			l.log.Warn("ops: refused a mutating request without the right token",
 				"remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
@@ -349,6 +355,21 @@ func isLoopbackRemote(remote string) bool {
 		return false
 	}
 	return ap.Addr().Unmap().IsLoopback()
+}
+
+// isLoopbackHost reports whether a request's Host names the loopback
+// interface: localhost or a loopback address, with or without a port. A web
+// page that rebinds its own name to 127.0.0.1 still sends its name.
+func isLoopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }
 
 func isLoopbackListen(a net.Addr) bool {

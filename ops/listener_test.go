@@ -231,7 +231,7 @@ func TestAccessRules(t *testing.T) {
 	f.stall(t, 20)
 	remote := "10.0.0.1:1234"
 	serve := func(l *ops.Listener, method, target, from, auth string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest(method, target, nil)
+		req := httptest.NewRequest(method, "http://127.0.0.1"+target, nil)
 		req.RemoteAddr = from
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
@@ -277,6 +277,41 @@ func TestAccessRules(t *testing.T) {
 	require.NoError(t, f.srv.WaitSettled(context.Background(), "in"))
 }
 
+// Without a token, a request for a host name that is not loopback is
+// refused even from a loopback address: a web page that rebinds its name to
+// 127.0.0.1 cannot read the status. With a token the host is not checked.
+func TestDNSRebindingRefused(t *testing.T) {
+	f := startFixture(t, 1, 0)
+	open, err := ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}})
+	require.NoError(t, err)
+	guarded, err := ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}, Token: "t"})
+	require.NoError(t, err)
+	for host, want := range map[string]int{
+		"evil.example":       http.StatusForbidden,
+		"evil.example:8080":  http.StatusForbidden,
+		"127.0.0.1:8080":     http.StatusOK,
+		"127.0.0.2":          http.StatusOK,
+		"localhost:9":        http.StatusOK,
+		"LOCALHOST":          http.StatusOK,
+		"[::1]:9":            http.StatusOK,
+		"10.0.0.1:9":         http.StatusForbidden,
+		"localhost.evil.com": http.StatusForbidden,
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/status", nil)
+		req.Host = host
+		req.RemoteAddr = "127.0.0.1:5000"
+		w := httptest.NewRecorder()
+		open.Handler().ServeHTTP(w, req)
+		require.Equal(t, want, w.Code, "host %s", host)
+		if want == http.StatusForbidden {
+			require.Contains(t, w.Body.String(), "DNS rebinding")
+		}
+		w = httptest.NewRecorder()
+		guarded.Handler().ServeHTTP(w, req)
+		require.Equal(t, http.StatusOK, w.Code, "host %s with a token", host)
+	}
+}
+
 // A browser's cross-origin POST to the loopback listener is refused: a web
 // page cannot release a hold.
 func TestCrossOriginPostRefused(t *testing.T) {
@@ -284,7 +319,7 @@ func TestCrossOriginPostRefused(t *testing.T) {
 	f.stall(t, 20)
 	l, err := ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}})
 	require.NoError(t, err)
-	req := httptest.NewRequest(http.MethodPost, "/feeds/in/release?consumer=A", nil)
+	req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/feeds/in/release?consumer=A", nil)
 	req.RemoteAddr = "127.0.0.1:5000"
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
 	w := httptest.NewRecorder()
