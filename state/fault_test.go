@@ -3,7 +3,6 @@ package state
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -98,10 +97,4 @@ func TestPebbleCommitFault(t *testing.T) {
 			faultRun(t, be, t.TempDir(), &Options{PebbleFS: fs}, func() { on.Store(true) })
 		})
 	}
-}
-
-func ExampleOpen_errors() {
-	_, err := Open("lmdb:/tmp/x", nil)
-	fmt.Println(errors.Is(err, ErrUnknownBackend))
-	// Output: true
 }

@@ -357,7 +357,7 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 		return false, nil
 	}
 
-	tx := &Tx{c: c, ns: ns, d: d, writes: make(map[string]entry)}
+	tx := &Tx{c: c, ns: ns, d: d}
 	if err := fn(tx); err != nil {
 		return false, err
 	}

@@ -78,6 +78,13 @@ func (tx *Tx) check(write bool) error {
 	return nil
 }
 
+func (tx *Tx) stage(k string, e entry) {
+	if tx.writes == nil {
+		tx.writes = make(map[string]entry, 4)
+	}
+	tx.writes[k] = e
+}
+
 // Bucket is a key space of a namespace, inside one transaction.
 type Bucket struct {
 	tx     *Tx
@@ -124,7 +131,7 @@ func (b *Bucket) Put(key, value []byte) error {
 	if err := b.tx.check(true); err != nil {
 		return err
 	}
-	b.tx.writes[b.key(key)] = entry{val: append([]byte{}, value...)}
+	b.tx.stage(b.key(key), entry{val: append([]byte{}, value...)})
 	return nil
 }
 
@@ -133,7 +140,7 @@ func (b *Bucket) Delete(key []byte) error {
 	if err := b.tx.check(true); err != nil {
 		return err
 	}
-	b.tx.writes[b.key(key)] = entry{del: true}
+	b.tx.stage(b.key(key), entry{del: true})
 	return nil
 }
 

@@ -1,0 +1,69 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// benchApply applies b.N lines, each adding to one of 1000 balances and
+// writing an output line, then flushes: the time is to durable.
+func benchApply(b *testing.B, be backend, o *Options) {
+	o.Logger = quietLogger()
+	s, err := be.open(b.TempDir(), o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ns := s.Namespace("bench")
+	ctx := context.Background()
+	keys := make([][]byte, 1000)
+	for i := range keys {
+		keys[i] = []byte("account-" + strconv.Itoa(i))
+	}
+	n := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		n++
+		_, err := ns.Apply(ctx, del("f", 1, n), func(tx *Tx) error {
+			if _, err := tx.Bucket("balances").AddInt64(keys[n%len(keys)], int64(n)); err != nil {
+				return err
+			}
+			_, err := tx.Output("bench.out").Write([]byte("0123456789012345678901234567890\n"))
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "lines/s")
+	st := s.Stats()
+	b.ReportMetric(float64(st.Commits), "commits")
+}
+
+func BenchmarkApplyBatched(b *testing.B) {
+	for _, be := range backends() {
+		for _, size := range []int{100, 1000, 10000} {
+			b.Run(fmt.Sprintf("%s/batch=%d", be.name, size), func(b *testing.B) {
+				// Only the size cuts batches here.
+				benchApply(b, be, &Options{BatchSize: size, BatchInterval: time.Hour})
+			})
+		}
+		b.Run(be.name+"/defaults", func(b *testing.B) {
+			benchApply(b, be, &Options{})
+		})
+	}
+}
+
+func BenchmarkApplySync(b *testing.B) {
+	for _, be := range backends() {
+		b.Run(be.name, func(b *testing.B) {
+			benchApply(b, be, &Options{Sync: true})
+		})
+	}
+}

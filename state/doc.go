@@ -1,0 +1,131 @@
+// Package state is a durable store that applies every delivered line of a
+// feed exactly once: it writes a processor's state change and the feed's
+// (epoch, position) in one transaction, skips re-deliveries, and drives the
+// feed's checkpoint so that the feed's pointer never passes what is durable.
+//
+// # Caveats
+//
+//   - Values returned by [Tx.Get] and passed to ForEach are valid only inside
+//     the function given to Apply or View, and must not be modified. Copy what
+//     you keep. A [Tx] must not be used after its function returned.
+//   - The function given to Apply must not call the store: Apply and View are
+//     serialized, one at a time, for the whole store.
+//   - In the default, batched mode, Apply returns before the change is
+//     durable. A crash loses the changes staged since the last commit; that
+//     is safe only because the store, not the processor, tells the feed what
+//     is durable (bind the group's checkpoint with [Store.Bind]): the feed
+//     re-delivers the lost lines and they are applied again, once.
+//   - A processor that also writes somewhere else (a socket, another file)
+//     repeats those effects after a crash. Write derived files through
+//     [Tx.Output] to have them exactly once.
+//   - After a failed commit (an I/O error, a full disk) the store is failed:
+//     every Apply and Flush returns [ErrFailed], and nothing more is declared
+//     durable. Restart the process; nothing is lost.
+//   - View sees the staged state (what Apply calls have done, durable or
+//     not), not only the durable one. [Store.Applied] reports the durable
+//     position.
+//   - A store directory belongs to one process at a time.
+//   - The function's error is returned as is and nothing it wrote is kept;
+//     the feed's failure policy decides what happens to the line.
+//
+// # Use
+//
+// Open a store, bind the processor group's checkpoint, and apply each line in
+// the processor's Handle:
+//
+//	st, err := state.Open("bbolt:data/state", nil) // or "pebble:DIR"
+//	...
+//	defer st.Close() // flushes
+//	st.Bind("orders", registry.Hold("orders", "orders-agent"))
+//	ledger := st.Namespace("ledger")
+//
+//	// in Handle(ctx, d dedupe.Delivery, line []byte):
+//	_, err := ledger.Apply(ctx, d, func(tx *state.Tx) error {
+//		_, err := tx.Bucket("balances").AddInt64([]byte(account), amount)
+//		return err
+//	})
+//
+// The backend ("bbolt" or "pebble") is recorded in the directory's STORE
+// file: a tool opens an existing store with [OpenDir] (or Open("DIR")).
+//
+// # How a line is applied
+//
+// Apply skips a delivery at or below the position recorded for its feed in
+// the same epoch (see [dedupe.AlreadyApplied]), without calling the function,
+// and counts it in [Stats]. Otherwise it calls the function with a [Tx] whose
+// reads see the durable state, every change staged by earlier Apply calls,
+// and its own writes, and stages the writes together with the delivery's
+// (epoch, position). Each processor has its own namespace
+// ([Store.Namespace]): its own keys, buckets and positions per feed.
+//
+// # Durability modes
+//
+// Batched (the default). Apply stages the change in memory. A committer
+// goroutine cuts a batch every [Options.BatchSize] deliveries (default
+// 1000) or every [Options.BatchInterval] (default 20 ms), and commits it in
+// one durable transaction (bbolt: a commit with its two syncs; Pebble: a
+// batch committed with Sync) holding only the keys the batch changed and the
+// highest position per feed. Only then does it hand each bound checkpoint
+// the mark it took when it cut the batch. The mark is taken under the lock
+// that swaps the staged batch: every item the mark counts has finished, so
+// its Apply returned, so its changes are in this batch or an earlier one. The
+// mark never gets ahead of what is durable.
+//
+// While a batch commits the next one is staged. When that one is full too,
+// Apply waits (back-pressure): memory holds at most two batches. A crash or
+// a power loss loses at most the two batches in memory; the feed's pointer
+// is behind them, so the feed re-delivers their lines.
+//
+// Sync ([Options.Sync]). Each Apply is one durable transaction, committed
+// before Apply returns. A crash loses nothing that Apply returned. It is
+// about a hundred times slower (see below). The checkpoint's mark is still
+// taken inside Apply, where it cannot count the line being handled: that line
+// is declared durable by the next Apply, or by [Store.Flush].
+//
+// Flush commits what is staged and waits; call it (or Close) at a clean stop,
+// so that the feed's last commit covers every line handled.
+//
+// Measured on a 2-core machine with an SSD (go test -run '^$' -bench
+// BenchmarkApply ./state; each line adds to one of 1000 balances and
+// writes an output line):
+//
+//	batch size    bbolt lines/s   pebble lines/s
+//	100               19 400          30 300
+//	1000              68 900          73 300
+//	10000             71 400          94 400
+//	sync (1)             249             563
+//
+// 1000 gets most of the throughput while keeping a batch (and what a crash
+// re-delivers) small.
+//
+// # Transactional output
+//
+// [Tx.Output] stages bytes for an append-only file in the store's directory.
+// The committer appends a batch's bytes and syncs the file, then commits the
+// state with the file's new length. On open the file is cut back to the
+// recorded length: bytes past it belong to a batch whose state never
+// committed, and the feed re-delivers their lines. So every output line is
+// in the file exactly once, whatever moment a kill picks.
+//
+// # Epoch lineage
+//
+// A position means something only within its epoch, and a feed starts a new
+// epoch when its pointer file is lost or migrated, even on the same file.
+// With each recorded position the store keeps the file's identity and
+// fingerprint from the delivery's [dedupe.Origin], and the hash of the (up
+// to 64) bytes just before the position, read back once per batch through
+// [dedupe.Origin.TailHash]. When a new epoch arrives whose file has the same
+// identity, the same fingerprint and the same bytes before the recorded
+// position, its lines at or below that position are skipped too (counted as
+// SkippedByLineage). A file truncated and rewritten, even with the same
+// leading bytes, does not match: its bytes before the position differ, or it
+// is shorter. The verdict is taken once per feed and epoch.
+//
+// # Errors
+//
+// A failed commit is returned by the next Apply and by Flush, wrapped in
+// [ErrFailed], and shown in [Stats] (FailedCommits, LastError). Open errors
+// are [ErrNotStore], [ErrUnknownBackend], [ErrBackendMismatch], [ErrLocked]
+// and [ErrCorrupt]. Every error names the store's directory, and Apply's the
+// feed, epoch and position.
+package state
