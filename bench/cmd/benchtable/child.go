@@ -58,6 +58,7 @@ type childArgs struct {
 	sync    bool
 	seconds float64
 	ops     int
+	alt     bool
 }
 
 const feedName = "ledger"
@@ -337,6 +338,15 @@ func serveOpts(a childArgs, procs []framework.Processor, counters []*bench.Count
 		st = st2
 	}
 	extra["committed_position"] = float64(st.CommittedPosition)
+	if size, err := fileSize(a.file); err == nil {
+		// After a clean stop every line was finished: the pointer must
+		// have reached the end of the file.
+		if size == st.CommittedPosition {
+			extra["pointer_at_end"] = 1
+		} else {
+			extra["pointer_at_end"] = 0
+		}
+	}
 	return el, m, errors.Join(werr, serr)
 }
 
@@ -512,7 +522,11 @@ func caseFsync(a childArgs, size, fileSize int) (result, error) {
 	start := time.Now()
 	for i := range a.ops {
 		buf[0] = byte(i)
-		if _, err := f.WriteAt(buf[:size], 0); err != nil {
+		off := int64(0)
+		if a.alt && i%2 == 1 {
+			off = int64(fileSize / 2)
+		}
+		if _, err := f.WriteAt(buf[:size], off); err != nil {
 			return result{}, err
 		}
 		if err := syscall.Fdatasync(fd); err != nil {

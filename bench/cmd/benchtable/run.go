@@ -50,6 +50,7 @@ type runner struct {
 	want      map[string]bool
 	peerBin   string
 	peerErr   error
+	warnings  []string
 }
 
 func (r *runner) wants(row string) bool { return len(r.want) == 0 || r.want[row] }
@@ -149,6 +150,9 @@ func run(cfg config) error {
 			return err
 		}
 	}
+	for _, w := range r.warnings {
+		t.note("", "WARNING: "+w)
+	}
 	t.env.loadEnd = loadAvg()
 	t.env.end = time.Now()
 	fmt.Println()
@@ -236,6 +240,11 @@ func (r *runner) measure(specs ...spec) []*runs {
 				continue
 			}
 			x.res = append(x.res, res)
+			if v, ok := res.Extra["pointer_at_end"]; ok && v == 0 {
+				msg := fmt.Sprintf("%s, run %d: after a clean stop the pointer was at %.0f, not at the end of the input", x.spec.label, rep+1, res.Extra["committed_position"])
+				logf("WARNING: %s", msg)
+				r.warnings = append(r.warnings, msg)
+			}
 			logf("%-34s run %d: %s in %.3f s (%s)", x.spec.label, rep+1, fmtCount(res.Lines), res.Seconds, fmtRate(res.rate()))
 		}
 	}
