@@ -6,14 +6,15 @@
 //	tidemark pointer show FILE.readPointer
 //	tidemark pointer set FILE.readPointer --position N [--force]
 //	tidemark pointer migrate FILE.readPointer [--utf16] [--dry-run]
-//	tidemark status --addr HOST:PORT [--token T] [--json]
+//	tidemark status --addr HOST:PORT [--token T] [--json] [--check]
 //	tidemark release --addr HOST:PORT --feed FEED --consumer GROUP [--token T]
 //	tidemark store show DIR [--feed FEED]... [--config FILE.yaml]
 //	tidemark help [COMMAND]
 //
 // Flags may follow the positional arguments. The exit status is 0 when the
 // command did what it was asked, 1 when it failed or refused (the message
-// on stderr says why and what to do), and 2 for a wrong command line.
+// on stderr says why and what to do), 2 for a wrong command line, and 3 when
+// status --check found a stalled feed or a failed store.
 //
 // # Upgrading from the product tidemark replaces
 //

@@ -14,6 +14,7 @@ const (
 	exitOK    = 0 // done
 	exitFail  = 1 // the command failed or refused: stderr says why and what to do
 	exitUsage = 2 // the command line is wrong: stderr shows the usage
+	exitCheck = 3 // status --check: a feed is stalled or a store failed
 )
 
 const usageText = `tidemark: operator tool for tidemark feeds, pointer files and stores.
@@ -22,13 +23,14 @@ Usage:
   tidemark pointer show FILE.readPointer
   tidemark pointer set FILE.readPointer --position N [--force]
   tidemark pointer migrate FILE.readPointer [--utf16] [--dry-run]
-  tidemark status --addr HOST:PORT [--token T] [--json]
+  tidemark status --addr HOST:PORT [--token T] [--json] [--check]
   tidemark release --addr HOST:PORT --feed FEED --consumer GROUP [--token T]
   tidemark store show DIR [--feed FEED]... [--config FILE.yaml] [--namespace NS] [--bucket B]... [--wait D]
   tidemark help [COMMAND]
 
 Exit status: 0 done, 1 failed or refused (the message says why and what to
-do), 2 wrong command line.
+do), 2 wrong command line, 3 status --check found a stalled feed or a failed
+store.
 
 Run "tidemark help COMMAND" for a command's details.
 `
@@ -87,6 +89,10 @@ func report(err error, stderr io.Writer) int {
 			fmt.Fprint(stderr, usageText)
 		}
 		return exitUsage
+	}
+	if errors.Is(err, errUnhealthy) {
+		fmt.Fprintf(stderr, "tidemark: %v\n", err)
+		return exitCheck
 	}
 	fmt.Fprintf(stderr, "tidemark: %v\n", err)
 	return exitFail

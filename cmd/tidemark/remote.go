@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,13 +16,16 @@ import (
 )
 
 const statusHelp = `Usage:
-  tidemark status --addr HOST:PORT [--token T] [--json] [--timeout D]
+  tidemark status --addr HOST:PORT [--token T] [--json] [--check] [--timeout D]
 
 Prints the status of a running server, read from its operator listener
 (GET /status, see package ops): a table of feeds (state, epoch, positions,
 bytes behind, pending acks, consumers, settled or stalled and why), a table
 of the groups' queues on each feed, and the stores the listener reports.
---json prints the listener's JSON as it is.
+--json prints the listener's JSON as it is. --check makes the exit status 3
+when a feed is stalled (it holds its pointer for a reason that waiting does
+not clear) or a store failed a commit: for a launcher that treats a stall
+as a failure.
 `
 
 const releaseHelp = `Usage:
@@ -102,6 +106,7 @@ func runStatus(args []string, stdout io.Writer) error {
 	var rf remoteFlags
 	rf.register(fs)
 	asJSON := fs.Bool("json", false, "print the listener's JSON")
+	check := fs.Bool("check", false, "exit 3 when a feed is stalled or a store failed")
 	pos, err := parse("status", fs, args)
 	if err != nil {
 		return err
@@ -116,15 +121,42 @@ func runStatus(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
-	if *asJSON {
-		_, err := stdout.Write(body)
-		return err
-	}
 	var r ops.Report
 	if err := json.Unmarshal(body, &r); err != nil {
 		return fmt.Errorf("status: decode the response of %s: %w; is it a tidemark operator listener?", rf.addr, err)
 	}
-	return printReport(stdout, r)
+	if *asJSON {
+		_, err = stdout.Write(body)
+	} else {
+		err = printReport(stdout, r)
+	}
+	if err != nil || !*check {
+		return err
+	}
+	return unhealthy(r)
+}
+
+// errUnhealthy is wrapped by the error of status --check.
+var errUnhealthy = errors.New("unhealthy")
+
+// unhealthy returns an error wrapping errUnhealthy that lists the stalled
+// feeds and failed stores of r, or nil.
+func unhealthy(r ops.Report) error {
+	var bad []string
+	for _, f := range r.Feeds {
+		if f.Stalled {
+			bad = append(bad, fmt.Sprintf("feed %s is stalled: %s", f.Name, f.StallReason))
+		}
+	}
+	for _, s := range r.Stores {
+		if s.Failed {
+			bad = append(bad, fmt.Sprintf("store %s failed a commit: %s", s.Name, s.LastError))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", errUnhealthy, strings.Join(bad, "; "))
 }
 
 // printReport prints a status report as tables.

@@ -124,6 +124,11 @@ func TestStatusAndReleaseOfARunningServer(t *testing.T) {
 	require.Equal(t, "caught", fields[1])
 	require.Equal(t, "200", fields[4], "read position in %q", lines[1]) // in caught up EPOCH READ
 
+	r = tm("status", "--addr", addr, "--check")
+	expect(t, r, exitCheck)
+	require.Contains(t, r.stdout, "STALLED")
+	require.Contains(t, r.stderr, "unhealthy: feed in is stalled: a removed consumer left unprocessed items: A")
+
 	r = tm("status", "--addr", "http://"+addr+"/", "--json")
 	expect(t, r, exitOK)
 	var rep ops.Report
@@ -149,7 +154,7 @@ func TestStatusAndReleaseOfARunningServer(t *testing.T) {
 	expect(t, r, exitOK)
 	require.Contains(t, r.stdout, "released the hold of A on feed in")
 	require.NoError(t, srv.WaitSettled(context.Background(), "in"))
-	r = tm("status", "--addr", addr)
+	r = tm("status", "--addr", addr, "--check")
 	expect(t, r, exitOK)
 	require.Contains(t, r.stdout, "settled")
 	require.NotContains(t, r.stdout, "STALLED")
