@@ -150,6 +150,7 @@ func run(cfg config) error {
 			return err
 		}
 	}
+	t.sort()
 	for _, w := range r.warnings {
 		t.note("", "WARNING: "+w)
 	}
@@ -322,6 +323,8 @@ type shared struct {
 	nop1    map[string]*runs // by pointer sync policy
 	store5  *runs            // bbolt, batch 1000
 	store5p *runs            // pebble, batch 1000
+	restart *runs            // row 12
+	peer    *runs            // row 13
 }
 
 var sh = shared{nop1: map[string]*runs{}}
@@ -384,7 +387,7 @@ var batchSizes = []int{100, 1000, 10000}
 
 func (r *runner) rows5and6(t *table) error {
 	for _, be := range []struct{ row, backend, bare string }{{"5", "bbolt", "bare-bbolt"}, {"6", "pebble", "bare-pebble"}} {
-		if !r.wants(be.row) && !(be.row == "5" && (r.wants("9") || r.wants("10"))) {
+		if !r.wants(be.row) && !(r.wants("10") || be.row == "5" && r.wants("9")) {
 			continue
 		}
 		var best float64
@@ -544,6 +547,10 @@ func (r *runner) row12(t *table) error {
 		t.add(row{id: "12", what: "restart on a big file", result: notMeasured(x)})
 		return nil
 	}
+	sh.restart = x
+	rss := x.maxRSS() / 1024
+	t.add(row{id: "10", what: fmt.Sprintf("row 12 (restart on the %.0f MB file): peak RSS", size/1e6), result: fmt.Sprintf("%.1f MiB", rss),
+		baseline: "64 MiB", ratio: fmtRatio(rss / 64), goal: "< 1.00", met: verdict(rss < 64)})
 	ms := x.extra("first_ms")
 	first := x.extra("first_position")
 	what := fmt.Sprintf("restart on a %.0f MB file, pointer %.1f MB before the end: Start to first delivery", size/1e6, (size-pos)/1e6)
@@ -564,6 +571,10 @@ func (r *runner) row13(t *table) error {
 	}
 	res := r.measure(spec{label: "13 peer: otel fileconsumer", ext: r.peerBin, args: []string{"-file", r.file, "-lines", strconv.FormatInt(r.lines, 10)}})
 	peer := res[0]
+	sh.peer = peer
+	if peer.ok() {
+		t.note("13", fmt.Sprintf("Row 13: the peer's peak RSS was %.1f MiB (row 2's is in row 10).", peer.maxRSS()/1024))
+	}
 	t.rate("13", "peer: OpenTelemetry Collector pkg/stanza fileconsumer v0.165.1, start_at beginning, poll_interval 10 ms, offsets in memory, counting tokens (no delivery guarantee)", peer, sh.bufio, "bufio.ReadSlice loop", 0)
 	for _, p := range psyncs {
 		t.rate("13", "row 2 against the peer; "+p.label, sh.nop1[p.flag], peer, "the peer", 3)

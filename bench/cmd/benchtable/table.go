@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -89,6 +91,19 @@ func (t *table) add(r row) {
 }
 
 func (t *table) note(id, s string) { t.notes = append(t.notes, s) }
+
+// sort orders the rows by their number, keeping the order of each row's
+// lines.
+func (t *table) sort() {
+	num := func(id string) int {
+		n, err := strconv.Atoi(id)
+		if err != nil {
+			return 1 << 30
+		}
+		return n
+	}
+	slices.SortStableFunc(t.rows, func(a, b row) int { return num(a.id) - num(b.id) })
+}
 
 // rate adds a row whose result and baseline are rates in lines/s; goal is
 // the least ratio, 0 for none.
