@@ -178,3 +178,15 @@ func TestStoreMetricsAndStatus(t *testing.T) {
 	require.EqualValues(t, 3, s.Commits)
 	require.Equal(t, []ops.StorePosition{{Feed: "orders", Epoch: 7, Position: 30}}, s.Positions)
 }
+
+// A feed whose name is not valid UTF-8 cannot be a label value: its
+// metrics are left out and logged, and the rest of the scrape is served.
+func TestScrapeSurvivesABadLabel(t *testing.T) {
+	fs := &fakeServer{}
+	fs.set(framework.FeedStatus{Name: "ok", Status: feed.Status{ReadPosition: 5}})
+	fs.set(framework.FeedStatus{Name: "bad\xff"})
+	l, err := ops.New(ops.Config{Server: fs, Feeds: []string{"ok", "bad\xff"}})
+	require.NoError(t, err)
+	body := scrape(t, l)
+	require.Equal(t, "5", metric(body, `tidemark_feed_read_position_bytes{feed="ok"}`), body)
+}

@@ -194,7 +194,7 @@ func New(cfg Config) (*Listener, error) {
 		g = prometheus.Gatherers{l.reg, cfg.Gatherer}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: slogErrorLog{l.log}}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: slogErrorLog{l.log}, ErrorHandling: promhttp.ContinueOnError}))
 	mux.HandleFunc("GET /status", l.serveStatus)
 	mux.HandleFunc("GET /status/{feed}", l.serveFeedStatus)
 	mux.HandleFunc("POST /feeds/{feed}/release", l.serveRelease)

@@ -533,24 +533,24 @@ func pointerSet(args []string, stdout io.Writer) error {
 	if *position < 0 {
 		return usageErrorf("pointer", "pointer set needs --position N, a byte offset >= 0")
 	}
-	N := *position
+	target := *position
 	in, err := openInput(inputPath)
 	if err != nil {
 		return fmt.Errorf("set pointer %s: open its input: %w; the position is checked against the input, which must exist", path, err)
 	}
 	defer in.Close()
-	if N > in.size {
-		return fmt.Errorf("set pointer %s: position %d is past the end of the input %s (%d bytes); choose a position at most %d", path, N, inputPath, in.size, in.size)
+	if target > in.size {
+		return fmt.Errorf("set pointer %s: position %d is past the end of the input %s (%d bytes); choose a position at most %d", path, target, inputPath, in.size, in.size)
 	}
-	if ok, err := in.lineStart(N); err != nil {
+	if ok, err := in.lineStart(target); err != nil {
 		return err
 	} else if !ok && !*force {
-		prev, err := in.prevLineStart(N)
+		prev, err := in.prevLineStart(target)
 		if err != nil {
 			return err
 		}
-		msg := fmt.Sprintf("set pointer %s: position %d is inside a line of %s (the byte before it is not a newline): the feed would deliver the rest of that line as a line. The line starts at %d", path, N, inputPath, prev)
-		if next, ok, err := in.nextLineStart(N); err != nil {
+		msg := fmt.Sprintf("set pointer %s: position %d is inside a line of %s (the byte before it is not a newline): the feed would deliver the rest of that line as a line. The line starts at %d", path, target, inputPath, prev)
+		if next, ok, err := in.nextLineStart(target); err != nil {
 			return err
 		} else if ok {
 			msg += fmt.Sprintf(" and the next one at %d", next)
@@ -566,7 +566,7 @@ func pointerSet(args []string, stdout io.Writer) error {
 		prev = old.Pointer.Epoch
 	}
 	epoch := feed.NewEpoch(prev, time.Now())
-	if err := storePointer(path, in, epoch, N); err != nil {
+	if err := storePointer(path, in, epoch, target); err != nil {
 		return err
 	}
 	was := "no valid pointer before"
@@ -576,7 +576,7 @@ func pointerSet(args []string, stdout io.Writer) error {
 	case old.Legacy:
 		was = fmt.Sprintf("was a legacy pointer, count %d", old.Pointer.Position)
 	}
-	fmt.Fprintf(stdout, "set %s: position %d under the new epoch %d (%s)\n", path, N, epoch, was)
+	fmt.Fprintf(stdout, "set %s: position %d under the new epoch %d (%s)\n", path, target, epoch, was)
 	return nil
 }
 
