@@ -59,6 +59,7 @@ type childArgs struct {
 	seconds float64
 	ops     int
 	alt     bool
+	qcap    int
 }
 
 const feedName = "ledger"
@@ -286,10 +287,10 @@ func serveOpts(a childArgs, procs []framework.Processor, counters []*bench.Count
 	}
 	cfg := framework.Config{
 		Feeds: []framework.FeedConfig{{
-			Name:      feedName,
-			File:      &framework.FileConfig{Filename: a.file, ReadStrategy: feed.Committed, Sync: policy},
-			Overload:  framework.OverloadConfig{Policy: framework.Pause},
-			BatchSize: 0,
+			Name:          feedName,
+			File:          &framework.FileConfig{Filename: a.file, ReadStrategy: feed.Committed, Sync: policy},
+			Overload:      framework.OverloadConfig{Policy: framework.Pause},
+			QueueCapacity: a.qcap,
 		}},
 		Logger: discard,
 	}

@@ -42,6 +42,7 @@ func main() {
 	flag.BoolVar(&a.sync, "sync", false, "child: store Sync mode")
 	flag.Float64Var(&a.seconds, "seconds", 1, "child: seconds of idle")
 	flag.IntVar(&a.ops, "ops", 1000, "child: operations")
+	flag.IntVar(&a.qcap, "qcap", 0, "child: subscriber queue capacity (0: the framework's default)")
 	flag.BoolVar(&a.alt, "alt", false, "child: fsync-small alternates between the two halves of the file, as the pointer file's slots do")
 	cpuprofile := flag.String("cpuprofile", "", "child: write a CPU profile of the measurement to `file`")
 	flag.Parse()

@@ -486,6 +486,15 @@ func (r *runner) row9and10(t *table) error {
 				result:   fmt.Sprintf("p50 %.0f, p99 %.0f, max %.0f lines", x.extra("lag_p50"), p99, x.extra("lag_max")),
 				baseline: fmt.Sprintf("one duty cycle: %.0f lines", duty), ratio: fmtRatio(p99 / duty), goal: "p99 ≤ 1.00", met: verdict(p99 <= duty)})
 		}
+		// The lever: a queue of one batch.
+		qc := strconv.Itoa(framework.DefaultBatchSize)
+		res := r.measure(spec{label: "9 one group, queue of one batch", name: "nop", args: r.fileArgs(r.file, r.lines, "-psync", "interval", "-qcap", qc)})
+		if x := res[0]; x.ok() {
+			p99 := x.extra("lag_p99")
+			t.add(row{id: "9", what: "commit lag of row 2 with QueueCapacity " + qc + " (one batch); pointer SyncInterval 100 ms; its rate: " + fmtRate(x.rate()),
+				result:   fmt.Sprintf("p50 %.0f, p99 %.0f, max %.0f lines", x.extra("lag_p50"), p99, x.extra("lag_max")),
+				baseline: fmt.Sprintf("one duty cycle: %.0f lines", duty), ratio: fmtRatio(p99 / duty), goal: "p99 ≤ 1.00", met: verdict(p99 <= duty)})
+		}
 	}
 	if r.wants("10") {
 		mem := func(what string, x *runs, allocGoal bool) {
