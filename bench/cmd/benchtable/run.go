@@ -136,7 +136,7 @@ func run(cfg config) error {
 		return fmt.Errorf("generate ledger: %w", err)
 	}
 	fileBytes, _ := fileSize(r.file)
-	env.input = fmt.Sprintf("%d lines, %.1f MB (%s)", r.lines, float64(fileBytes)/1e6, "id,account,amount; 100 accounts")
+	env.input = fmt.Sprintf("%s lines, %.1f MB (%s)", fmtCount(r.lines), float64(fileBytes)/1e6, "id,account,amount; 100 accounts")
 	if r.wants("13") {
 		r.buildPeer()
 	}
