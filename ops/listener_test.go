@@ -191,7 +191,7 @@ func TestReleaseOverHTTP(t *testing.T) {
 	require.Contains(t, r.Feeds[0].StallReason, "A")
 	_, page := get(t, base(l)+"/")
 	require.Contains(t, page, "stalled: ")
-	require.Contains(t, page, "--consumer A")
+	require.Contains(t, page, "tidemark release --addr "+l.Addr().String()+" --feed in --consumer A")
 
 	rel := base(l) + "/feeds/in/release"
 	code, body := do(t, http.MethodPost, rel, "", nil)

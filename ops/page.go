@@ -46,7 +46,7 @@ td.l, th.l { text-align: left; }
 <tr><th class="l">feed</th><th class="l">group</th><th>depth</th><th>processed</th><th>failures</th><th>skipped</th><th>dropped</th><th class="l">state</th></tr>
 {{range $f := .Report.Feeds}}{{range .Groups}}<tr{{if or .Removed .Fenced}} class="stalled"{{end}}>
 <td class="l">{{$f.Name}}</td><td class="l">{{.Group}}</td><td>{{.Depth}}</td><td>{{.Processed}}</td><td>{{.Failures}}</td><td>{{.Skipped}}</td><td>{{.Dropped}}</td>
-<td class="l">{{if .Removed}}removed, holds the pointer: <code>tidemark release --addr HOST:PORT --feed {{$f.Name}} --consumer {{.Group}}</code>{{else if .Fenced}}fenced{{else}}live{{end}}</td>
+<td class="l">{{if .Removed}}removed, holds the pointer: <code>tidemark release --addr {{$.Host}} --feed {{$f.Name}} --consumer {{.Group}}</code>{{else if .Fenced}}fenced{{else}}live{{end}}</td>
 </tr>
 {{end}}{{end}}</table>
 {{if .Report.Stores}}<h2>Stores</h2>
@@ -66,8 +66,9 @@ func (l *Listener) servePage(w http.ResponseWriter, r *http.Request) {
 	refresh := int(math.Ceil(l.cfg.Refresh.Seconds()))
 	if err := pageTemplate.Execute(&buf, struct {
 		Refresh int
+		Host    string
 		Report  Report
-	}{refresh, l.report()}); err != nil {
+	}{refresh, r.Host, l.report()}); err != nil {
 		httpError(w, http.StatusInternalServerError, "render page: "+err.Error())
 		return
 	}
