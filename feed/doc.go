@@ -103,9 +103,16 @@
 // Every commit writes all of them: the tail hash is read back from the file
 // at commit time (one 64-byte read per commit). While the fingerprint covers
 // fewer than 4096 bytes because the file was short when it was opened, a
-// commit extends it to the bytes the file has now. A fingerprint is always
-// compared on the prefix length it covers: a file fingerprinted at 10 bytes
-// that has grown since is compared on its first 10 bytes.
+// commit extends it to the bytes the file has now; and before a Poll
+// delivers lines read beyond the prefix the stored fingerprint covers, the
+// source stores the pointer again (same position) with a longer one. So
+// lines a store may have applied are always covered by the stored
+// fingerprint, up to 4096 bytes: a file replaced while the source is down,
+// before any commit, is not taken for the one read. This costs at most a
+// few extra pointer writes in the first 4096 bytes of each epoch. A
+// fingerprint is always compared on the prefix length it covers: a file
+// fingerprinted at 10 bytes that has grown since is compared on its first
+// 10 bytes.
 //
 // Sync policies ([SyncPolicy]) decide what a power loss (or an operating
 // system crash) can cost; a process crash (kill -9) costs nothing under any
@@ -196,6 +203,13 @@
 //   - A file rewritten in place that keeps its first 4096 bytes, its length
 //     up to the position, and the 64 bytes before the position: its new
 //     content is taken for the old one.
+//   - A file replaced while the source is down by one with the same first
+//     4096 bytes (and, if the pointer is past 0, the same 64 bytes before
+//     the pointer), when lines after the pointer had been delivered and not
+//     committed: their positions in the new file are those of the old
+//     lines, in the same epoch, so a store that applied the old ones skips
+//     the new ones. Commit often; a store can check its own tail hash
+//     against [dedupe.Origin.TailHash].
 //   - While the file is open, a rewrite in place (or a truncation followed by
 //     growth) to at least the length already read, before the source reaches
 //     the end of the file: only the size and identity are checked while

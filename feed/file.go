@@ -125,6 +125,7 @@ type FileSource struct {
 	origin    *dedupe.Origin     // shared by the items of the epoch in this run
 	ef        *epochFile         // the file the origin's TailHash reads
 	fp        dedupe.Fingerprint // of the epoch's file, refreshed while < 4096 bytes
+	storedFP  int                // Fingerprint.Len in the pointer file for epoch
 	committed int64              // the position stored in the pointer file for epoch
 	seq       uint64
 	size      int64 // last size seen by stat
@@ -330,6 +331,16 @@ func (s *FileSource) Poll(ctx context.Context, items []Item) (int, error) {
 			s.lastCommitErr = serr.Error()
 			s.log.Warn("feed: pointer sync failed; the next commit retries", "path", s.path, "pointer", s.pf.Path(), "err", serr)
 		}
+	}
+	if n > 0 && s.pf != nil && !s.migrate && s.storedFP < int(min(MaxFingerprintLen, s.fr.off)) {
+		// Lines are about to be delivered, possibly applied by a store, and
+		// the pointer file's fingerprint does not cover all the bytes read
+		// (the file was short when the epoch started): store it again with
+		// a longer one first, so that a file replaced while the source is
+		// down is not taken for this one at the next start. Only the first
+		// 4096 bytes of an epoch cost such writes. A failure is counted and
+		// logged; the lines are delivered all the same.
+		_ = s.store(s.committed)
 	}
 	for i := range items[:n] {
 		s.seq++
@@ -590,6 +601,7 @@ func (s *FileSource) open(first bool) error {
 	if d.newEpoch {
 		s.epoch = NewEpoch(d.prev, s.now())
 		s.committed = 0
+		s.storedFP = 0
 	} else {
 		s.committed = d.committed
 	}
@@ -698,6 +710,7 @@ func (s *FileSource) decidePointer(h *inputFile, size int64, fp dedupe.Fingerpri
 			"old_dev", p.Identity.Dev, "old_ino", p.Identity.Ino, "dev", h.id.Dev, "ino", h.id.Ino)
 	}
 	s.epoch = p.Epoch
+	s.storedFP = p.Fingerprint.Len
 	return decision{start: p.Position, committed: p.Position}, nil
 }
 
@@ -793,6 +806,7 @@ func (s *FileSource) store(position int64) error {
 		return fmt.Errorf("feed: commit position %d of epoch %d of input %s: %w", position, s.epoch, s.path, err)
 	}
 	s.committed = position
+	s.storedFP = p.Fingerprint.Len
 	s.lastCommitErr = ""
 	s.publish()
 	return nil

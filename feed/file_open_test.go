@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidemark-go/tidemark/dedupe"
 )
 
 // firstRun reads all of p with a Committed source, commits the last line,
@@ -267,5 +269,39 @@ func TestPointerLoadErrorIsReturnedAndRetried(t *testing.T) {
 	}
 	if g := s.drain(); fmt.Sprint(lines(g)) != "[a]" {
 		t.Fatalf("%+v", g)
+	}
+}
+
+// TestFingerprintStoredBeforeDelivery: an epoch started on an empty (or
+// short) file stores its pointer again, with a fingerprint of the bytes
+// read, before it delivers their lines: so a file replaced while the source
+// is down, before any commit, is not taken for the one whose lines a store
+// may already have applied.
+func TestFingerprintStoredBeforeDelivery(t *testing.T) {
+	p := input(t, "")
+	write(t, p, "")
+	s := open(t, p, Config{})
+	s.drain()
+	epoch := s.Status().Epoch
+	if res := loadPointer(t, p); res.Pointer.Fingerprint.Len != 0 || res.Pointer.Epoch != epoch {
+		t.Fatalf("pointer %+v", res.Pointer)
+	}
+	appendTo(t, p, "a\nb\n")
+	if g := s.drain(); len(g) != 2 {
+		t.Fatalf("%+v", g)
+	}
+	res := loadPointer(t, p)
+	if res.Pointer.Fingerprint != (dedupe.Fingerprint{Len: 4, Hash: HashBytes([]byte("a\nb\n"))}) || res.Pointer.Position != 0 || res.Pointer.Epoch != epoch {
+		t.Fatalf("pointer %+v", res.Pointer)
+	}
+	s.Close() // no commit: as after a crash
+	replaceByRename(t, p, "x\ny\nz\n")
+	s2 := open(t, p, Config{})
+	g := s2.drain()
+	if len(g) != 3 || g[0].Line != "x" || g[0].Epoch <= epoch {
+		t.Fatalf("the replaced file must start a new epoch from 0: %+v", g)
+	}
+	if len(s2.log.find(slog.LevelWarn, "does not match its pointer")) != 1 {
+		t.Fatalf("log:\n%s", s2.log)
 	}
 }

@@ -8,13 +8,19 @@ import (
 	"testing"
 )
 
+// simMaxLine is the simulation's MaxLineBytes: longer than every line
+// m.lines writes.
+const simMaxLine = 48
+
 // simModel is what a Committed source must deliver from a file written by
 // a known sequence of operations.
 type simModel struct {
-	content []byte // the file at the path
-	readPos int64  // where the source has read it to (a line start)
-	dropped uint64 // unterminated last lines of files left behind
-	next    int    // the next line number
+	content   []byte // the file at the path
+	readPos   int64  // where the source has read it to (a line start)
+	committed int64  // the position of the last line delivered: committed
+	dropped   uint64 // unterminated last lines of files left behind
+	oversize  uint64 // lines longer than simMaxLine
+	next      int    // the next line number
 }
 
 // expect returns the complete lines after readPos, with their positions,
@@ -29,6 +35,10 @@ func (m *simModel) expect() []got {
 		}
 		line := bytes.TrimSuffix(rest[:i], []byte("\r"))
 		m.readPos += int64(i) + 1
+		if len(line) > simMaxLine {
+			m.oversize++
+			continue
+		}
 		out = append(out, got{Line: string(line), Position: m.readPos})
 	}
 }
@@ -57,7 +67,7 @@ func TestSimulation(t *testing.T) {
 			p := input(t, "")
 			write(t, p, "")
 			m := &simModel{}
-			s := open(t, p, Config{Sync: SyncNever})
+			s := open(t, p, Config{Sync: SyncNever, MaxLineBytes: simMaxLine})
 			s.drain()
 			epoch := s.Status().Epoch
 			var lastSeq uint64
@@ -65,7 +75,7 @@ func TestSimulation(t *testing.T) {
 			for step := range 150 {
 				var op string
 				wantEpoch := "same"
-				switch k := r.IntN(12); {
+				switch k := r.IntN(13); {
 				case k < 5:
 					op = "append lines"
 					b := m.lines(r)
@@ -82,17 +92,26 @@ func TestSimulation(t *testing.T) {
 					if err := os.Rename(p, fmt.Sprintf("%s.%d", p, rotations)); err != nil {
 						t.Fatal(err)
 					}
-					if m.readPos > 0 {
-						wantEpoch = "new"
-					} else {
+					// Every byte of the old file was read: a new file with
+					// other bytes starts a new epoch.
+					wantEpoch = "new"
+					if len(m.content) == 0 {
 						wantEpoch = "any"
 					}
 					if int64(len(m.content)) > m.readPos {
 						m.dropped++
 					}
 					m.content = m.lines(r)
-					m.readPos = 0
+					m.readPos, m.committed = 0, 0
 					write(t, p, string(m.content))
+				case k == 12:
+					op = "append an oversize line (maybe unterminated)"
+					b := bytes.Repeat([]byte{'z'}, simMaxLine+1+r.IntN(200))
+					if r.IntN(2) == 0 {
+						b = append(b, '\n')
+					}
+					m.content = append(m.content, b...)
+					appendTo(t, p, string(b))
 				case k < 9:
 					op = "copy renamed over the path"
 					m.content = append(m.content, m.lines(r)...)
@@ -105,13 +124,23 @@ func TestSimulation(t *testing.T) {
 							m.dropped++
 						}
 					}
-					m.content, m.readPos = nil, 0
+					m.content, m.readPos, m.committed = nil, 0, 0
 					if err := os.Truncate(p, 0); err != nil {
 						t.Fatal(err)
 					}
 				default:
 					op = "restart"
 					s.Close()
+					// The restart reads on from the pointer: the oversize
+					// lines after it are skipped (and counted) again.
+					m.readPos = m.committed
+					// The pointer's fingerprint covers every byte read up to
+					// 4096 when a line was delivered; without one, a
+					// changed file may still match it.
+					changed := "new"
+					if m.committed == 0 {
+						changed = "any"
+					}
 					// What happens to the file while the source is down is
 					// decided by the open-time table.
 					switch r.IntN(5) {
@@ -126,11 +155,8 @@ func TestSimulation(t *testing.T) {
 						if err := os.Rename(p, fmt.Sprintf("%s.%d", p, rotations)); err != nil {
 							t.Fatal(err)
 						}
-						wantEpoch = "new"
-						if m.readPos == 0 {
-							wantEpoch = "any"
-						}
-						m.content, m.readPos = m.lines(r), 0
+						wantEpoch = changed
+						m.content, m.readPos, m.committed = m.lines(r), 0, 0
 						write(t, p, string(m.content))
 					case 2:
 						op += " after a copy"
@@ -138,17 +164,14 @@ func TestSimulation(t *testing.T) {
 						replaceByRename(t, p, string(m.content))
 					case 3:
 						op += " after a truncation"
-						wantEpoch = "new"
-						if m.readPos == 0 {
-							wantEpoch = "any"
-						}
-						m.content, m.readPos = nil, 0
+						wantEpoch = changed
+						m.content, m.readPos, m.committed = nil, 0, 0
 						if err := os.Truncate(p, 0); err != nil {
 							t.Fatal(err)
 						}
 					}
-					s = open(t, p, Config{Sync: SyncNever})
-					lastSeq, m.dropped = 0, 0
+					s = open(t, p, Config{Sync: SyncNever, MaxLineBytes: simMaxLine})
+					lastSeq, m.dropped, m.oversize = 0, 0, 0
 				}
 				want := m.expect()
 				g := s.drain()
@@ -176,13 +199,14 @@ func TestSimulation(t *testing.T) {
 					t.Fatalf("step %d (%s): read position %d, want %d", step, op, st.ReadPosition, m.readPos)
 				}
 				if len(g) > 0 {
+					m.committed = g[len(g)-1].Position
 					if err := s.Commit(g[len(g)-1].Epoch, g[len(g)-1].Position); err != nil {
 						t.Fatal(err)
 					}
 				}
 			}
-			if st := s.Status(); st.PartialDropped != m.dropped {
-				t.Fatalf("partial lines dropped %d, want %d", st.PartialDropped, m.dropped)
+			if st := s.Status(); st.PartialDropped != m.dropped || st.OversizeSkipped != m.oversize {
+				t.Fatalf("partial lines dropped %d, oversize %d; want %d, %d", st.PartialDropped, st.OversizeSkipped, m.dropped, m.oversize)
 			}
 		})
 	}
