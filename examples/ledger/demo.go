@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -101,26 +102,48 @@ func (r *ScenarioResult) OK() bool {
 	return true
 }
 
-// Demo runs the scenarios and prints what each showed to w. It returns the
+// Demo runs the scenarios and prints what each showed to w, in order. The
+// scenarios run at the same time, each in its own folder, since the one
+// with --sync spends most of its time waiting for the disk. It returns the
 // results and an error when a scenario could not be run.
 func Demo(w io.Writer, o DemoOptions) ([]*ScenarioResult, error) {
 	o.defaults()
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	var results []*ScenarioResult
+	type outcome struct {
+		out bytes.Buffer
+		res *ScenarioResult
+		err error
+	}
+	outs := make([]*outcome, len(o.Scenarios))
+	done := make([]chan struct{}, len(o.Scenarios))
 	for i, sc := range o.Scenarios {
+		outs[i], done[i] = &outcome{}, make(chan struct{})
+		go func() {
+			defer close(done[i])
+			outs[i].res, outs[i].err = runScenario(&outs[i].out, o, sc)
+		}()
+	}
+	var results []*ScenarioResult
+	var firstErr error
+	for i, sc := range o.Scenarios {
+		<-done[i]
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "=== %s ===\n", sc.Title)
-		r, err := runScenario(w, o, sc)
-		if err != nil {
-			return results, fmt.Errorf("%s: %w", sc.Title, err)
+		w.Write(outs[i].out.Bytes())
+		if err := outs[i].err; err != nil {
+			fmt.Fprintf(w, "error: %v\n", err)
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%s: %w", sc.Title, err)
+			}
+			continue
 		}
-		results = append(results, r)
+		results = append(results, outs[i].res)
 	}
-	return results, nil
+	return results, firstErr
 }
 
 func runScenario(w io.Writer, o DemoOptions, sc Scenario) (*ScenarioResult, error) {
@@ -313,6 +336,8 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	start := time.Now()
+	fmt.Fprintf(stdout, "The ledger demonstration: %d lines, killed with SIGKILL after at least %d are saved, restarted, checked; four scenarios, files under %s.\n\n",
+		*lines, *killAfter, *dir)
 	results, err := Demo(stdout, DemoOptions{Exe: exe, Dir: *dir, Lines: *lines, KillAfter: *killAfter, Pace: *pace})
 	if err != nil {
 		fmt.Fprintln(stderr, "ledger demo:", err)

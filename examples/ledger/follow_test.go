@@ -46,7 +46,7 @@ func (s *followServer) kill() {
 	if !s.c.killed() {
 		s.t.Fatalf("run %d was not killed: %v", s.runs, s.c.err)
 	}
-	checkNotAhead(s.t, s.c, s.input, s.data)
+	checkNotAhead(s.t, s.c, s.input, s.data, true)
 }
 
 // generation is the lines a writer puts in one file at the path.
@@ -196,7 +196,7 @@ func TestFollowRotationTruncationKills(t *testing.T) {
 	if s.c.doneEvent() == nil {
 		t.Fatal("no done event after SIGTERM")
 	}
-	checkNotAhead(t, s.c, input, data)
+	checkNotAhead(t, s.c, input, data, true)
 	r := checkExact(t, data, expected...)
 	if r.State.Applied != 9000 {
 		t.Fatalf("applied %d, want 9000", r.State.Applied)
