@@ -157,8 +157,8 @@ func (c *child) follow(stdout io.Reader, log io.Writer) {
 }
 
 // waitApplied waits until the child reports at least n durable applied
-// lines, and reports whether it did; false when the child exited first or
-// the timeout passed.
+// lines, and reports whether it did; false when the child exited without
+// reporting them or the timeout passed.
 func (c *child) waitApplied(n int64, timeout time.Duration) bool {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -172,7 +172,11 @@ func (c *child) waitApplied(n int64, timeout time.Duration) bool {
 		}
 		select {
 		case <-c.exited:
-			return false
+			// Every event was read before exited closed: look once more.
+			c.mu.Lock()
+			reached = c.durable.kind != "" && c.durable.fields["applied"] >= n
+			c.mu.Unlock()
+			return reached
 		case <-deadline.C:
 			return false
 		case <-changed:
