@@ -64,8 +64,8 @@ type Config struct {
 	Strategy ReadStrategy
 	// MaxLineBytes is the longest line payload (without its terminator)
 	// delivered; longer lines are skipped and reported. 0 means
-	// DefaultMaxLineBytes (1 MiB). The source holds at most this many bytes
-	// (plus 2) of one line in memory.
+	// DefaultMaxLineBytes (1 MiB). The source's read buffer is 64 KiB and
+	// grows for longer lines up to MaxLineBytes+2 bytes, never beyond.
 	MaxLineBytes int
 	// Sync is when a pointer write is made durable (Committed only).
 	Sync SyncPolicy
@@ -294,6 +294,12 @@ func (s *FileSource) Rereadable() bool { return true }
 // file being read and that the file did not shrink. It returns ErrDone when
 // a once strategy has reached its end. Lines are slices into the source's
 // buffer, valid until the next Poll.
+//
+// Committed only: before it returns lines of bytes beyond the prefix that
+// the pointer file's fingerprint covers (in the first 4096 bytes of an
+// epoch), Poll stores the pointer again with a longer fingerprint; and an
+// idle Poll makes a commit left pending by SyncInterval durable. Failures
+// of those writes are counted in Status and logged, not returned.
 func (s *FileSource) Poll(ctx context.Context, items []Item) (int, error) {
 	if s.closed {
 		return 0, ErrClosed
