@@ -14,9 +14,9 @@ import (
 // Defaults used when a Config field is zero.
 const (
 	// DefaultQueueCapacity is the most lines a subscriber queue holds.
-	DefaultQueueCapacity = 1024
+	DefaultQueueCapacity = 4096
 	// DefaultBatchSize is the most lines the feed reads and hands off at once.
-	DefaultBatchSize = 256
+	DefaultBatchSize = 1024
 	// MaxQueueCapacity and MaxBatchSize bound the configurable values.
 	MaxQueueCapacity = 1 << 24
 	MaxBatchSize     = 1 << 16

@@ -29,7 +29,7 @@ type feedRunner struct {
 	events    bool
 	log       *slog.Logger
 
-	pool  sync.Pool
+	free  chan *batch // recycled batches
 	items []feed.Item
 	wake  chan struct{}
 	timer *time.Timer
@@ -98,9 +98,7 @@ func newFeedRunner(s *Server, fc FeedConfig, src feed.Source) *feedRunner {
 			f.policy = DropAfterSpin
 		}
 	}
-	f.pool.New = func() any {
-		return &batch{items: make([]item, 0, f.batchSize+1), data: make([]byte, 0, 64*f.batchSize), pool: &f.pool}
-	}
+	f.free = make(chan *batch, 2+f.qBatches*4)
 	return f
 }
 
@@ -212,6 +210,18 @@ func (f *feedRunner) canRead(snap []*queue) bool {
 	return true
 }
 
+// getBatch returns a recycled batch, or a new one, holding one reference.
+func (f *feedRunner) getBatch() *batch {
+	var b *batch
+	select {
+	case b = <-f.free:
+	default:
+		b = &batch{items: make([]item, 0, f.batchSize+1), data: make([]byte, 0, 64*f.batchSize), free: f.free}
+	}
+	b.refs.Store(1)
+	return b
+}
+
 // poll reads one batch; it returns nil when there was nothing to hand off.
 func (f *feedRunner) poll(ctx context.Context) *batch {
 	f.mu.Lock()
@@ -231,15 +241,16 @@ func (f *feedRunner) poll(ctx context.Context) *batch {
 	}
 	var b *batch
 	if n > 0 {
-		b = f.pool.Get().(*batch)
-		b.refs.Store(1)
-		for i := range n {
-			it := &f.items[i]
+		b = f.getBatch()
+		items := slices.Grow(b.items[:0], n+1)[:n]
+		data := b.data[:0]
+		for i, it := range f.items[:n] {
 			f.seq++
-			off := len(b.data)
-			b.data = append(b.data, it.Line...)
-			b.items = append(b.items, item{seq: f.seq, epoch: it.Epoch, pos: it.Position, origin: it.Origin, off: off, end: len(b.data)})
+			off := len(data)
+			data = append(data, it.Line...)
+			items[i] = item{seq: f.seq, epoch: it.Epoch, pos: it.Position, origin: it.Origin, off: off, end: len(data)}
 		}
+		b.items, b.data = items, data
 		b.lines = n
 		f.read.Add(uint64(n))
 	}
@@ -248,8 +259,7 @@ func (f *feedRunner) poll(ctx context.Context) *batch {
 		if st.State != f.lastState || st.Detail != f.lastDetail {
 			f.lastState, f.lastDetail = st.State, st.Detail
 			if b == nil {
-				b = f.pool.Get().(*batch)
-				b.refs.Store(1)
+				b = f.getBatch()
 			}
 			last := f.lastHanded
 			if b.lines > 0 {

@@ -290,7 +290,8 @@ items:
 				if p.removed.Load() {
 					continue
 				}
-				if !g.deliver(inc, q, p, d, line) {
+				err := callHandle(inc.ctx, p.p, d, line)
+				if err != nil && !g.deliver(inc, q, p, d, line, err) {
 					ok = false
 					break items
 				}
@@ -317,13 +318,15 @@ func callHandle(ctx context.Context, p Processor, d dedupe.Delivery, line []byte
 	return p.Handle(ctx, d, line)
 }
 
-// deliver hands one line to one processor under the failure policy. It
-// reports false when the incarnation is stopping and the line is not
-// finished.
-func (g *group) deliver(inc *incarnation, q *queue, p *procEntry, d dedupe.Delivery, line []byte) bool {
+// deliver takes a line whose handling by p failed with err through the
+// failure policy: retries, then Skip or Quarantine. It reports false when
+// the incarnation is stopping and the line is not finished.
+func (g *group) deliver(inc *incarnation, q *queue, p *procEntry, d dedupe.Delivery, line []byte, err error) bool {
 	attempt := 0
-	for {
-		err := callHandle(inc.ctx, p.p, d, line)
+	for first := true; ; first = false {
+		if !first {
+			err = callHandle(inc.ctx, p.p, d, line)
+		}
 		if err == nil {
 			return true
 		}

@@ -55,15 +55,19 @@ type batch struct {
 	data  []byte
 	lines int // items that are lines
 	refs  atomic.Int32
-	pool  *sync.Pool
+	free  chan *batch
 }
 
+// release drops one reference; the last one recycles the batch.
 func (b *batch) release() {
 	if b.refs.Add(-1) == 0 {
 		b.items = b.items[:0]
 		b.data = b.data[:0]
 		b.lines = 0
-		b.pool.Put(b)
+		select {
+		case b.free <- b:
+		default: // enough spare batches: let it go
+		}
 	}
 }
 
