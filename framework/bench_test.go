@@ -78,7 +78,7 @@ func (p *countProc) Handle(context.Context, dedupe.Delivery, []byte) error {
 func runNoop(b *testing.B, src feed.Source, n int) {
 	p := &countProc{want: n, done: make(chan struct{})}
 	s, err := framework.New(framework.Config{
-		Feeds:  []framework.FeedConfig{{Name: "bench", Source: src, Overload: framework.OverloadConfig{Policy: framework.Pause}, BatchSize: benchBatch, QueueCapacity: benchCap}},
+		Feeds:  []framework.FeedConfig{{Name: "bench", Source: src, Overload: framework.OverloadConfig{Policy: framework.Pause}}},
 		Groups: []framework.GroupConfig{{Name: "g", Processors: []string{"p"}}},
 	}, framework.Registry{"p": p})
 	if err != nil {
@@ -210,7 +210,7 @@ func BenchmarkCommitLag(b *testing.B) {
 	src := &lagSource{sliceSource: sliceSource{data: data}, lineLen: int64(bytes.IndexByte(data, '\n') + 1), processed: &processed}
 	p := &lagProc{countProc: countProc{want: b.N, done: make(chan struct{})}, processed: &processed}
 	s, err := framework.New(framework.Config{
-		Feeds:  []framework.FeedConfig{{Name: "bench", Source: src, Overload: framework.OverloadConfig{Policy: framework.Pause}, BatchSize: benchBatch, QueueCapacity: benchCap}},
+		Feeds:  []framework.FeedConfig{{Name: "bench", Source: src, Overload: framework.OverloadConfig{Policy: framework.Pause}}},
 		Groups: []framework.GroupConfig{{Name: "g", Processors: []string{"p"}}},
 	}, framework.Registry{"p": p})
 	if err != nil {
@@ -245,5 +245,3 @@ func BenchmarkServerNoopFileCommitted(b *testing.B) {
 	runNoop(b, src, b.N)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lines/s")
 }
-
-var benchBatch, benchCap = 0, 0
