@@ -240,6 +240,13 @@ func quarantineSetup(t *testing.T, procsA ...string) (*memSource, *countingIdle,
 // fence lifts; then the group retries the line.
 func TestQuarantineFencesFeedUntilLifted(t *testing.T) {
 	src, _, s, broken, b := quarantineSetup(t, "a")
+	gs, err := s.GroupStatus("A")
+	require.NoError(t, err)
+	require.Equal(t, framework.GroupFenced, gs.State)
+	require.Equal(t, []string{"orders"}, gs.Feeds)
+	require.Equal(t, "a", gs.Fence.Processor)
+	require.Equal(t, src.pos(5), gs.Fence.Delivery.Position)
+	require.ErrorContains(t, gs.Fence.Err, "store offline")
 	broken.Store(false)
 	require.NoError(t, s.LiftFence("A"))
 	settle(t, s, "orders")
@@ -248,6 +255,12 @@ func TestQuarantineFencesFeedUntilLifted(t *testing.T) {
 	st := status(t, s, "orders")
 	require.EqualValues(t, 1, st.Failed)
 	require.EqualValues(t, 15, st.Groups[0].Processed)
+	gs, err = s.GroupStatus("A")
+	require.NoError(t, err)
+	require.Equal(t, framework.GroupRunning, gs.State)
+	require.True(t, gs.Fence == nil)
+	_, err = s.GroupStatus("x")
+	require.ErrorIs(t, err, framework.ErrUnknownGroup)
 }
 
 // Removing the processor that failed lifts the fence; the group goes on

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
 )
 
@@ -157,4 +158,96 @@ func (s *Server) WaitSettled(ctx context.Context, name string) error {
 		case <-t.C:
 		}
 	}
+}
+
+// GroupState is the state of a processor group.
+type GroupState string
+
+// The states of a group.
+const (
+	GroupRunning GroupState = "running"
+	// GroupFenced: quarantined after a failure; its feeds pause until the
+	// fence lifts.
+	GroupFenced GroupState = "fenced"
+	// GroupDead: a restart failed; its feeds pause until it is removed.
+	GroupDead GroupState = "dead"
+	// GroupRemoved: removed with RemoveGroup.
+	GroupRemoved GroupState = "removed"
+)
+
+// GroupStatus is a processor group's state at one moment.
+type GroupStatus struct {
+	// Name is the group's name.
+	Name string
+	// State is the group's state.
+	State GroupState
+	// Processors are the names of its processors, in delivery order.
+	Processors []string
+	// Feeds are the feeds it has a live queue on.
+	Feeds []string
+	// Fence describes the failure that quarantined the group; nil unless
+	// State is GroupFenced.
+	Fence *Fence
+}
+
+// Fence is the failure that quarantined a group.
+type Fence struct {
+	// Processor is the processor that failed.
+	Processor string
+	// Delivery is the line it failed on.
+	Delivery dedupe.Delivery
+	// Err is its last error.
+	Err error
+}
+
+// GroupStatus returns the named group's status.
+func (s *Server) GroupStatus(name string) (GroupStatus, error) {
+	g, err := s.group(name)
+	if err != nil {
+		return GroupStatus{}, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := GroupStatus{Name: g.name}
+	switch g.state.Load() {
+	case groupRunning:
+		st.State = GroupRunning
+	case groupFenced:
+		st.State = GroupFenced
+	case groupDead:
+		st.State = GroupDead
+	default:
+		st.State = GroupRemoved
+	}
+	for _, p := range g.procs {
+		st.Processors = append(st.Processors, p.name)
+	}
+	if g.inc != nil {
+		for _, q := range *g.inc.qsnap.Load() {
+			st.Feeds = append(st.Feeds, q.f.name)
+		}
+	}
+	if fc := g.fence; fc != nil && st.State == GroupFenced {
+		st.Fence = &Fence{Processor: fc.proc.name, Delivery: fc.d, Err: fc.err}
+	}
+	return st, nil
+}
+
+// FeedNames returns the names of the server's feeds, in config order.
+func (s *Server) FeedNames() []string {
+	names := make([]string, len(s.feedOrder))
+	for i, f := range s.feedOrder {
+		names[i] = f.name
+	}
+	return names
+}
+
+// GroupNames returns the names of the server's processor groups, in config
+// order.
+func (s *Server) GroupNames() []string {
+	names := make([]string, len(s.groupOrder))
+	for i, g := range s.groupOrder {
+		names[i] = g.name
+	}
+	return names
 }
