@@ -601,3 +601,96 @@ func TestRotationAfterOnlyPartialLine(t *testing.T) {
 		t.Fatalf("status %+v rejects %+v", st, s.rejects)
 	}
 }
+
+// TestRotationGapConcurrentWriter: a writer renames the file away, goes on
+// appending to the renamed file while no file is at the path, then creates
+// a new one; the source, polling all along, delivers every line, those of
+// the old file in the old epoch.
+func TestRotationGapConcurrentWriter(t *testing.T) {
+	const rounds, perRound = 3, 100
+	p := input(t, "")
+	write(t, p, "")
+	s := open(t, p, Config{})
+	var seen atomic.Int64
+	errc := make(chan error, 1)
+	wait := func(n int) error {
+		end := time.Now().Add(deadline)
+		for seen.Load() < int64(n) {
+			if time.Now().After(end) {
+				return fmt.Errorf("source stuck before %d lines", n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return nil
+	}
+	go func() {
+		errc <- func() error {
+			f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				return err
+			}
+			defer func() { f.Close() }()
+			n := 0
+			for r := range rounds {
+				for i := range perRound {
+					fmt.Fprintf(f, "r%d-%d\n", r, i)
+				}
+				n += perRound
+				if err := wait(n); err != nil {
+					return err
+				}
+				if err := os.Rename(p, fmt.Sprintf("%s.%d", p, r)); err != nil {
+					return err
+				}
+				// The gap: the writer still appends to the renamed file.
+				for i := range perRound {
+					fmt.Fprintf(f, "r%d-late-%d\n", r, i)
+				}
+				n += perRound
+				if err := wait(n); err != nil {
+					return err
+				}
+				f.Close()
+				if f, err = os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+	}()
+	var all []got
+	end := time.Now().Add(deadline)
+	for len(all) < rounds*2*perRound {
+		if time.Now().After(end) {
+			t.Fatalf("got %d lines; status %+v", len(all), s.Status())
+		}
+		g, err := s.poll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, g...)
+		seen.Store(int64(len(all)))
+		if len(g) == 0 {
+			if st := s.Status(); st.State == StateWaiting {
+				t.Fatalf("a path with no file for a moment is not a reason to wait: %+v", st)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range all {
+		r, k := i/(2*perRound), i%(2*perRound)
+		want := fmt.Sprintf("r%d-%d", r, k)
+		if k >= perRound {
+			want = fmt.Sprintf("r%d-late-%d", r, k-perRound)
+		}
+		if x.Line != want || x.Epoch != all[r*2*perRound].Epoch {
+			t.Fatalf("line %d is %q in epoch %d, want %q in the epoch of its file", i, x.Line, x.Epoch, want)
+		}
+	}
+	if st := s.Status(); st.Reopens[ReasonReplaced] != rounds-1 {
+		t.Fatalf("reopens %v", st.Reopens)
+	}
+}
