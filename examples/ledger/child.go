@@ -98,6 +98,11 @@ type child struct {
 
 // startChild starts `exe run args...` with --events, its output in logPath.
 func startChild(exe string, args []string, logPath string) (*child, error) {
+	return startChildEnv(exe, args, logPath, nil)
+}
+
+// startChildEnv is startChild with extra environment variables.
+func startChildEnv(exe string, args []string, logPath string, env []string) (*child, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -106,6 +111,9 @@ func startChild(exe string, args []string, logPath string) (*child, error) {
 	lw := &lockedWriter{w: logFile}
 	cmd := exec.Command(exe, append(append([]string{"run"}, args...), "--events")...)
 	cmd.Stderr = lw
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		logFile.Close()

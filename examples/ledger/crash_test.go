@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -130,6 +133,43 @@ func TestKillAtRandomMoments(t *testing.T) {
 			settle(t, exe, base, dir, &run)
 			r := checkExact(t, data, input)
 			t.Logf("%d kills; %d lines applied, %d rejected", kills, r.State.Applied, r.Rejects)
+		})
+	}
+}
+
+// TestStoreFailureEndsTheRun: when the store cannot save (here: writes to
+// output.csv start failing, as on a full disk), the run ends with exit 1
+// instead of skipping lines, the pointer stays within what was saved, and a
+// restart on a healthy disk completes the ledger exactly.
+func TestStoreFailureEndsTheRun(t *testing.T) {
+	exe := ledgerExe(t)
+	for _, store := range []string{"bbolt", "pebble"} {
+		t.Run(store, func(t *testing.T) {
+			dir := t.TempDir()
+			input := filepath.Join(dir, "ledger.csv")
+			data := filepath.Join(dir, "data")
+			GenFile(input, GenOptions{Lines: 20000, Accounts: 9, Seed: 4})
+			args := []string{"--input", input, "--data", data, "--store", store, "--batch", "100", "--progress", "none"}
+			c, err := startChildEnv(exe, args, filepath.Join(dir, "run1.log"), []string{faultEnv + "=5"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.wait(childTimeout)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != exitFailed {
+				t.Fatalf("a run whose store fails: %v, want exit %d", err, exitFailed)
+			}
+			log, _ := os.ReadFile(filepath.Join(dir, "run1.log"))
+			if !strings.Contains(string(log), "injected fault") {
+				t.Fatalf("the log does not name the failure:\n%s", log)
+			}
+			info := checkNotAhead(t, c, input, data, true)
+			if info.State.Applied == 0 || info.State.Applied > 500 {
+				t.Fatalf("%d lines saved before the failure, want 1 to 500 (5 batches of at most 100)", info.State.Applied)
+			}
+			run := 1
+			settle(t, exe, args, dir, &run)
+			checkExact(t, data, input)
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/framework"
+	"github.com/tidemark-go/tidemark/internal/vfs"
 	"github.com/tidemark-go/tidemark/state"
 )
 
@@ -175,15 +177,18 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 			return exitFailed, fmt.Errorf("input: %w (use --follow to wait for it)", err)
 		}
 	}
-	st, err := state.Open(o.Store+":"+o.Data, &state.Options{
+	sopts := &state.Options{
 		Sync:          o.Sync,
 		BatchSize:     o.Batch,
 		BatchInterval: o.BatchInterval,
 		Logger:        logger,
-	})
+		FS:            faultFS(),
+	}
+	st, err := state.Open(o.Store+":"+o.Data, sopts)
 	if errors.Is(err, state.ErrBackendMismatch) {
 		// The data folder says which backend it uses: follow it.
-		st, err = state.OpenDir(o.Data, &state.Options{Sync: o.Sync, BatchSize: o.Batch, BatchInterval: o.BatchInterval, Logger: logger})
+		logger.Warn("ledger: the data folder has another backend; using it", "data", o.Data, "flag", o.Store)
+		st, err = state.OpenDir(o.Data, sopts)
 	}
 	if err != nil {
 		return exitFailed, err
@@ -381,6 +386,33 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 	fmt.Fprintf(stderr, "ledger: %s: %d lines read, %d applied, %d skipped as already applied, %d rejected; pointer at position %d of epoch %d\n",
 		verb, fstat.Read, proc.applied.Load(), stats.Skipped, proc.malformed.Load(), fstat.Status.CommittedPosition, fstat.Status.Epoch)
 	return code, runErr
+}
+
+// faultEnv is the test seam of the store failure test: when set to N, the
+// N+1th and later writes to output.csv fail, as a full disk would.
+const faultEnv = "LEDGER_TEST_FAIL_OUTPUT_WRITES_AFTER"
+
+// errInjected is the error of an injected fault.
+var errInjected = errors.New("ledger: injected fault (" + faultEnv + ")")
+
+// faultFS returns the store's file system: the operating system's, or one
+// that fails writes to output.csv when faultEnv asks for it.
+func faultFS() vfs.FS {
+	v := os.Getenv(faultEnv)
+	if v == "" {
+		return nil
+	}
+	after, err := strconv.Atoi(v)
+	if err != nil {
+		return nil
+	}
+	var writes atomic.Int64
+	return vfs.Inject(vfs.Default(), func(op vfs.Op, path string) error {
+		if op == vfs.OpWrite && filepath.Base(path) == outputFile && writes.Add(1) > int64(after) {
+			return errInjected
+		}
+		return nil
+	})
 }
 
 // eventPrinter prints durable events while the server runs, and watches
