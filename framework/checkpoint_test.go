@@ -232,3 +232,27 @@ func TestBackoffValues(t *testing.T) {
 	require.Equal(t, 100*ms, framework.Backoff{Min: 100 * ms, Max: 10 * ms}.Idle(3))
 	require.Equal(t, 7*ms, framework.FixedIdle(7*ms).Idle(99))
 }
+
+// flushingProc is a batchingProc that saves its partial batch when the group
+// has drained.
+type flushingProc struct{ batchingProc }
+
+func (p *flushingProc) Drained(context.Context) error {
+	m := p.cp.Mark() // everything: no line is being handled
+	p.batch = p.batch[:0]
+	p.cp.DurableThrough(m)
+	return nil
+}
+
+// Drained runs after the drain and before the final commit: a batching
+// processor's last partial batch is committed by a clean stop.
+func TestDrainerSavesBeforeFinalCommit(t *testing.T) {
+	src := newMemSource(250)
+	p := &flushingProc{batchingProc{size: 100}}
+	s := startServer(t, oneFeed(src, grp("orders-agent", "p")), framework.Registry{"p": p})
+	settle(t, s, "orders")
+	p.saved.Wait()
+	waitFor(t, "commit through line 199", func() bool { return src.committedPos() == src.pos(199) })
+	stopServer(t, s)
+	require.Equal(t, src.pos(250), src.committedPos())
+}

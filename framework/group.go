@@ -250,6 +250,7 @@ func (g *group) run(inc *incarnation) {
 			return
 		case <-inc.drain:
 			if g.drained(inc) {
+				g.callDrained(inc)
 				return
 			}
 		}
@@ -265,6 +266,31 @@ func (g *group) drained(inc *incarnation) bool {
 		}
 	}
 	return true
+}
+
+// callDrained tells the processors that implement Drainer that the group
+// has drained.
+func (g *group) callDrained(inc *incarnation) {
+	g.mu.Lock()
+	procs := slices.Clone(g.procs)
+	g.mu.Unlock()
+	for _, p := range procs {
+		dr, ok := p.p.(Drainer)
+		if !ok || p.removed.Load() {
+			continue
+		}
+		err := func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = &PanicError{Value: r, Stack: debug.Stack()}
+				}
+			}()
+			return dr.Drained(inc.ctx)
+		}()
+		if err != nil {
+			g.log.Error("processor failed to save at the drain: what it buffered is not committed and will be read again", "processor", p.name, "err", err)
+		}
+	}
 }
 
 // process hands the items of b to the processors. It reports false when

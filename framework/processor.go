@@ -32,6 +32,17 @@ type Stopper interface {
 	Stop(ctx context.Context) error
 }
 
+// Drainer is implemented by processors that save in batches: at a clean
+// [Server.Stop], once the group has finished every line in its queues and
+// before the final commit, Drained is called on the group's goroutine. A
+// processor that holds a checkpoint saves what it still buffers and
+// declares it durable there, so that the final commit covers it. ctx ends
+// with the drain timeout. An error is logged; the lines it covers stay
+// uncommitted unless declared durable.
+type Drainer interface {
+	Drained(ctx context.Context) error
+}
+
 // StatusHandler is implemented by processors that want the feed's status
 // events (see FeedConfig.StatusEvents). An error is logged and counted;
 // status events are not retried.
