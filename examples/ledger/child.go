@@ -23,11 +23,12 @@ import (
 //	ahead epoch=E pointer=P durable=D      the pointer file was seen ahead of
 //	                                       the durable state (a broken
 //	                                       guarantee; never expected)
-//	done lines=N applied=A skipped=S rejected=R
+//	done lines=N applied=A skipped=S rejected=R saves=C
 //	                                       the run ends cleanly: N lines were
 //	                                       delivered in this run, A applied,
 //	                                       S skipped as already applied, R
-//	                                       rejected as malformed
+//	                                       rejected as malformed, in C durable
+//	                                       saves (transactions)
 const (
 	evDurable = "durable"
 	evAhead   = "ahead"

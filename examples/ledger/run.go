@@ -376,15 +376,15 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 		return exitFailed, stopErr
 	}
 	if ev != nil {
-		fmt.Fprintf(stdout, "%s lines=%d applied=%d skipped=%d rejected=%d\n", evDone,
-			fstat.Read, proc.applied.Load(), stats.Skipped, rejected.Load())
+		fmt.Fprintf(stdout, "%s lines=%d applied=%d skipped=%d rejected=%d saves=%d\n", evDone,
+			fstat.Read, proc.applied.Load(), stats.Skipped, rejected.Load(), stats.Commits)
 	}
 	verb := "settled"
 	if o.Follow || code == exitInterrupted {
 		verb = "stopped"
 	}
-	fmt.Fprintf(stderr, "ledger: %s: %d lines read, %d applied, %d skipped as already applied, %d rejected; pointer at position %d of epoch %d\n",
-		verb, fstat.Read, proc.applied.Load(), stats.Skipped, proc.malformed.Load(), fstat.Status.CommittedPosition, fstat.Status.Epoch)
+	fmt.Fprintf(stderr, "ledger: %s: %d lines read, %d applied, %d skipped as already applied, %d rejected; %d saves; pointer at position %d of epoch %d\n",
+		verb, fstat.Read, proc.applied.Load(), stats.Skipped, proc.malformed.Load(), stats.Commits, fstat.Status.CommittedPosition, fstat.Status.Epoch)
 	return code, runErr
 }
 

@@ -40,7 +40,7 @@ func TestRunSettlesAndRejects(t *testing.T) {
 	if stdout != "" {
 		t.Errorf("run printed on stdout without --events: %q", stdout)
 	}
-	if !strings.Contains(stderr, "ledger: settled: 2001 lines read, 1961 applied, 0 skipped as already applied, 40 rejected") {
+	if !strings.Contains(stderr, "ledger: settled: 2001 lines read, 1961 applied, 0 skipped as already applied, 40 rejected; ") {
 		t.Errorf("summary missing:\n%s", stderr)
 	}
 	r := checkExact(t, data, input)
@@ -234,5 +234,39 @@ func TestCheckCommand(t *testing.T) {
 	}
 	if code, _, _ := runLedger(t, "check", "--data", data); code != exitUsage {
 		t.Errorf("check without --input: exit %d", code)
+	}
+}
+
+// TestRunSaveModes: --sync saves every line in its own durable transaction;
+// batched saves group them by --batch (and --batch-interval).
+func TestRunSaveModes(t *testing.T) {
+	dir := t.TempDir()
+	input := filepath.Join(dir, "ledger.csv")
+	GenFile(input, GenOptions{Lines: 300, Accounts: 5, Seed: 3})
+	saves := func(args ...string) int {
+		t.Helper()
+		data := filepath.Join(dir, fmt.Sprintf("data%d", len(args)))
+		os.Remove(input + ".readPointer")
+		var out, errb bytes.Buffer
+		code := Main(append([]string{"run", "--input", input, "--data", data, "--progress", "none", "--events"}, args...), &out, &errb)
+		if code != 0 {
+			t.Fatalf("%q: exit %d\n%s", args, code, errb.String())
+		}
+		for _, line := range strings.Split(out.String(), "\n") {
+			if ev, ok := parseEvent(line); ok && ev.kind == evDone {
+				if ev.fields["applied"] != 300 {
+					t.Fatalf("%q: %v", args, ev.fields)
+				}
+				return int(ev.fields["saves"])
+			}
+		}
+		t.Fatalf("%q: no done event:\n%s", args, out.String())
+		return 0
+	}
+	if n := saves("--sync"); n < 300 {
+		t.Errorf("--sync: %d saves for 300 lines, want one per line", n)
+	}
+	if n := saves("--batch", "100", "--batch-interval", "1m"); n < 3 || n > 4 {
+		t.Errorf("--batch 100: %d saves for 300 lines, want 3 (4 with the final flush)", n)
 	}
 }
