@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-go/tidemark/checkpoint"
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/framework"
 )
@@ -39,7 +40,10 @@ func runChild(mode string) int {
 		return 2
 	}
 	defer state.Close()
-	p := &stateProc{run: run, f: state}
+	var p framework.Processor = &stateProc{run: run, f: state}
+	if os.Getenv("TIDEMARK_PROC") == "batch" {
+		p = &batchStateProc{run: run, f: state, saves: make(chan savedBatch, 4), done: make(chan struct{})}
+	}
 	cfg := fileCfg(filepath.Join(dir, "input.csv"))
 	cfg.Feeds[0].QueueCapacity = 64
 	cfg.Feeds[0].BatchSize = 16
@@ -90,6 +94,58 @@ func (p *stateProc) Handle(_ context.Context, d dedupe.Delivery, line []byte) er
 	return p.f.Sync()
 }
 
+// batchStateProc keeps its records in memory and saves them every 50
+// lines from another goroutine, declaring each batch durable through its
+// checkpoint once synced.
+type batchStateProc struct {
+	run   string
+	f     *os.File
+	cp    *checkpoint.Checkpoint
+	buf   []byte
+	n     int
+	saves chan savedBatch
+	done  chan struct{}
+}
+
+type savedBatch struct {
+	data []byte
+	mark checkpoint.Mark
+}
+
+func (p *batchStateProc) Start(_ context.Context, fc *framework.Context) error {
+	p.cp = fc.Checkpoint("orders")
+	go func() {
+		defer close(p.done)
+		for b := range p.saves {
+			if _, err := p.f.Write(b.data); err != nil {
+				panic(err)
+			}
+			if err := p.f.Sync(); err != nil {
+				panic(err)
+			}
+			p.cp.DurableThrough(b.mark)
+		}
+	}()
+	return fc.Subscribe("orders")
+}
+
+func (p *batchStateProc) Handle(_ context.Context, d dedupe.Delivery, line []byte) error {
+	p.buf = fmt.Appendf(p.buf, "%s %d %d %s\n", p.run, d.Epoch, d.Position, line)
+	if p.n++; p.n%50 == 0 {
+		p.saves <- savedBatch{data: p.buf, mark: p.cp.Mark()}
+		p.buf = nil
+	}
+	return nil
+}
+
+func (p *batchStateProc) Drained(context.Context) error {
+	p.saves <- savedBatch{data: p.buf, mark: p.cp.Mark()}
+	p.buf = nil
+	close(p.saves)
+	<-p.done
+	return nil
+}
+
 type stateRec struct {
 	run   string
 	epoch uint64
@@ -117,9 +173,9 @@ func readState(t *testing.T, dir string) []stateRec {
 	return recs
 }
 
-func child(t *testing.T, dir, mode, run string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKill9PointerNeverAheadAndRestartRedelivers$")
-	cmd.Env = append(os.Environ(), childEnv+"="+mode, "TIDEMARK_DIR="+dir, "TIDEMARK_RUN="+run)
+func child(t *testing.T, dir, mode, run, proc string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKill9")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode, "TIDEMARK_DIR="+dir, "TIDEMARK_RUN="+run, "TIDEMARK_PROC="+proc)
 	return cmd
 }
 
@@ -130,11 +186,24 @@ func TestKill9PointerNeverAheadAndRestartRedelivers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test")
 	}
+	kill9(t, "sync")
+}
+
+// The same with a processor that saves asynchronously in batches of 50 and
+// holds the feed's commits with a checkpoint until each batch is synced.
+func TestKill9BatchedSavesWithCheckpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test")
+	}
+	kill9(t, "batch")
+}
+
+func kill9(t *testing.T, proc string) {
 	dir := t.TempDir()
 	input := filepath.Join(dir, "input.csv")
 	writeLines(t, input, 1, crashLines)
 
-	cmd := child(t, dir, "kill", "1")
+	cmd := child(t, dir, "kill", "1", proc)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -161,7 +230,7 @@ func TestKill9PointerNeverAheadAndRestartRedelivers(t *testing.T) {
 	}
 	require.True(t, last.pos < fileLinePos(crashLines), "killed before the end")
 
-	cmd = child(t, dir, "finish", "2")
+	cmd = child(t, dir, "finish", "2", proc)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("restart: %v\n%s", err, out)
 	}
