@@ -31,8 +31,10 @@
 //
 // After a crash the source re-delivers every line after the pointer:
 // duplicates, never a gap. A clean [Server.Stop] stops reading, lets every
-// group drain its queue (bounded by Config.DrainTimeout), and commits again,
-// so lines finished after the feed stopped are committed too. Sequence
+// group drain its queue (bounded by Config.DrainTimeout), tells the
+// processors that implement [Drainer] (so that a batching processor saves
+// and declares durable what it still buffers), and commits again, so lines
+// finished after the feed stopped are committed too. Sequence
 // numbers start at 1 every run: recognise a line across runs by its epoch
 // and position (package dedupe), never by its sequence number.
 //
@@ -54,7 +56,12 @@
 //	removed consumer that had finished everything
 //	    nothing held
 //
-// [Server.Release] gives up a removed consumer's hold without a restart.
+// The operator calls are [Server.Unsubscribe], [Server.RemoveProcessor],
+// [Server.RestartGroup], [Server.RemoveGroup], [Server.LiftFence] and
+// [Server.Release], which gives up a removed consumer's hold without a
+// restart (logged and counted). A processor leaves a feed with
+// [Context.Unsubscribe]. [Server.FeedStatus] and [Server.GroupStatus] say
+// where everything is.
 // Holds and fences apply to sources that can re-read (Source.Rereadable);
 // for the others a removed consumer's unfinished lines are counted as
 // dropped and a fenced group does not pause the feed.

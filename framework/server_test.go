@@ -220,3 +220,33 @@ func TestStartTwiceAndStopBeforeStart(t *testing.T) {
 	require.True(t, errors.Is(s.Start(context.Background()), framework.ErrState))
 	stopServer(t, s)
 }
+
+// A group subscribed to two feeds receives the lines of both, each with its
+// feed's name, and each feed commits on its own.
+func TestGroupOnTwoFeeds(t *testing.T) {
+	orders, trades := newMemSource(20), newMemSource(30)
+	p := &recProc{feeds: []string{"orders", "trades"}}
+	cfg := framework.Config{
+		Feeds: []framework.FeedConfig{
+			{Name: "orders", Source: orders, Overload: framework.OverloadConfig{Policy: framework.Pause}},
+			{Name: "trades", Source: trades, Overload: framework.OverloadConfig{Policy: framework.Pause}},
+		},
+		Groups: []framework.GroupConfig{grp("g", "p")},
+		Logger: discard(),
+	}
+	s := startServer(t, cfg, framework.Registry{"p": p})
+	settle(t, s, "orders")
+	settle(t, s, "trades")
+	stopServer(t, s)
+	byFeed := map[string][]got{}
+	for _, g := range p.all() {
+		byFeed[g.d.Feed] = append(byFeed[g.d.Feed], g)
+	}
+	require.Len(t, byFeed["orders"], 20)
+	require.Len(t, byFeed["trades"], 30)
+	for i, g := range byFeed["trades"] {
+		require.EqualValues(t, i+1, g.d.Seq, "each feed numbers its lines")
+	}
+	require.Equal(t, orders.pos(20), orders.committedPos())
+	require.Equal(t, trades.pos(30), trades.committedPos())
+}
