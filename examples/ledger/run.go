@@ -119,6 +119,12 @@ func (l *ledger) Start(ctx context.Context, fc *framework.Context) error {
 	return fc.Subscribe(feedName)
 }
 
+// Drained saves what the store still stages, once the group has finished
+// the lines of a clean stop: the store then declares them durable, and the
+// server's final commit covers them, so nothing is read again after a clean
+// stop.
+func (l *ledger) Drained(ctx context.Context) error { return l.st.Flush(ctx) }
+
 // Handle applies one line: balance, counters and output line in one Apply.
 func (l *ledger) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
 	if l.pace > 0 {
@@ -155,17 +161,6 @@ func (l *ledger) Handle(ctx context.Context, d dedupe.Delivery, line []byte) err
 		l.skipped.Add(1)
 	}
 	return nil
-}
-
-// closeHook is a source that runs a function just before it closes.
-type closeHook struct {
-	feed.Source
-	before func(feed.Source)
-}
-
-func (c *closeHook) Close() error {
-	c.before(c.Source)
-	return c.Source.Close()
 }
 
 // Run runs the server until the feed settles (or, with Follow, until ctx is
@@ -251,27 +246,10 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 			}
 		},
 	}
-	hooked := &closeHook{Source: src, before: func(inner feed.Source) {
-		// The server's last commit came before the store saved the lines
-		// the group finished while draining: save them, and commit them.
-		fctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := st.Flush(fctx); err != nil {
-			logger.Error("ledger: final save failed", "err", err)
-			return
-		}
-		if proc.cp != nil {
-			if m, _ := proc.cp.Durable(); m.Epoch != 0 {
-				if err := inner.Commit(m.Epoch, m.Position); err != nil {
-					logger.Error("ledger: final commit failed", "err", err)
-				}
-			}
-		}
-	}}
 	srv, err := framework.New(framework.Config{
 		Feeds: []framework.FeedConfig{{
 			Name:      feedName,
-			Source:    hooked,
+			Source:    src,
 			AgentName: "ledger-feed-agent",
 			Overload:  framework.OverloadConfig{Policy: framework.Pause},
 		}},
