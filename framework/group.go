@@ -175,8 +175,9 @@ func (g *group) subscribe(inc *incarnation, p *procEntry, f *feedRunner) error {
 	}
 	q := inc.queues[f.name]
 	if q == nil {
+		// The processor is on the queue before the feed can send to it.
 		q = &queue{f: f, g: g, inc: inc, ch: make(chan *batch, f.qBatches), removedCh: make(chan struct{})}
-		q.procs.Store(&[]*procEntry{})
+		q.procs.Store(&[]*procEntry{p})
 		g.s.reg.Bind(f.name, g.name, q.progress)
 		q.cp = g.s.reg.Lookup(f.name, g.name)
 		d, _ := q.cp.Durable()
@@ -185,6 +186,7 @@ func (g *group) subscribe(inc *incarnation, p *procEntry, f *feedRunner) error {
 		inc.publish()
 		f.addQueue(q)
 		g.log.Info("subscribed", "feed", f.name, "processor", p.name)
+		return nil
 	}
 	ps := *q.procs.Load()
 	if !slices.Contains(ps, p) {

@@ -250,3 +250,35 @@ func TestGroupOnTwoFeeds(t *testing.T) {
 	require.Equal(t, orders.pos(20), orders.committedPos())
 	require.Equal(t, trades.pos(30), trades.committedPos())
 }
+
+// A processor may subscribe late, while its group runs: it receives the
+// lines read after it subscribed, none lost to a race with its queue's
+// creation.
+func TestLateSubscribe(t *testing.T) {
+	for i := range 20 {
+		orders, trades := newMemSource(5), newMemSource(50)
+		var fc *framework.Context
+		p := &recProc{feeds: []string{"orders"}}
+		p.startFn = func(c *framework.Context) error { fc = c; return nil }
+		cfg := framework.Config{
+			Feeds: []framework.FeedConfig{
+				{Name: "orders", Source: orders, Overload: framework.OverloadConfig{Policy: framework.Pause}},
+				{Name: "trades", Source: trades, Overload: framework.OverloadConfig{Policy: framework.Pause}, BatchSize: 1},
+			},
+			Groups: []framework.GroupConfig{grp("g", "p")},
+			Logger: discard(),
+		}
+		s := startServer(t, cfg, framework.Registry{"p": p})
+		settle(t, s, "orders")
+		require.NoError(t, fc.Subscribe("trades"))
+		settle(t, s, "trades")
+		stopServer(t, s)
+		n := 0
+		for _, g := range p.all() {
+			if g.d.Feed == "trades" {
+				n++
+			}
+		}
+		require.Equal(t, 50, n, "run %d: every trade line handled", i)
+	}
+}
