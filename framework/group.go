@@ -310,19 +310,28 @@ items:
 		}
 		it := &b.items[i]
 		if it.ev != nil {
-			g.deliverStatus(inc, q, it.ev)
+			if !g.deliverStatus(inc, q, it.ev) {
+				break // no processor left: the queue is being removed
+			}
 		} else {
 			d := dedupe.Delivery{Feed: feedName, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
 			line := b.data[it.off:it.end:it.end]
+			handled := false
 			for _, p := range *q.procs.Load() {
 				if p.removed.Load() {
 					continue
 				}
+				handled = true
 				err := callHandle(inc.ctx, p.p, d, line)
 				if err != nil && !g.deliver(inc, q, p, d, line, err) {
 					ok = false
 					break items
 				}
+			}
+			if !handled {
+				// Every processor left the queue, which is being
+				// removed: the line is not finished, so it stays held.
+				break
 			}
 		}
 		n++
@@ -433,10 +442,17 @@ func (g *group) waitFence(inc *incarnation) bool {
 	return !inc.quitting()
 }
 
-func (g *group) deliverStatus(inc *incarnation, q *queue, ev *StatusEvent) {
+// deliverStatus hands a status event to the processors that take them. It
+// reports false when no processor is left on the queue.
+func (g *group) deliverStatus(inc *incarnation, q *queue, ev *StatusEvent) bool {
+	live := false
 	for _, p := range *q.procs.Load() {
+		if p.removed.Load() {
+			continue
+		}
+		live = true
 		h, ok := p.p.(StatusHandler)
-		if !ok || p.removed.Load() {
+		if !ok {
 			continue
 		}
 		err := func() (err error) {
@@ -453,6 +469,7 @@ func (g *group) deliverStatus(inc *incarnation, q *queue, ev *StatusEvent) {
 			g.log.Warn("processor failed on a status event", "feed", ev.Feed, "processor", p.name, "state", ev.State.String(), "err", err)
 		}
 	}
+	return live
 }
 
 // liftFence ends a quarantine.

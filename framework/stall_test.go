@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -421,4 +422,29 @@ func TestVoluntaryUnsubscribeHolds(t *testing.T) {
 	require.Equal(t, 5, a.count())
 	requireStalled(t, s, "a removed consumer left unprocessed items: A (5 items)")
 	require.ErrorIs(t, fc.Unsubscribe("nope"), framework.ErrUnknownFeed)
+}
+
+// Removing a group's last processor while its group is handling lines: the
+// pointer never passes a line the processor did not handle.
+func TestRemoveProcessorWhileBusyHoldsUnhandled(t *testing.T) {
+	for i := range 10 {
+		src := newMemSource(3000)
+		idle := &countingIdle{}
+		var handled atomic.Int64
+		p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+			handled.Store(int64(d.Seq))
+			return nil
+		}}
+		cfg := stallCfg(src, idle, grp("g", "p"))
+		cfg.Feeds[0].BatchSize = 16
+		cfg.Feeds[0].QueueCapacity = 64
+		s := startServer(t, cfg, framework.Registry{"p": p})
+		waitFor(t, "some lines handled", func() bool { return handled.Load() >= 100 })
+		require.NoError(t, s.RemoveProcessor(context.Background(), "g", "p"))
+		idle.wait(t, 3)
+		last := handled.Load()
+		require.LessOrEqual(t, src.committedPos(), src.pos(int(last)), "run %d: committed past line %d, the last handled", i, last)
+		require.Equal(t, int(last), p.count())
+		stopServer(t, s)
+	}
 }
