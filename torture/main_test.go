@@ -621,3 +621,56 @@ func copyFile(t *testing.T, src, dst string) {
 		t.Error(err)
 	}
 }
+
+// follow runs `ledger run --follow` until the store holds at least n
+// applied lines (all runs together), then stops it with SIGTERM and
+// expects a clean exit.
+func follow(t *testing.T, logDir string, n int64, args ...string) {
+	t.Helper()
+	c := start(t, logDir, append(args, "--follow")...)
+	if !c.waitApplied(n) {
+		c.stop()
+		t.Fatalf("the ledger did not reach %d applied lines (last durable event %v):\n%s", n, c.lastDurable(), tail(c.stderr.String()))
+	}
+	if err := c.stop(); err != nil {
+		t.Fatalf("ledger run --follow ended with %v after SIGTERM:\n%s", err, tail(c.stderr.String()))
+	}
+	c.checkNotAhead()
+}
+
+// lineStats counts the complete lines of the files and the well-formed
+// ones among them, framed as the feed frames them.
+func lineStats(t *testing.T, paths ...string) (lines, good int) {
+	t.Helper()
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			i := bytes.IndexByte(b, '\n')
+			if i < 0 {
+				break
+			}
+			lines++
+			if wellFormed(bytes.TrimSuffix(b[:i], []byte{'\r'})) {
+				good++
+			}
+			b = b[i+1:]
+		}
+	}
+	return lines, good
+}
+
+// rejects counts the records of the data folder's rejects.csv.
+func rejects(t *testing.T, data string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(data, "rejects.csv"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(b, []byte{'\n'})
+}
