@@ -162,6 +162,16 @@ func TestFollowRotationTruncationKills(t *testing.T) {
 	}
 	s.waitApplied(written) // caught up
 
+	// While the server runs and idles, output.csv already holds every line
+	// saved: each batch's output is written when the batch is saved.
+	out, err := os.ReadFile(filepath.Join(data, outputFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := int64(bytes.Count(out, []byte{'\n'})); n != written {
+		t.Fatalf("output.csv of a running, caught-up server has %d lines, want %d", n, written)
+	}
+
 	// Generation 3: the file is truncated and new lines written. The first
 	// chunk is much shorter than the file was, and the server reads it
 	// before more is written, so that the truncation shows.
