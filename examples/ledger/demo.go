@@ -84,7 +84,8 @@ type ScenarioResult struct {
 	KillSaved             int64
 	KillPointer           int64
 	NeverAhead            bool
-	Redelivered           int // lines between the pointer and the saved position
+	AheadSeen             []string // what showed the pointer ahead, if anything
+	Redelivered           int      // lines between the pointer and the saved position
 	Skipped, RunsToSettle int
 	Report                *Report
 }
@@ -175,6 +176,7 @@ func runScenario(w io.Writer, o DemoOptions, sc Scenario) (*ScenarioResult, erro
 	}
 	if ahead, err := realAhead(input, c.aheadEvents()); err != nil || ahead {
 		res.NeverAhead = false
+		res.AheadSeen = append(res.AheadSeen, c.aheadEvents()...)
 	}
 	info, err := ReadStore(data)
 	if err != nil {
@@ -187,6 +189,7 @@ func runScenario(w io.Writer, o DemoOptions, sc Scenario) (*ScenarioResult, erro
 	if ptr.Epoch == info.Applied.Epoch && ptr.Position > info.Applied.Position {
 		if n, err := wellFormedBetween(input, info.Applied.Position, ptr.Position); err != nil || n > 0 {
 			res.NeverAhead = false
+			res.AheadSeen = append(res.AheadSeen, fmt.Sprintf("after the kill: pointer %d, saved position %d", ptr.Position, info.Applied.Position))
 		}
 	}
 	res.KillApplied, res.KillSaved, res.KillPointer = info.State.Applied, info.Applied.Position, ptr.Position
@@ -215,6 +218,7 @@ func runScenario(w io.Writer, o DemoOptions, sc Scenario) (*ScenarioResult, erro
 		err = c.wait(o.Timeout)
 		if ahead, aerr := realAhead(input, c.aheadEvents()); aerr != nil || ahead {
 			res.NeverAhead = false
+			res.AheadSeen = append(res.AheadSeen, c.aheadEvents()...)
 		}
 		res.RunsToSettle++
 		if err == nil {
@@ -240,6 +244,9 @@ func runScenario(w io.Writer, o DemoOptions, sc Scenario) (*ScenarioResult, erro
 		return nil, err
 	}
 	printReport(w, res.Report)
+	if len(res.AheadSeen) > 0 {
+		fmt.Fprintf(w, "the pointer was seen ahead of the durable state %d times, first: %s\n", len(res.AheadSeen), res.AheadSeen[0])
+	}
 	return res, nil
 }
 
