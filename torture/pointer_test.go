@@ -1,0 +1,222 @@
+package torture
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tidemark-go/tidemark/feed"
+)
+
+// TestTornPointer is scenario 5: the real ledger restarted on a damaged
+// pointer file. A run is killed part way; its pointer file and data folder
+// are the starting point of every case. Each case damages a copy of the
+// pointer file (a write torn at every byte offset of the newest record, bit
+// flips, NULs, zero length, a leftover temporary file that claims a position
+// far ahead, garbage) and runs the ledger once to the end. It must exit 0
+// on that first run (no crash loop) and the state must be exact: the
+// position never jumped forward (a jump would lose lines) and the lines
+// re-delivered after falling back were skipped, not applied twice.
+func TestTornPointer(t *testing.T) {
+	rng := newRand(t)
+	base := tempDir(t)
+	input := filepath.Join(base, "in.csv")
+	data := filepath.Join(base, "data")
+	const lines = 3000
+	gen(t, input, lines, rng.Uint64(), 1, 0)
+	figures.inputs.Add(1)
+	c := start(t, base, runArgs(input, data, "--batch", "20")...)
+	if !c.waitApplied(1000 + int64(rng.IntN(1000))) {
+		t.Fatalf("the first run did not get going: %v", c.lastDurable())
+	}
+	c.kill()
+	c.checkNotAhead()
+	checkPointerOnDisk(t, input, data)
+	img, err := os.ReadFile(input + feed.PointerSuffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(img) != feed.PointerFileSize {
+		t.Fatalf("pointer file of %d bytes", len(img))
+	}
+	newest, older := newestSlot(t, img)
+	t.Logf("pointer: slot %d newest (position %d), slot %d older (position %d)", newest,
+		slotPointer(img, newest).Position, older, slotPointer(img, older).Position)
+
+	type damage struct {
+		name string
+		img  []byte // nil: no pointer file
+		tmp  []byte // a leftover temporary file, if any
+		warn bool   // the log must name the pointer file
+	}
+	var cases []damage
+	recN := img[newest*feed.PointerSlotSize : newest*feed.PointerSlotSize+feed.PointerRecordSize]
+	recO := img[older*feed.PointerSlotSize : older*feed.PointerSlotSize+feed.PointerRecordSize]
+	for k := 0; k <= feed.PointerRecordSize; k++ {
+		if !long && k%8 != 0 && k != 1 && k != 76 && k != 79 {
+			continue
+		}
+		// The newest record was being written over an older one: its
+		// first k bytes are new, the rest is what the slot held before
+		// (another valid record: the nastiest leftover for a checksum),
+		// or zeros.
+		for _, rest := range []string{"old record", "zeros"} {
+			d := bytes.Clone(img)
+			at := newest * feed.PointerSlotSize
+			copy(d[at:at+k], recN[:k])
+			if rest == "zeros" {
+				clear(d[at+k : at+feed.PointerRecordSize])
+			} else {
+				copy(d[at+k:at+feed.PointerRecordSize], recO[k:])
+			}
+			cases = append(cases, damage{name: fmt.Sprintf("torn at byte %d, then %s", k, rest), img: d})
+		}
+	}
+	flips := pick(8, 80)
+	for i := 0; i < flips; i++ {
+		d := bytes.Clone(img)
+		slot := []int{newest, older}[i%2]
+		bit := rng.IntN(feed.PointerRecordSize * 8)
+		d[slot*feed.PointerSlotSize+bit/8] ^= 1 << (bit % 8)
+		cases = append(cases, damage{name: fmt.Sprintf("bit %d of slot %d flipped", bit, slot), img: d})
+	}
+	garbage := make([]byte, feed.PointerFileSize)
+	for i := range garbage {
+		garbage[i] = byte(rng.IntN(256))
+	}
+	// A temporary file left by a crash while the pointer was replaced,
+	// claiming the end of the input: it must never be read.
+	fi, err := os.Stat(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := slotPointer(img, newest)
+	ahead.Position = fi.Size()
+	ahead.TailLen, ahead.TailHash = 0, 0
+	tmpImg := make([]byte, feed.PointerFileSize)
+	copy(tmpImg, withSeq(feed.EncodePointer(nil, ahead), 1<<40))
+	cases = append(cases,
+		damage{name: "NUL-filled", img: make([]byte, feed.PointerFileSize), warn: true},
+		damage{name: "zero length", img: []byte{}, warn: true},
+		damage{name: "5 bytes", img: img[:5], warn: true},
+		damage{name: "first slot only", img: img[:feed.PointerSlotSize]},
+		damage{name: "cut inside the second record", img: img[:feed.PointerSlotSize+40]},
+		damage{name: "random garbage", img: garbage, warn: true},
+		damage{name: "both records torn", img: tearBoth(img), warn: true},
+		damage{name: "leftover temporary file claiming the end", img: img, tmp: tmpImg},
+		damage{name: "leftover temporary file, pointer missing", img: nil, tmp: tmpImg},
+	)
+	for i, dm := range cases {
+		dir := filepath.Join(base, fmt.Sprintf("case%03d", i))
+		in := filepath.Join(dir, "in.csv")
+		// A hard link: the same file (identity, bytes) under another
+		// path, with a pointer file of its own.
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(input, in); err != nil {
+			t.Fatal(err)
+		}
+		copyTree(t, data, filepath.Join(dir, "data"))
+		if dm.img != nil {
+			writeFile(t, in+feed.PointerSuffix, dm.img)
+		}
+		if dm.tmp != nil {
+			writeFile(t, in+feed.PointerSuffix+feed.PointerTempSuffix, dm.tmp)
+		}
+		figures.faults.Add(1)
+		c := start(t, dir, runArgs(in, filepath.Join(dir, "data"))...)
+		err := c.wait()
+		c.checkNotAhead()
+		if err != nil {
+			t.Fatalf("%s: the first run on the damaged pointer failed (%v): a crash loop\n%s", dm.name, err, tail(c.stderr.String()))
+		}
+		if dm.warn && !strings.Contains(c.stderr.String(), in+feed.PointerSuffix) {
+			t.Errorf("%s: no log line names the pointer file:\n%s", dm.name, tail(c.stderr.String()))
+		}
+		r := check(t, filepath.Join(dir, "data"), in)
+		lost, twice := r.lostAndTwice()
+		figures.lost.Add(lost)
+		figures.twice.Add(twice)
+		if !r.ok || lost != 0 || twice != 0 {
+			t.Fatalf("%s: not exact: %d lines lost, %d applied twice\n%s", dm.name, lost, twice, r.out)
+		}
+		if _, err := os.Stat(in + feed.PointerSuffix + feed.PointerTempSuffix); err == nil {
+			t.Errorf("%s: the temporary pointer file is still there", dm.name)
+		}
+		os.RemoveAll(dir)
+	}
+	t.Logf("%d damaged pointer files, each survived on the first run", len(cases))
+}
+
+func slotPointer(img []byte, slot int) feed.Pointer {
+	p, _ := feed.DecodePointer(img[slot*feed.PointerSlotSize:])
+	return p
+}
+
+// newestSlot returns the slot holding the record with the higher write
+// sequence (bytes 8..16 of a record) and the other one.
+func newestSlot(t *testing.T, img []byte) (newest, older int) {
+	t.Helper()
+	var seq [2]uint64
+	for i := range 2 {
+		rec := img[i*feed.PointerSlotSize:]
+		if _, err := feed.DecodePointer(rec); err != nil {
+			t.Fatalf("slot %d of the pointer does not decode: %v", i, err)
+		}
+		seq[i] = binary.LittleEndian.Uint64(rec[8:])
+	}
+	if seq[0] > seq[1] {
+		return 0, 1
+	}
+	return 1, 0
+}
+
+// withSeq sets a record's write sequence and recomputes its checksum
+// (layout in feed/pointer.go).
+func withSeq(rec []byte, seq uint64) []byte {
+	rec = bytes.Clone(rec)
+	binary.LittleEndian.PutUint64(rec[8:], seq)
+	n := feed.PointerRecordSize
+	binary.LittleEndian.PutUint32(rec[n-4:], crc32.Checksum(rec[:n-4], crc32.MakeTable(crc32.Castagnoli)))
+	return rec
+}
+
+func tearBoth(img []byte) []byte {
+	d := bytes.Clone(img)
+	for s := range 2 {
+		clear(d[s*feed.PointerSlotSize+30 : s*feed.PointerSlotSize+feed.PointerRecordSize])
+	}
+	return d
+}
+
+// copyTree copies the regular files of a folder tree.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		if fi.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		if !fi.Mode().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, fi.Mode().Perm())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
