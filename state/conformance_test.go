@@ -308,6 +308,7 @@ func TestDurableThroughAfterCommitWithMarkOfCut(t *testing.T) {
 		o.BatchSize = 3
 		o.hooks = &hooks{beforeCommit: g.hook}
 		s := mustOpen(t, be, t.TempDir(), o)
+		t.Cleanup(g.open) // runs before Close if the test fails
 		var p progress
 		cp := hold("f", &p)
 		if err := s.Bind("f", cp); err != nil {
@@ -404,6 +405,7 @@ func TestBackPressureBlocksApply(t *testing.T) {
 		o.BatchSize = 2
 		o.hooks = &hooks{beforeCommit: g.hook}
 		s := mustOpen(t, be, t.TempDir(), o)
+		t.Cleanup(g.open) // runs before Close if the test fails
 		g.arm()
 		applyLine(t, s, del("f", 1, 1))
 		applyLine(t, s, del("f", 1, 2)) // cut: the committer blocks in it

@@ -134,6 +134,7 @@ func durableCount(cp *checkpoint.Checkpoint) uint64 {
 // gate blocks the committer in a hook until opened.
 type gate struct {
 	mu      sync.Mutex
+	once    sync.Once
 	entered chan struct{}
 	release chan struct{}
 	armed   bool
@@ -153,11 +154,15 @@ func (g *gate) hook() {
 }
 
 func (g *gate) arm() { g.mu.Lock(); g.armed = true; g.mu.Unlock() }
+// open lets the committer go on, now and from now on. It can be called
+// again (tests also register it as a cleanup, before the store's Close).
 func (g *gate) open() {
-	g.mu.Lock()
-	g.armed = false
-	g.mu.Unlock()
-	close(g.release)
+	g.once.Do(func() {
+		g.mu.Lock()
+		g.armed = false
+		g.mu.Unlock()
+		close(g.release)
+	})
 }
 
 // file is an input file in memory that an Origin can read back.
