@@ -181,6 +181,16 @@ func (b *Bucket) ForEach(fn func(key, value []byte) error) error {
 		return err
 	}
 	c := b.tx.c
+	// Take the staged batches before reading the durable state: a batch
+	// that commits during the scan is then overlaid anyway, with the same
+	// values. Nothing newer can reach the backend meanwhile: the caller
+	// holds the token that serializes Apply, so no change is staged.
+	c.mu.Lock()
+	staged := []map[string]entry{c.cur.writes}
+	if c.sealed != nil {
+		staged = []map[string]entry{c.sealed.writes, c.cur.writes}
+	}
+	c.mu.Unlock()
 	all := make(map[string][]byte)
 	err := c.eng.scan(b.prefix, func(k, v []byte) error {
 		all[string(k)] = append([]byte{}, v...)
@@ -202,12 +212,9 @@ func (b *Bucket) ForEach(fn func(key, value []byte) error) error {
 			}
 		}
 	}
-	c.mu.Lock()
-	if c.sealed != nil {
-		overlay(c.sealed.writes)
+	for _, ws := range staged {
+		overlay(ws)
 	}
-	overlay(c.cur.writes)
-	c.mu.Unlock()
 	overlay(b.tx.writes)
 	for _, k := range slices.Sorted(maps.Keys(all)) {
 		if err := fn([]byte(k[len(p):]), all[k]); err != nil {
