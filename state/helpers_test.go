@@ -154,6 +154,7 @@ func (g *gate) hook() {
 }
 
 func (g *gate) arm() { g.mu.Lock(); g.armed = true; g.mu.Unlock() }
+
 // open lets the committer go on, now and from now on. It can be called
 // again (tests also register it as a cleanup, before the store's Close).
 func (g *gate) open() {
