@@ -134,6 +134,7 @@ func tempDir(t *testing.T) string {
 // the events it prints on stdout (see examples/ledger/child.go).
 type child struct {
 	t      *testing.T
+	hub    *hub // told of every durable event, if set
 	cmd    *exec.Cmd
 	input  string
 	stderr *syncBuffer
@@ -170,6 +171,41 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// hub carries the applied count of whichever child runs now to a writer
+// that paces itself by the ledger's progress.
+type hub struct {
+	mu      sync.Mutex
+	applied int64
+	changed chan struct{}
+}
+
+func newHub() *hub { return &hub{changed: make(chan struct{})} }
+
+func (h *hub) set(n int64) {
+	h.mu.Lock()
+	h.applied = n
+	close(h.changed)
+	h.changed = make(chan struct{})
+	h.mu.Unlock()
+}
+
+// wait waits until applied >= n, or stop is closed (false).
+func (h *hub) wait(n int64, stop <-chan struct{}) bool {
+	for {
+		h.mu.Lock()
+		ok, ch := h.applied >= n, h.changed
+		h.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-stop:
+			return false
+		}
+	}
+}
+
 // runArgs are the common flags of `ledger run`.
 func runArgs(input, data string, extra ...string) []string {
 	return append([]string{"--input", input, "--data", data, "--progress", "none"}, extra...)
@@ -179,6 +215,12 @@ func runArgs(input, data string, extra ...string) []string {
 // log file in logDir.
 func start(t *testing.T, logDir string, args ...string) *child {
 	t.Helper()
+	return startHub(t, logDir, nil, args...)
+}
+
+// startHub is start with a hub told of the child's progress.
+func startHub(t *testing.T, logDir string, h *hub, args ...string) *child {
+	t.Helper()
 	figures.runs.Add(1)
 	n := figures.runs.Load()
 	logPath := filepath.Join(logDir, fmt.Sprintf("run%04d.log", n))
@@ -187,7 +229,7 @@ func start(t *testing.T, logDir string, args ...string) *child {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(lf, "$ ledger run %s --events\n", strings.Join(args, " "))
-	c := &child{t: t, changed: make(chan struct{}), exited: make(chan struct{})}
+	c := &child{t: t, hub: h, changed: make(chan struct{}), exited: make(chan struct{})}
 	for i, a := range args {
 		if a == "--input" && i+1 < len(args) {
 			c.input = args[i+1]
@@ -229,6 +271,9 @@ func (c *child) follow(stdout io.Reader, log io.Writer, lf *os.File) {
 		switch kind {
 		case "durable":
 			c.durable = fields
+			if c.hub != nil {
+				c.hub.set(fields["applied"])
+			}
 		case "ahead":
 			c.ahead = append(c.ahead, line)
 		case "done":
@@ -674,3 +719,22 @@ func rejects(t *testing.T, data string) int {
 	}
 	return bytes.Count(b, []byte{'\n'})
 }
+
+// appliedCount returns the count of applied lines the data folder's store
+// holds (`ledger balances`).
+func appliedCount(t *testing.T, data string) int64 {
+	t.Helper()
+	out, err := exec.Command(ledgerExe, "balances", "--data", data).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ledger balances: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`(?m)^applied (\d+)$`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("ledger balances printed no applied count:\n%s", out)
+	}
+	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return n
+}
+
+// newRandFrom returns a random source of its own for another goroutine.
+func newRandFrom(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 11)) }
