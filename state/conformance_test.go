@@ -834,3 +834,19 @@ func mustOpenClose(t *testing.T, be backend, dir string) Store {
 	}
 	return s
 }
+
+// A cancelled context only stops an Apply that has to wait: a drain at
+// stop may still apply what it was given.
+func TestCancelledContextDoesNotFailARunnableApply(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		s := mustOpen(t, be, t.TempDir(), testOpts())
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		for n := 1; n <= 20; n++ {
+			ok, err := s.Apply(ctx, del("f", 1, n), func(tx *Tx) error { return nil })
+			if !ok || err != nil {
+				t.Fatalf("line %d: %v, %v", n, ok, err)
+			}
+		}
+	})
+}

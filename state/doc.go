@@ -80,7 +80,8 @@
 // before Apply returns. A crash loses nothing that Apply returned. It is
 // about a hundred times slower (see below). The checkpoint's mark is still
 // taken inside Apply, where it cannot count the line being handled: that line
-// is declared durable by the next Apply, or by [Store.Flush].
+// is declared durable by the next Apply, by the committer's next tick (every
+// BatchInterval) or by [Store.Flush].
 //
 // Flush commits what is staged and waits; call it (or Close) at a clean stop,
 // so that the feed's last commit covers every line handled.

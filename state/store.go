@@ -411,7 +411,14 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 
 // acquire takes the token that serializes Apply and View, or gives up when
 // ctx is done.
+// ctx only matters when Apply has to wait: a cancelled context does not fail
+// an Apply that can run at once (a drain at stop may run under one).
 func (c *core) acquire(ctx context.Context) error {
+	select {
+	case c.applySem <- struct{}{}:
+		return nil
+	default:
+	}
 	select {
 	case c.applySem <- struct{}{}:
 		return nil
