@@ -68,8 +68,15 @@ var discard = slog.New(slog.DiscardHandler)
 
 // runChild runs one measurement and prints its result.
 func runChild(name string, a childArgs) error {
-	var r result
-	var err error
+	r, err := measureCase(name, a)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// measureCase runs one measurement.
+func measureCase(name string, a childArgs) (r result, err error) {
 	switch name {
 	case "bufio":
 		r, err = caseBufio(a)
@@ -102,10 +109,7 @@ func runChild(name string, a childArgs) error {
 	default:
 		err = fmt.Errorf("unknown case %q", name)
 	}
-	if err != nil {
-		return err
-	}
-	return json.NewEncoder(os.Stdout).Encode(r)
+	return r, err
 }
 
 func mallocs() uint64 {
@@ -608,7 +612,9 @@ func caseRestartSetup(a childArgs) (result, error) {
 	}
 	ctx := context.Background()
 	items := make([]feed.Item, 4096)
-	var ring []feed.Item // the last position of each batch
+	// ring holds the positions of the last a.lines+1 lines read.
+	ring := make([]int64, a.lines+1)
+	var epoch uint64
 	var n int64
 	start := time.Now()
 	zeros := 0
@@ -625,15 +631,16 @@ func caseRestartSetup(a childArgs) (result, error) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		n += int64(k)
-		last := items[k-1]
-		ring = append(ring, feed.Item{Epoch: last.Epoch, Position: last.Position})
+		for _, it := range items[:k] {
+			ring[n%int64(len(ring))] = it.Position
+			n++
+		}
+		epoch = items[k-1].Epoch
 	}
-	back := int(a.lines / int64(len(items)))
-	if back >= len(ring) {
-		back = len(ring) - 1
+	if n <= a.lines {
+		return result{}, errors.Join(fmt.Errorf("%s has %d lines: too few to leave %d after the pointer", a.file, n, a.lines), src.Close())
 	}
-	target := ring[len(ring)-1-back]
+	target := feed.Item{Epoch: epoch, Position: ring[(n-1-a.lines)%int64(len(ring))]}
 	if err := src.Commit(target.Epoch, target.Position); err != nil {
 		return result{}, errors.Join(err, src.Close())
 	}
