@@ -419,8 +419,8 @@ func (r *runner) rows5and6(t *table) error {
 			t.rate(be.row, what, st, bare, "bare "+be.backend+" loop, same keys, same batches", 0.7)
 			t.chartPoint(be.backend, b, st, bare)
 			if st.ok() {
-				t.note(be.row, fmt.Sprintf("Row %s, batch %s: %.0f store commits, %.0f Apply calls waited for a commit (back-pressure), %.0f ns of CPU time per line (all threads), %.1f allocations per line; pointer SyncEveryCommit.",
-					be.row, bs, st.extra("store_commits"), st.extra("backpressure"), st.extra("cpu_seconds")*1e9/float64(lines), st.allocsPerLine()))
+				t.note(be.row, fmt.Sprintf("Row %s, batch %s: %.0f store commits (%.0f lines per commit on average: a batch is also cut every state.DefaultBatchInterval), %.0f Apply calls waited for a commit (back-pressure), %.0f ns of CPU time per line (all threads), %.1f allocations per line; pointer SyncEveryCommit.",
+					be.row, bs, st.extra("store_commits"), float64(lines)/max(st.extra("store_commits"), 1), st.extra("backpressure"), st.extra("cpu_seconds")*1e9/float64(lines), st.allocsPerLine()))
 				if rate := st.rate(); rate > best {
 					best, bestRuns = rate, st
 				}
