@@ -281,6 +281,14 @@ func (f *feedRunner) handoff(b *batch, snap []*queue, stop <-chan struct{}) bool
 	ok := true
 	receivers := 0
 	for _, q := range snap {
+		// A queue replaced since the snapshot hands over to its successor.
+		for q.removed.Load() {
+			next := q.next.Load()
+			if next == nil {
+				break
+			}
+			q = next
+		}
 		if q.removed.Load() {
 			continue
 		}
@@ -431,9 +439,36 @@ func (f *feedRunner) removeQueue(q *queue, why string) {
 		return
 	}
 	f.live = slices.Delete(f.live, i, i+1)
-	if q.cp != nil {
-		q.frozenDurable, q.frozenHeld = q.cp.Durable()
+	q.freeze()
+	left := f.retireLocked(q)
+	f.mu.Unlock()
+	f.log.Info("consumer removed", "group", q.g.name, "why", why, "unfinished", left, "consumers", f.consumers())
+	f.signal()
+}
+
+// replaceQueue puts q in old's place, at once: every batch is handed to
+// one of them. Lines old was given and did not finish stay held.
+func (f *feedRunner) replaceQueue(old, q *queue) {
+	f.mu.Lock()
+	i := slices.Index(f.live, old)
+	if i < 0 {
+		f.mu.Unlock()
+		f.addQueue(q)
+		return
 	}
+	q.base = f.lastHanded
+	f.live[i] = q
+	old.next.Store(q)
+	left := f.retireLocked(old)
+	f.mu.Unlock()
+	f.log.Info("consumer replaced by its restarted group", "group", q.g.name, "unfinished", left)
+	f.signal()
+}
+
+// retireLocked ends q as a live consumer, under f.mu: a feed that holds
+// keeps it as a removed consumer until it no longer holds anything. It
+// returns how many items q was given and did not finish.
+func (f *feedRunner) retireLocked(q *queue) uint64 {
 	q.removed.Store(true)
 	close(q.removedCh)
 	left := q.unfinished()
@@ -443,9 +478,7 @@ func (f *feedRunner) removeQueue(q *queue, why string) {
 		q.dropped.Add(left)
 		f.dropped.Add(left)
 	}
-	f.mu.Unlock()
-	f.log.Info("consumer removed", "group", q.g.name, "why", why, "unfinished", left, "consumers", f.consumers())
-	f.signal()
+	return left
 }
 
 func (f *feedRunner) consumers() int {
@@ -485,13 +518,28 @@ func (f *feedRunner) stallReasonsLocked() []string {
 				r = append(r, fmt.Sprintf("consumer %s fenced or dead", q.g.name))
 			}
 		}
+		// One reason per group, however many of its queues were removed.
+		var groups []string
+		left := map[string]uint64{}
+		notDurable := map[string]bool{}
 		for _, q := range f.ghosts {
 			if _, c := q.bound(); c {
-				if n := q.unfinished(); n > 0 {
-					r = append(r, fmt.Sprintf("a removed consumer left unprocessed items: %s (%d items); restart, or Release the hold", q.g.name, n))
-				} else {
-					r = append(r, fmt.Sprintf("a removed consumer's checkpoint hold was not declared durable: %s; restart, or Release the hold", q.g.name))
+				name := q.g.name
+				if _, seen := left[name]; !seen && !notDurable[name] {
+					groups = append(groups, name)
 				}
+				if n := q.unfinished(); n > 0 {
+					left[name] += n
+				} else {
+					notDurable[name] = true
+				}
+			}
+		}
+		for _, name := range groups {
+			if n := left[name]; n > 0 {
+				r = append(r, fmt.Sprintf("a removed consumer left unprocessed items: %s (%d items); restart, or Release the hold", name, n))
+			} else {
+				r = append(r, fmt.Sprintf("a removed consumer's checkpoint hold was not declared durable: %s; restart, or Release the hold", name))
 			}
 		}
 	}

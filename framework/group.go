@@ -124,6 +124,9 @@ type group struct {
 	procs []*procEntry
 	inc   *incarnation
 	fence *fence
+	// replacing holds, during a restart, the old incarnation's queues
+	// (by feed), still live until the new incarnation subscribes.
+	replacing map[string]*queue
 }
 
 func (g *group) blocked() bool {
@@ -178,13 +181,24 @@ func (g *group) subscribe(inc *incarnation, p *procEntry, f *feedRunner) error {
 		// The processor is on the queue before the feed can send to it.
 		q = &queue{f: f, g: g, inc: inc, ch: make(chan *batch, f.qBatches), removedCh: make(chan struct{})}
 		q.procs.Store(&[]*procEntry{p})
+		old := g.replacing[f.name]
+		if old != nil {
+			delete(g.replacing, f.name)
+			f.mu.Lock()
+			old.freeze() // before Bind moves the checkpoint to q
+			f.mu.Unlock()
+		}
 		g.s.reg.Bind(f.name, g.name, q.progress)
 		q.cp = g.s.reg.Lookup(f.name, g.name)
 		d, _ := q.cp.Durable()
 		q.binding = d.Binding()
 		inc.queues[f.name] = q
 		inc.publish()
-		f.addQueue(q)
+		if old != nil {
+			f.replaceQueue(old, q)
+		} else {
+			f.addQueue(q)
+		}
 		g.log.Info("subscribed", "feed", f.name, "processor", p.name)
 		return nil
 	}

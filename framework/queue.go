@@ -89,9 +89,11 @@ type queue struct {
 	// procs are the group's processors subscribed to the feed, in order.
 	procs atomic.Pointer[[]*procEntry]
 
-	// removed is set when the queue stops being a live consumer.
+	// removed is set when the queue stops being a live consumer; next is
+	// the queue that replaced it (a restart of its group), set before.
 	removed   atomic.Bool
 	removedCh chan struct{}
+	next      atomic.Pointer[queue]
 
 	// base is the last line the feed had handed off when the queue
 	// subscribed: nothing at or before it is the queue's concern.
@@ -122,8 +124,19 @@ type queue struct {
 	// queue.
 	cp            *checkpoint.Checkpoint
 	binding       uint64
+	frozen        bool
 	frozenDurable checkpoint.Mark
 	frozenHeld    bool
+}
+
+// freeze records the queue's hold as it is now, before its checkpoint is
+// bound to another queue; under f.mu or before the queue is shared.
+func (q *queue) freeze() {
+	if q.frozen || q.cp == nil {
+		return
+	}
+	q.frozen = true
+	q.frozenDurable, q.frozenHeld = q.cp.Durable()
 }
 
 // progress returns the mark of the last item the queue finished.

@@ -437,11 +437,21 @@ func (s *Server) RestartGroup(ctx context.Context, groupName string) error {
 	if g.state.Load() == groupRemoved {
 		return fmt.Errorf("framework: restart group %q: %w (removed)", groupName, ErrState)
 	}
-	if err := s.retire(ctx, g, "group restarted"); err != nil {
+	// The old queues stay live until the new processors subscribe again,
+	// so that no line read meanwhile escapes the group: lines handed to
+	// an old queue are held by it.
+	if err := s.retire(ctx, g, "group restarted", true); err != nil {
 		return err
 	}
 	g.state.Store(groupRunning)
 	inc, err := g.start(ctx)
+	g.mu.Lock()
+	left := g.replacing
+	g.replacing = nil
+	g.mu.Unlock()
+	for _, q := range left {
+		q.f.removeQueue(q, "group restarted without subscribing to the feed again")
+	}
 	if err != nil {
 		g.state.Store(groupDead)
 		close(inc.done)
@@ -470,24 +480,33 @@ func (s *Server) RemoveGroup(ctx context.Context, groupName string) error {
 	if g.state.Swap(groupRemoved) == groupRemoved {
 		return nil
 	}
-	err = s.retire(ctx, g, "group removed")
+	err = s.retire(ctx, g, "group removed", false)
 	g.log.Info("group removed")
 	s.wakeFeeds()
 	return err
 }
 
-// retire removes the current incarnation's queues, stops its goroutine and
-// its processors.
-func (s *Server) retire(ctx context.Context, g *group, why string) error {
+// retire stops the current incarnation's goroutine and its processors. Its
+// queues are removed, or, when keep is set (a restart), left live for the
+// next incarnation to replace.
+func (s *Server) retire(ctx context.Context, g *group, why string, keep bool) error {
 	g.mu.Lock()
 	inc := g.inc
 	qs := *inc.qsnap.Load()
 	clear(inc.queues)
 	inc.publish()
 	procs := slices.Clone(g.procs)
+	if keep {
+		g.replacing = make(map[string]*queue, len(qs))
+		for _, q := range qs {
+			g.replacing[q.f.name] = q
+		}
+	}
 	g.mu.Unlock()
-	for _, q := range qs {
-		q.f.removeQueue(q, why)
+	if !keep {
+		for _, q := range qs {
+			q.f.removeQueue(q, why)
+		}
 	}
 	inc.stop()
 	g.poke()
