@@ -26,7 +26,15 @@ bench:
 bench-short:
 	$(GO) run ./bench/cmd/benchtable -short
 
+# Every fuzz target for FUZZTIME each. The seed corpora under each package's
+# testdata/fuzz run in make test as ordinary tests.
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test ./feed -run '^$$' -fuzz '^FuzzDecodePointer$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./feed -run '^$$' -fuzz '^FuzzDecodePointer$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1s
 	$(GO) test ./feed -run '^$$' -fuzz '^FuzzFramer$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./framework -run '^$$' -fuzz '^FuzzLoadConfig$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./examples/ledger -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME)
+
+# The long versions of the reliability scenarios (see RELIABILITY.md).
+torture:
+	TIDEMARK_TORTURE=1 $(GO) test -count=1 -timeout 120m -v ./torture/
