@@ -35,6 +35,10 @@ type Report struct {
 	// Rejects counts the distinct rejected lines; WantRejects the input's
 	// malformed lines.
 	Rejects, WantRejects int
+	// Unfollowed counts output lines whose balance does not follow the
+	// account's previous output line; Stale counts accounts whose last
+	// output balance is not the store's balance.
+	Unfollowed, Stale int
 }
 
 // Exact reports whether the state equals the model's.
@@ -84,6 +88,12 @@ func Compare(m *Model, st LedgerState, out *OutputSummary, rejects int) *Report 
 		}
 	}
 	r.Unknown += out.Bad
+	r.Unfollowed = out.Unfollowed
+	for a, b := range out.Last {
+		if st.Balances[a] != b {
+			r.Stale++
+		}
+	}
 	return r
 }
 
@@ -98,6 +108,9 @@ func (r *Report) Write(w io.Writer) {
 	}
 	if r.Unknown > 0 {
 		fmt.Fprintf(w, "output lines not in the input: %d\n", r.Unknown)
+	}
+	if r.Unfollowed > 0 || r.Stale > 0 {
+		fmt.Fprintf(w, "output lines whose balance does not follow: %d, accounts whose last output balance is not the state's: %d\n", r.Unfollowed, r.Stale)
 	}
 	if r.Rejects != r.WantRejects {
 		fmt.Fprintf(w, "rejected lines: %d (expected %d)\n", r.Rejects, r.WantRejects)

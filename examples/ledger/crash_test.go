@@ -77,7 +77,7 @@ func checkExact(t *testing.T, data string, inputs ...string) *Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.OK() || r.Twice != 0 || r.Unknown != 0 || r.Rejects != r.WantRejects {
+	if !r.OK() || r.Twice != 0 || r.Unknown != 0 || r.Rejects != r.WantRejects || r.Unfollowed != 0 || r.Stale != 0 {
 		var b strings.Builder
 		r.Write(&b)
 		t.Fatalf("not exact:\n%s", b.String())

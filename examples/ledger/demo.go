@@ -91,10 +91,10 @@ type ScenarioResult struct {
 }
 
 // OK reports whether the scenario kept the guarantee it claims: nothing
-// missing, the pointer never ahead, and, with de-duplication, the state
-// exact and no output line written twice.
+// missing, the pointer never ahead, the output in step with the state, and,
+// with de-duplication, the state exact and no output line written twice.
 func (r *ScenarioResult) OK() bool {
-	if r.Report == nil || r.Report.Missing > 0 || !r.NeverAhead {
+	if r.Report == nil || r.Report.Missing > 0 || !r.NeverAhead || r.Report.Unfollowed > 0 || r.Report.Stale > 0 {
 		return false
 	}
 	if r.Scenario.Dedupe {

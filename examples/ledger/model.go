@@ -177,11 +177,17 @@ type OutputSummary struct {
 	Bad int
 	// Partial is the length of an unterminated last line, if any.
 	Partial int64
+	// Unfollowed counts the lines whose balance_after is not the previous
+	// output line's balance of the same account plus the amount: output
+	// that does not follow the state it was written with.
+	Unfollowed int
+	// Last is the balance_after of each account's last output line.
+	Last map[string]int64
 }
 
 // ReadOutput summarises the output file at path. A missing file is empty.
 func ReadOutput(path string) (*OutputSummary, error) {
-	s := &OutputSummary{IDs: make(map[int64]int)}
+	s := &OutputSummary{IDs: make(map[int64]int), Last: make(map[string]int64)}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return s, nil
@@ -200,6 +206,10 @@ func ReadOutput(path string) (*OutputSummary, error) {
 			return
 		}
 		s.IDs[o.ID]++
+		if s.Last[o.Account]+o.Amount != o.BalanceAfter {
+			s.Unfollowed++
+		}
+		s.Last[o.Account] = o.BalanceAfter
 	}, &n)
 	s.Partial = n - last
 	return s, err

@@ -75,8 +75,25 @@ func TestReadOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Lines != 4 || s.Bad != 1 || s.IDs[1] != 2 || s.IDs[2] != 1 || s.IDs[3] != 0 || s.Partial != 5 {
+	if s.Lines != 4 || s.Bad != 1 || s.IDs[1] != 2 || s.IDs[2] != 1 || s.IDs[3] != 0 || s.Partial != 5 || s.Unfollowed != 0 || s.Last["a"] != 15 {
 		t.Fatalf("%+v", s)
+	}
+	// A line whose balance does not follow the account's previous one.
+	os.WriteFile(path, []byte("1,a,5,5\n2,b,1,1\n3,a,5,11\n4,a,1,12\n"), 0o644)
+	s, _ = ReadOutput(path)
+	if s.Unfollowed != 1 || s.Last["a"] != 12 {
+		t.Fatalf("%+v", s)
+	}
+	m := NewModel()
+	m.ReadFrom(strings.NewReader("1,a,5\n2,b,1\n3,a,5\n4,a,1\n"))
+	r := Compare(m, LedgerState{Applied: 4, Total: 12, Balances: map[string]int64{"a": 11, "b": 1}}, s, 0)
+	if r.Unfollowed != 1 || r.Stale != 1 {
+		t.Fatalf("%+v", r)
+	}
+	var buf bytes.Buffer
+	r.Write(&buf)
+	if !strings.Contains(buf.String(), "output lines whose balance does not follow: 1, accounts whose last output balance is not the state's: 1\n") {
+		t.Fatalf("report:\n%s", buf.String())
 	}
 }
 
