@@ -28,7 +28,7 @@ const (
 // package documentation for the numbers).
 const (
 	// DefaultBatchSize is how many applied deliveries make a batch.
-	DefaultBatchSize = 1000
+	DefaultBatchSize = 10000
 	// DefaultBatchInterval is the longest a staged change waits for its
 	// batch to be committed.
 	DefaultBatchInterval = 20 * time.Millisecond

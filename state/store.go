@@ -129,6 +129,7 @@ type batch struct {
 	applied map[feedKey]*staged
 	outputs map[string][]byte
 	count   int
+	started time.Time // when the first change was staged
 	marks   []markOf
 	done    chan struct{}
 	err     error
@@ -369,6 +370,9 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 		return false, c.applyErr(d, err)
 	}
 	b := c.cur
+	if b.count == 0 {
+		b.started = time.Now()
+	}
 	for k, e := range tx.writes {
 		b.writes[k] = e
 	}
@@ -547,7 +551,10 @@ func (c *core) commit(b *batch) {
 		}
 	}
 	c.sealed = nil
-	if !c.opts.Sync && c.cur.count >= c.opts.batchSize() && c.failed == nil {
+	// A batch that filled up, or grew old, while this one committed is cut
+	// at once rather than at the next tick.
+	if !c.opts.Sync && c.failed == nil && c.cur.count > 0 &&
+		(c.cur.count >= c.opts.batchSize() || time.Since(c.cur.started) >= c.opts.batchInterval()) {
 		c.cut()
 	}
 	c.broadcast()
