@@ -280,27 +280,36 @@ func (f *feedRunner) poll(ctx context.Context) *batch {
 func (f *feedRunner) handoff(b *batch, snap []*queue, stop <-chan struct{}) bool {
 	ok := true
 	receivers := 0
+snapshot:
 	for _, q := range snap {
-		// A queue replaced since the snapshot hands over to its successor.
-		for q.removed.Load() {
-			next := q.next.Load()
-			if next == nil {
-				break
+		for {
+			// A queue replaced (its group restarted) since the snapshot,
+			// or while the runner waited for room in it, hands over to
+			// its successor.
+			for q.removed.Load() {
+				next := q.next.Load()
+				if next == nil {
+					break
+				}
+				q = next
 			}
-			q = next
-		}
-		if q.removed.Load() {
-			continue
-		}
-		receivers++
-		b.refs.Add(1)
-		sent, stopped := f.send(q, b, stop)
-		if !sent {
-			b.refs.Add(-1) // the runner's own reference keeps it above zero
-		}
-		if stopped {
-			ok = false
-			break
+			if q.removed.Load() {
+				continue snapshot
+			}
+			b.refs.Add(1)
+			out := f.send(q, b, stop)
+			if out != sentOK {
+				b.refs.Add(-1) // the runner's own reference keeps it above zero
+			}
+			switch out {
+			case sentOK, sentDropped:
+				receivers++
+				continue snapshot
+			case sentStopped:
+				ok = false
+				break snapshot
+			}
+			// sentRemoved: try the successor, if any.
 		}
 	}
 	if ok && receivers == 0 {
@@ -321,13 +330,20 @@ func (f *feedRunner) handoff(b *batch, snap []*queue, stop <-chan struct{}) bool
 	return ok
 }
 
-// send puts b in q. It reports whether it was sent, and whether the server
-// stopped the feed while it waited.
-func (f *feedRunner) send(q *queue, b *batch, stop <-chan struct{}) (sent, stopped bool) {
+// The outcomes of send.
+const (
+	sentOK      = iota
+	sentDropped // DropAfterSpin found no room in time
+	sentRemoved // the queue was removed while the runner waited
+	sentStopped // the server stopped the feed while the runner waited
+)
+
+// send puts b in q, by the overload policy.
+func (f *feedRunner) send(q *queue, b *batch, stop <-chan struct{}) int {
 	select {
 	case q.ch <- b:
 		f.sent(q, b)
-		return true, false
+		return sentOK
 	default:
 	}
 	var t *time.Timer
@@ -341,15 +357,15 @@ func (f *feedRunner) send(q *queue, b *batch, stop <-chan struct{}) (sent, stopp
 		select {
 		case q.ch <- b:
 			f.sent(q, b)
-			return true, false
+			return sentOK
 		case <-q.removedCh:
-			return false, false
+			return sentRemoved
 		case <-stop:
-			return false, true
+			return sentStopped
 		case <-t.C:
 			if f.policy == DropAfterSpin {
 				f.drop(q, b)
-				return false, false
+				return sentDropped
 			}
 			// Paused on a full queue: the others may still finish lines,
 			// so keep committing while waiting.

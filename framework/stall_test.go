@@ -448,3 +448,27 @@ func TestRemoveProcessorWhileBusyHoldsUnhandled(t *testing.T) {
 		stopServer(t, s)
 	}
 }
+
+// A feed paused on a restarting group's full queue hands the waiting batch
+// to the group's new queue: the new incarnation starts with it, and the
+// lines the old one held stay held.
+func TestRestartWhilePausedOnGroupHandsOver(t *testing.T) {
+	src := newMemSource(10)
+	g := newGate()
+	a := blockAt(g, 2)
+	b := &recProc{feeds: []string{"orders"}}
+	cfg := oneFeed(src, grp("A", "a"), grp("B", "b"))
+	cfg.Feeds[0].QueueCapacity = 1
+	cfg.Feeds[0].BatchSize = 1
+	s := startServer(t, cfg, framework.Registry{"a": a, "b": b})
+	waitFor(t, "A at line 2, the feed paused on A with line 4", func() bool {
+		return g.waitingSeq() == 2 && b.count() == 3 && status(t, s, "orders").Read == 4
+	})
+	require.NoError(t, s.RestartGroup(context.Background(), "A"))
+	waitFor(t, "both done", func() bool { return b.count() == 10 && a.count() == 8 })
+	got := a.all()
+	require.Equal(t, lineText(1), got[0].line)
+	require.Equal(t, lineText(4), got[1].line, "the new incarnation starts with the batch the feed was waiting to hand over")
+	require.Equal(t, src.pos(1), src.committedPos())
+	requireStalled(t, s, "a removed consumer left unprocessed items: A (2 items)")
+}
