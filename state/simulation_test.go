@@ -21,7 +21,7 @@ func TestSimulation(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		for seed := uint64(1); seed <= 3; seed++ {
 			t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-				simulate(t, be, seed, 1500)
+				simulate(t, be, seed, 800)
 			})
 		}
 	})
@@ -57,7 +57,7 @@ func simulate(t *testing.T, be backend, seed uint64, steps int) {
 		feed := feeds[rng.IntN(len(feeds))]
 		pk := ns + "/" + feed
 		switch r := rng.IntN(100); {
-		case r < 2: // clean restart
+		case r < 1: // clean restart
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
