@@ -51,7 +51,10 @@ type Store interface {
 	// store calls cp.DurableThrough with the mark it took when it cut the
 	// batch. feed must be cp's feed. A store with bound checkpoints also
 	// brings them up to date every BatchInterval when nothing is staged.
-	// Binding the same checkpoint again does nothing.
+	// Binding the same checkpoint again does nothing. Bind a checkpoint to
+	// one store only: each store vouches for its own state. The store calls
+	// cp.Mark (so the framework's progress function) while it holds its
+	// lock: that function must not call the store.
 	Bind(feed string, cp *checkpoint.Checkpoint) error
 	// Namespace returns a view of the same store in the namespace name: its
 	// own keys and its own applied positions per feed. The store Open
