@@ -127,6 +127,16 @@
 // leading bytes, does not match: its bytes before the position differ, or it
 // is shorter. The verdict is taken once per feed and epoch.
 //
+// The tail hash is read when the batch commits, not when the line was
+// applied, and from the committer's goroutine (so TailHash must be safe to
+// call concurrently with the feed). A file rewritten in place, keeping its
+// first 4 KB and its length, in the few milliseconds between a line's Apply
+// and its batch's commit would be hashed as rewritten; if the pointer file
+// is then lost too, its lines up to that position would be taken for the
+// old ones. Only a lineage record made durable can match: a position still
+// staged never does, and a TailHash error records no tail, which never
+// matches either.
+//
 // # Errors
 //
 // A failed commit is returned by the next Apply and by Flush, wrapped in
