@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -847,6 +848,53 @@ func TestCancelledContextDoesNotFailARunnableApply(t *testing.T) {
 			if !ok || err != nil {
 				t.Fatalf("line %d: %v, %v", n, ok, err)
 			}
+		}
+	})
+}
+
+// In the Sync mode the Apply whose commit fails returns the failure.
+func TestSyncModeCommitFailure(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		counter := &vfs.Counter{
+			Match:  func(op vfs.Op, path string) bool { return op == vfs.OpWrite && filepath.Base(path) == "out.csv" },
+			FailAt: 3,
+			Err:    vfs.ErrNoSpace,
+		}
+		o := testOpts()
+		o.Sync = true
+		o.FS = vfs.Inject(vfs.Default(), counter.Injector())
+		dir := t.TempDir()
+		s := mustOpen(t, be, dir, o)
+		var p progress
+		cp := hold("f", &p)
+		s.Bind("f", cp)
+		var errs []error
+		for n := 1; n <= 4; n++ {
+			ok, err := s.Apply(context.Background(), del("f", 1, n), func(tx *Tx) error {
+				_, err := tx.Output("out.csv").Write([]byte(strconv.Itoa(n) + "\n"))
+				return err
+			})
+			if ok != (err == nil) {
+				t.Fatalf("line %d: applied=%v with err=%v", n, ok, err)
+			}
+			if err == nil {
+				p.finish()
+			}
+			errs = append(errs, err)
+		}
+		if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], ErrFailed) || !errors.Is(errs[2], vfs.ErrNoSpace) || !errors.Is(errs[3], ErrFailed) {
+			t.Fatalf("errors = %v", errs)
+		}
+		if l, _ := s.Applied("f"); l.Position != 20 {
+			t.Fatalf("Applied = %+v, want line 2", l)
+		}
+		if got := durableCount(cp); got > 2 {
+			t.Fatalf("durable mark %d after the failure", got)
+		}
+		s.Close()
+		s = mustOpen(t, be, dir, testOpts())
+		if b, _ := os.ReadFile(filepath.Join(dir, "out.csv")); string(b) != "1\n2\n" {
+			t.Fatalf("output after restart = %q", b)
 		}
 	})
 }

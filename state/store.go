@@ -362,10 +362,11 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 	}
 
 	tx := &Tx{c: c, ns: ns, d: d}
-	if err := fn(tx); err != nil {
+	err := fn(tx)
+	tx.done = true
+	if err != nil {
 		return false, err
 	}
-	tx.done = true
 
 	c.mu.Lock()
 	if err := c.unusable(); err != nil {
@@ -405,7 +406,7 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 		c.mu.Unlock()
 		<-sb.done
 		if sb.err != nil {
-			return true, c.applyErr(d, sb.err)
+			return false, c.applyErr(d, sb.err)
 		}
 		return true, nil
 	}
