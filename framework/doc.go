@@ -56,6 +56,9 @@
 //	removed consumer that had finished everything
 //	    nothing held
 //
+// A restarted group's new queues replace its old ones in one step: a line
+// read during the restart goes to the new queue, or is held by the old one.
+//
 // The operator calls are [Server.Unsubscribe], [Server.RemoveProcessor],
 // [Server.RestartGroup], [Server.RemoveGroup], [Server.LiftFence] and
 // [Server.Release], which gives up a removed consumer's hold without a

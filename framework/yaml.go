@@ -13,28 +13,7 @@ import (
 	"github.com/tidemark-go/tidemark/feed"
 )
 
-// The YAML form of a Config. Keys follow the spec's example; unknown keys
-// are errors.
-//
-//	drainTimeout: 10s
-//	eventFeeds:
-//	  - name: orders
-//	    instance:                 # or filename/readStrategy directly here
-//	      filename: data/orders.csv
-//	      readStrategy: COMMITTED # or COMMITED, EARLIEST, ONCE_EARLIEST, LATEST, ONCE_LATEST
-//	      maxLineBytes: 1048576
-//	    agentName: orders-feed-agent
-//	    overload:
-//	      policy: PAUSE           # or DROP_AFTER_SPIN
-//	      spin: 5ms
-//	    idle: {min: 1ms, max: 50ms}
-//	    queueCapacity: 1024
-//	    batchSize: 256
-//	    statusEvents: false
-//	processorGroups:
-//	  - agentName: orders-agent
-//	    processors: [ledger]
-//	    failure: {retries: 3, backoff: 10ms, maxBackoff: 1s, action: SKIP}  # or QUARANTINE
+// yamlConfig is the YAML form of a Config; see LoadConfig.
 type yamlConfig struct {
 	EventFeeds      []yamlFeed    `yaml:"eventFeeds"`
 	ProcessorGroups []yamlGroup   `yaml:"processorGroups"`
@@ -123,8 +102,30 @@ func (a *yamlAction) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// LoadConfig reads a Config from YAML (see the example in the package
-// documentation). Unknown keys are errors that name the key and its line.
+// LoadConfig reads a Config from YAML. Keys follow the spec's example;
+// every key is optional except the names:
+//
+//	drainTimeout: 10s
+//	eventFeeds:
+//	  - name: orders
+//	    instance:                 # or filename/readStrategy directly here
+//	      filename: data/orders.csv
+//	      readStrategy: COMMITTED # or COMMITED, EARLIEST, ONCE_EARLIEST, LATEST, ONCE_LATEST
+//	      maxLineBytes: 1048576
+//	    agentName: orders-feed-agent
+//	    overload:
+//	      policy: PAUSE           # or DROP_AFTER_SPIN
+//	      spin: 5ms
+//	    idle: {min: 1ms, max: 50ms}
+//	    queueCapacity: 4096
+//	    batchSize: 1024
+//	    statusEvents: false
+//	processorGroups:
+//	  - agentName: orders-agent
+//	    processors: [ledger]
+//	    failure: {retries: 3, backoff: 10ms, maxBackoff: 1s, action: SKIP}  # or QUARANTINE
+//
+// Unknown keys are errors that name the key and its line.
 // The Logger, Checkpoints, sources and processors are not part of the YAML:
 // set them on the result, and bind processors by name with [New].
 func LoadConfig(r io.Reader) (Config, error) {
