@@ -488,6 +488,17 @@ func (f *feedRunner) retireLocked(q *queue) uint64 {
 	q.removed.Store(true)
 	close(q.removedCh)
 	left := q.unfinished()
+	// Nobody reads the queue any more: recycle the batches waiting in it
+	// (they stay unfinished, and held).
+	for {
+		select {
+		case b := <-q.ch:
+			b.release()
+			continue
+		default:
+		}
+		break
+	}
 	if f.holds {
 		f.ghosts = append(f.ghosts, q)
 	} else if left > 0 {
