@@ -282,3 +282,21 @@ func TestLateSubscribe(t *testing.T) {
 		require.Equal(t, 50, n, "run %d: every trade line handled", i)
 	}
 }
+
+// A processor's logger names its group and itself.
+func TestContextLogger(t *testing.T) {
+	src := newMemSource(1)
+	var logs logBuf
+	p := &recProc{feeds: []string{"orders"}}
+	p.startFn = func(fc *framework.Context) error {
+		require.Equal(t, "g", fc.Group())
+		require.Equal(t, "p", fc.Name())
+		fc.Logger().Info("hello")
+		return nil
+	}
+	cfg := oneFeed(src, grp("g", "p"))
+	cfg.Logger = logs.logger()
+	s := startServer(t, cfg, framework.Registry{"p": p})
+	settle(t, s, "orders")
+	require.Contains(t, logs.String(), "msg=hello group=g processor=p")
+}
