@@ -538,6 +538,10 @@ func TestOpenErrors(t *testing.T) {
 	if _, err := Open("lmdb:"+dir, nil); !errors.Is(err, ErrUnknownBackend) {
 		t.Fatalf("unknown backend: %v", err)
 	}
+	// A drive letter is not a backend.
+	if _, err := Open(`C:\tidemark\state`, nil); !errors.Is(err, ErrNotStore) {
+		t.Fatalf("Open of a Windows path: %v", err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, storeFile), []byte("tidemark state store\nbackend lmdb\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -117,7 +117,7 @@ func (o *Options) batchInterval() time.Duration {
 // DIR/STORE (see [OpenDir]). A nil opts means the defaults.
 func Open(config string, opts *Options) (Store, error) {
 	kind, dir, ok := strings.Cut(config, ":")
-	if !ok || strings.ContainsAny(kind, `/\`) {
+	if !ok || len(kind) == 1 || strings.ContainsAny(kind, `/\`) { // no backend, or a drive letter
 		return OpenDir(config, opts)
 	}
 	switch kind {
