@@ -654,6 +654,10 @@ func (c *core) flush(ctx context.Context) error {
 
 func (c *core) close() error {
 	c.once.Do(func() {
+		// Wait for a running Apply, so that nothing is staged after the
+		// last flush.
+		_ = c.acquire(context.Background())
+		defer c.release()
 		ferr := c.flush(context.Background())
 		c.mu.Lock()
 		c.closed = true
