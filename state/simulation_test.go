@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,6 +230,50 @@ func TestConcurrentUse(t *testing.T) {
 		}
 		if got := durableCount(cp); got != lines {
 			t.Fatalf("durable mark %d, want %d", got, lines)
+		}
+	})
+}
+
+// TestCloseWhileApplying: every Apply that succeeded before Close returned
+// is durable after Close; the others fail with ErrClosed.
+func TestCloseWhileApplying(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		dir := t.TempDir()
+		o := testOpts()
+		o.BatchSize = 8
+		s, err := be.open(dir, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var progress atomic.Int64
+		done := make(chan int) // the last line whose Apply succeeded
+		go func() {
+			last := 0
+			defer func() { done <- last }()
+			for n := 1; ; n++ {
+				ok, err := s.Apply(context.Background(), del("f", 1, n), func(tx *Tx) error {
+					_, err := tx.AddInt64([]byte("count"), 1)
+					return err
+				})
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if err != nil || !ok {
+					t.Errorf("line %d: %v %v", n, ok, err)
+					return
+				}
+				last = n
+				progress.Store(int64(n))
+			}
+		}()
+		waitFor(t, "some lines applied", func() bool { return progress.Load() >= 200 })
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		applied := <-done
+		s = mustOpen(t, be, dir, testOpts())
+		if got := getInt(t, s, "count"); got != int64(applied) {
+			t.Fatalf("count %d after Close, but %d Apply calls succeeded", got, applied)
 		}
 	})
 }
