@@ -31,6 +31,7 @@ func TestPauseStopsReadingWhenQueueFull(t *testing.T) {
 		// Line 1 is being handled, line 2 waits in the queue, line 3 was
 		// read and waits for room.
 		require.EqualValues(t, 3, st.Read)
+		require.EqualValues(t, 1, st.ReadPending)
 		require.EqualValues(t, 0, st.Dropped)
 		g.release()
 		settle(t, s, "orders")

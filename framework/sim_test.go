@@ -125,11 +125,9 @@ func TestSimulationPointerNeverPassesUnfinishedLines(t *testing.T) {
 								return false
 							}
 						}
-						return st.Read == uint64(total)
+						return st.Read == uint64(total) && st.ReadPending == 0
 					}
-					waitFor(t, "every line read, A's queue empty", aIdle)
-					idle.wait(t, 2) // the runner has handed off its last batch
-					waitFor(t, "A's queue empty after the last hand-off", aIdle)
+					waitFor(t, "every line read and handed off, A's queue empty", aIdle)
 					if err := s.Unsubscribe("orders", "A"); err == nil {
 						idle.wait(t, 1)
 						check(step)

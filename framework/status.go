@@ -23,6 +23,10 @@ type FeedStatus struct {
 	Consumers int
 	// PendingAcks counts lines handed to the queues and not yet committed.
 	PendingAcks uint64
+	// ReadPending counts lines read from the source and not yet handed to
+	// every live queue: non-zero while a full queue pauses the feed, or
+	// while a batch waits for a consumer.
+	ReadPending uint64
 	// Settled is true when the source is caught up or done, every line
 	// read was handed off and finished by every live consumer, and the
 	// feed is not stalled. It does not wait for the commit: PendingAcks
@@ -112,6 +116,7 @@ func (s *Server) FeedStatus(name string) (FeedStatus, error) {
 	if f.lastHanded.seq > f.committed.seq {
 		st.PendingAcks = f.lastHanded.seq - f.committed.seq
 	}
+	st.ReadPending = uint64(f.pending)
 	busy := f.pending > 0
 	for _, q := range f.live {
 		qs := queueStatus(q)
