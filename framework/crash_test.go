@@ -26,10 +26,7 @@ const childEnv = "TIDEMARK_FRAMEWORK_CHILD"
 // that appends "run epoch position line" to dir/state and syncs it before
 // Handle returns: its durable state. Mode "kill" runs until killed; mode
 // "finish" runs until the feed settles, then stops cleanly.
-const (
-	crashLines     = 3000
-	crashKillAfter = 400
-)
+const crashKillAfter = 400
 
 func runChild(mode string) int {
 	dir := os.Getenv("TIDEMARK_DIR")
@@ -186,7 +183,7 @@ func TestKill9PointerNeverAheadAndRestartRedelivers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test")
 	}
-	kill9(t, "sync")
+	kill9(t, "sync", 3000)
 }
 
 // The same with a processor that saves asynchronously in batches of 50 and
@@ -195,10 +192,10 @@ func TestKill9BatchedSavesWithCheckpoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test")
 	}
-	kill9(t, "batch")
+	kill9(t, "batch", 20000) // faster: more lines, so that the kill lands before the end
 }
 
-func kill9(t *testing.T, proc string) {
+func kill9(t *testing.T, proc string, crashLines int) {
 	dir := t.TempDir()
 	input := filepath.Join(dir, "input.csv")
 	writeLines(t, input, 1, crashLines)
