@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -43,6 +44,10 @@ type crashConfig struct {
 	// after the output bytes of batch number stopAfterOutput are synced and
 	// before the backend transaction: the kill lands in that window.
 	stopAfterOutput int
+	// holdCommitAt makes the child's committer stop (to be killed) before
+	// writing the first batch cut once line holdCommitAt was applied: the
+	// kill then finds that batch and the next one staged, not durable.
+	holdCommitAt int
 }
 
 func (c crashConfig) env(dir string) []string {
@@ -52,6 +57,7 @@ func (c crashConfig) env(dir string) []string {
 		"CRASH_BACKEND="+c.backend,
 		"CRASH_SYNC="+strconv.FormatBool(c.sync),
 		"CRASH_STOP_AFTER_OUTPUT="+strconv.Itoa(c.stopAfterOutput),
+		"CRASH_HOLD_COMMIT_AT="+strconv.Itoa(c.holdCommitAt),
 	)
 }
 
@@ -73,6 +79,18 @@ func TestCrashChild(t *testing.T) {
 				select {} // wait for the kill
 			}
 		}}
+	}
+	var applied atomic.Int64
+	if holdAt, _ := strconv.Atoi(os.Getenv("CRASH_HOLD_COMMIT_AT")); holdAt > 0 {
+		if o.hooks == nil {
+			o.hooks = &hooks{}
+		}
+		o.hooks.beforeCommit = func() {
+			if applied.Load() >= int64(holdAt) {
+				fmt.Println("commit held")
+				select {} // wait for the kill
+			}
+		}
 	}
 	s, err := Open(os.Getenv("CRASH_BACKEND")+":"+dir, o)
 	if err != nil {
@@ -118,6 +136,7 @@ func TestCrashChild(t *testing.T) {
 			fmt.Println("error", err)
 			os.Exit(2)
 		}
+		applied.Store(int64(n))
 		p.finish()
 		if n%50 == 0 {
 			fmt.Println("progress", n)
@@ -278,6 +297,41 @@ func TestCrashMidBatch(t *testing.T) {
 			}
 			if n := checkAgree(t, dir); n != crashLines {
 				t.Fatalf("after the last run %d lines applied, want %d", n, crashLines)
+			}
+		})
+	}
+}
+
+// TestCrashWithBatchesStaged kills the child while its committer is held
+// before a batch, so that the kill is sure to find lines staged and not
+// durable: they are lost, the pointer is behind them, and the restart
+// applies them once.
+func TestCrashWithBatchesStaged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test")
+	}
+	for _, be := range []string{Bolt, Pebble} {
+		t.Run(be, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			const holdAt = 3000
+			cfg := crashConfig{backend: be, holdCommitAt: holdAt}
+			progressed := 0
+			runChild(t, cfg, dir, func(line string) bool {
+				fmt.Sscanf(line, "progress %d", &progressed)
+				return line == "commit held"
+			})
+			n := checkAgree(t, dir)
+			if n >= holdAt {
+				t.Fatalf("recorded line %d, but the commit of line %d was held", n, holdAt)
+			}
+			t.Logf("killed with the commit held: %d lines recorded, %d reported applied", n, progressed)
+			cfg.holdCommitAt = 0
+			if !runChild(t, cfg, dir, nil) {
+				t.Fatal("the restart did not finish")
+			}
+			if n := checkAgree(t, dir); n != crashLines {
+				t.Fatalf("after the restart %d lines applied, want %d", n, crashLines)
 			}
 		})
 	}
