@@ -1,6 +1,7 @@
 package feed
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +26,22 @@ const (
 	ReasonReplaced = "input replaced while being read"
 	// ReasonTruncated: the file being read is shorter than what was read.
 	ReasonTruncated = "input truncated"
+	// ReasonRewritten: the file being read has grown, but the bytes just
+	// before the position read are no longer those read there: it was
+	// truncated and rewritten in place (to at least the length read)
+	// between two reads. It is read from 0 under a new epoch, like a
+	// truncated file.
+	ReasonRewritten = "input rewritten in place"
+	// ReasonRenamedAway: at the start, the pointer named a file that was
+	// renamed away (found by its identity in the input's folder) with
+	// bytes after the pointer; the source finishes it in the pointer's
+	// epoch, then opens the file at the path.
+	ReasonRenamedAway = "finishing the input renamed away while stopped"
 )
+
+// maxRenamedScan bounds the folder scan for an input renamed away while
+// the source was stopped: a folder with more entries is not scanned.
+const maxRenamedScan = 4096
 
 // The reasons of a [Reject].
 const (
@@ -148,6 +166,18 @@ type FileSource struct {
 
 	head [MaxFingerprintLen]byte
 	tail [MaxTailLen]byte
+
+	// seen holds the last seenLen (<= 64) bytes before s.fr.off as they
+	// were read: a rewrite in place is recognised by them.
+	seen    [MaxTailLen]byte
+	seenLen int
+	scratch [MaxTailLen]byte
+	// lastDelivered is the position of the last line delivered in the
+	// epoch, asked the highest position Commit was asked to store.
+	lastDelivered, asked int64
+	// renamed is the path of the input renamed away that is being finished
+	// ("" when none).
+	renamed string
 
 	mu               sync.Mutex // guards st, reopens and the reopen facts
 	st               Status
@@ -353,6 +383,9 @@ func (s *FileSource) Poll(ctx context.Context, items []Item) (int, error) {
 		it := &items[i]
 		it.Seq, it.Epoch, it.Origin = s.seq, s.epoch, s.origin
 	}
+	if n > 0 {
+		s.lastDelivered = items[n-1].Position
+	}
 	s.lines += uint64(n)
 	s.publish()
 	return n, err
@@ -394,9 +427,17 @@ func (s *FileSource) read(items []Item) (int, error) {
 				return n, nil
 			}
 		}
-		got, err := s.fr.fill(s.in.f, n == 0)
+		var got int
+		var err error
+		if s.reopenReason == ReasonRewritten {
+			// The bytes after the position are another file's: read none.
+			err = io.EOF
+		} else {
+			got, err = s.fr.fill(s.in.f, n == 0)
+		}
 		s.bytes += uint64(got)
 		if got > 0 {
+			s.noteRead(s.fr.buf[s.fr.w-got : s.fr.w])
 			s.atEOF = false
 			continue
 		}
@@ -416,12 +457,72 @@ func (s *FileSource) read(items []Item) (int, error) {
 				s.setState(StateBehind, s.reopenReason)
 				return n, nil
 			}
+			if s.reopenReason == ReasonRenamedAway && s.lastDelivered > s.committed {
+				// The pointer still names the renamed file: it moves to
+				// the file at the path (a new epoch, stored at once) only
+				// once every line delivered from it is committed, so that
+				// a crash in between finds the renamed file again.
+				s.retryCommit()
+				if s.lastDelivered > s.committed {
+					s.setState(StateBehind, ReasonRenamedAway+": waiting for its last lines to be committed")
+					return 0, nil
+				}
+			}
 			reopened = true
 			if err := s.reopen(); err != nil || s.in == nil {
 				return 0, err
 			}
 			checked = false
 		}
+	}
+}
+
+// noteRead keeps the last (up to 64) bytes read, b being the bytes just
+// read: one copy per read of the input, none per line.
+func (s *FileSource) noteRead(b []byte) {
+	if len(b) >= MaxTailLen {
+		s.seenLen = copy(s.seen[:], b[len(b)-MaxTailLen:])
+		return
+	}
+	keep := min(s.seenLen, MaxTailLen-len(b))
+	copy(s.seen[:keep], s.seen[s.seenLen-keep:s.seenLen])
+	s.seenLen = keep + copy(s.seen[keep:], b)
+}
+
+// unchanged reports whether the open file still holds, just before the
+// offset read, the bytes read there (one read of up to 64 bytes).
+func (s *FileSource) unchanged() (bool, error) {
+	if s.seenLen == 0 {
+		return true, nil
+	}
+	b := s.scratch[:s.seenLen]
+	n, err := s.in.f.ReadAt(b, s.fr.off-int64(len(b)))
+	if n < len(b) {
+		if err == nil || errors.Is(err, io.EOF) {
+			return false, nil // shorter than what was read
+		}
+		return false, fmt.Errorf("feed: read the %d bytes of input %s before offset %d: %w; the next poll retries", len(b), s.path, s.fr.off, err)
+	}
+	return bytes.Equal(b, s.seen[:s.seenLen]), nil
+}
+
+// readBytes returns the n bytes at input offset off when the framer's
+// buffer still holds them as they were read: its bytes [0, w) are those of
+// the input [off-w, off).
+func (s *FileSource) readBytes(off int64, n int) ([]byte, bool) {
+	f := s.fr
+	first := f.off - int64(f.w)
+	if n < 0 || off < first || off+int64(n) > f.off {
+		return nil, false
+	}
+	i := int(off - first)
+	return f.buf[i : i+n], true
+}
+
+// retryCommit stores again a commit whose pointer write failed.
+func (s *FileSource) retryCommit() {
+	if s.asked > s.committed && s.lastCommitErr != "" {
+		_ = s.store(s.asked)
 	}
 }
 
@@ -458,7 +559,21 @@ func (s *FileSource) check() (bool, error) {
 		s.startReopen(ReasonTruncated)
 		return true, nil
 	}
-	return size > s.fr.off, nil
+	if size == s.fr.off {
+		return false, nil
+	}
+	// The file has grown since its end was found: check that the bytes
+	// before the offset read are still those read (one read of up to 64
+	// bytes per return from idle, none per line), else it was truncated
+	// and rewritten in place to at least the length read.
+	same, err := s.unchanged()
+	if err != nil {
+		return false, err
+	}
+	if !same {
+		s.startReopen(ReasonRewritten)
+	}
+	return true, nil
 }
 
 // startReopen makes the next end of the open file reopen the path.
@@ -474,8 +589,13 @@ func (s *FileSource) startReopen(reason string) {
 func (s *FileSource) reopen() error {
 	reason := s.reopenReason
 	s.reopenReason = ""
+	if reason == ReasonRenamedAway {
+		s.log.Info("feed: finished the input renamed away while the source was stopped: opening the file at the path",
+			"path", s.path, "renamed", s.renamed, "epoch", s.epoch, "position", s.fr.position())
+		s.renamed = ""
+	}
 	c := &continuation{
-		forceNew: reason == ReasonTruncated,
+		forceNew: reason == ReasonTruncated || reason == ReasonRewritten,
 		pos:      s.fr.position(),
 		resync:   s.fr.discard && s.fr.discardKind == skipResync,
 		epoch:    s.epoch,
@@ -531,6 +651,17 @@ type decision struct {
 	committed int64  // the committed position when the epoch is kept
 	store     bool   // store the pointer at start at once
 	migrate   bool   // store the pointer when the resync completes
+	// renamed, when set, is the file the pointer names, renamed away: it
+	// is read instead of the file at the path, which is closed.
+	renamed *renamedInput
+}
+
+// renamedInput is the input renamed away while the source was stopped,
+// found in the folder by its identity.
+type renamedInput struct {
+	in   *inputFile
+	size int64
+	fp   dedupe.Fingerprint
 }
 
 // open opens the input at the path and decides where to read it. When the
@@ -580,6 +711,16 @@ func (s *FileSource) open(first bool) error {
 			}
 		}
 	}
+	if err == nil && d.renamed != nil {
+		// Finish the file renamed away first; the file at the path is
+		// opened again once it is done.
+		if cerr := f.Close(); cerr != nil {
+			s.log.Warn("feed: closing the input failed", "path", s.path, "err", cerr)
+		}
+		h, f, size, fp = d.renamed.in, d.renamed.in.f, d.renamed.size, d.renamed.fp
+		s.renamed = h.name
+		s.reopenReason = ReasonRenamedAway
+	}
 	if err == nil {
 		_, err = f.Seek(d.start, io.SeekStart)
 		if err != nil {
@@ -600,7 +741,15 @@ func (s *FileSource) open(first bool) error {
 	s.atEOF = false
 	s.fr.reset(d.start, d.resync)
 	s.fp = fp
-	s.setState(StateBehind, "")
+	s.seenLen = 0
+	if n := min(int64(MaxTailLen), d.start); n > 0 {
+		// The bytes before the start, as they are now: a rewrite in place
+		// from here on is recognised by them.
+		if m, rerr := f.ReadAt(s.seen[:n], d.start-n); m == int(n) && (rerr == nil || errors.Is(rerr, io.EOF)) {
+			s.seenLen = m
+		}
+	}
+	s.setState(StateBehind, s.reopenReason)
 	if !s.strat.Commits() {
 		return nil
 	}
@@ -608,6 +757,7 @@ func (s *FileSource) open(first bool) error {
 		s.epoch = NewEpoch(d.prev, s.now())
 		s.committed = 0
 		s.storedFP = 0
+		s.lastDelivered, s.asked = 0, 0
 	} else {
 		s.committed = d.committed
 	}
@@ -706,6 +856,25 @@ func (s *FileSource) decidePointer(h *inputFile, size int64, fp dedupe.Fingerpri
 	p := res.Pointer
 	fresh.prev = p.Epoch
 	if why := s.sameContent(h, size, s.head[:fp.Len], p.Position, p.Fingerprint, p.TailLen, p.TailHash); why != "" {
+		if h.hasID && p.Identity != (dedupe.Identity{}) && p.Identity != h.id {
+			// The path names another file: the one the pointer names may
+			// have been renamed away while the source was stopped, with
+			// lines after the pointer.
+			if r := s.findRenamed(p); r != nil {
+				if r.size > p.Position {
+					s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the pointer: finishing it in the pointer's epoch, then reading the file at the path",
+						"path", s.path, "renamed", r.in.name, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position, "size", r.size, "reason", why)
+					s.epoch = p.Epoch
+					s.storedFP = p.Fingerprint.Len
+					return decision{start: p.Position, committed: p.Position, renamed: r}, nil
+				}
+				s.log.Info("feed: the input renamed away while the source was stopped was read to its end",
+					"path", s.path, "renamed", r.in.name, "epoch", p.Epoch, "position", p.Position)
+				if cerr := r.in.close(); cerr != nil {
+					s.log.Warn("feed: closing the renamed input failed", "path", r.in.name, "err", cerr)
+				}
+			}
+		}
 		s.log.Warn("feed: the input does not match its pointer: reading from 0 under a new epoch",
 			"path", s.path, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position, "reason", why)
 		return fresh, nil
@@ -718,6 +887,103 @@ func (s *FileSource) decidePointer(h *inputFile, size int64, fp dedupe.Fingerpri
 	s.epoch = p.Epoch
 	s.storedFP = p.Fingerprint.Len
 	return decision{start: p.Position, committed: p.Position}, nil
+}
+
+// findRenamed looks in the input's folder for the file the pointer names
+// (by its identity), renamed away while the source was stopped, and opens
+// it when its content matches the pointer (leading bytes, length, bytes
+// before the position). It stats every entry of the folder, reads only the
+// candidate, and scans no folder of more than maxRenamedScan entries. It
+// returns nil when there is no such file.
+func (s *FileSource) findRenamed(p Pointer) *renamedInput {
+	dir := filepath.Dir(s.path)
+	names, err := s.listDir(dir)
+	switch {
+	case err != nil:
+		s.log.Warn("feed: cannot list the input's folder to look for the input renamed away: its unread lines, if any, are not read",
+			"path", s.path, "folder", dir, "err", err)
+		return nil
+	case len(names) > maxRenamedScan:
+		s.log.Warn("feed: the input's folder has too many entries to look for the input renamed away: its unread lines, if any, are not read",
+			"path", s.path, "folder", dir, "max_entries", maxRenamedScan)
+		return nil
+	}
+	base := filepath.Base(s.path)
+	for _, name := range names {
+		if name == base || strings.HasPrefix(name, base+PointerSuffix) {
+			continue
+		}
+		full := filepath.Join(dir, name)
+		fi, err := s.fs.Stat(full)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if id, ok := fileIdentity(fi); !ok || id != p.Identity {
+			continue
+		}
+		r, why := s.openRenamed(full, p)
+		if r == nil {
+			s.log.Warn("feed: a file in the input's folder has the identity the pointer names, but not its content (the inode was reused?): not read",
+				"path", s.path, "file", full, "epoch", p.Epoch, "position", p.Position, "reason", why)
+			return nil
+		}
+		return r
+	}
+	s.log.Info("feed: no file in the input's folder has the identity the pointer names: it was deleted, or moved out of the folder",
+		"path", s.path, "folder", dir, "dev", p.Identity.Dev, "ino", p.Identity.Ino)
+	return nil
+}
+
+// openRenamed opens name and checks that it is the file p names, with the
+// content p describes. It returns nil and why not otherwise.
+func (s *FileSource) openRenamed(name string, p Pointer) (*renamedInput, string) {
+	f, err := s.fs.Open(name)
+	if err != nil {
+		return nil, err.Error()
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, errors.Join(err, f.Close()).Error()
+	}
+	h := &inputFile{f: f, name: name}
+	h.id, h.hasID = fileIdentity(fi)
+	if !h.hasID || h.id != p.Identity {
+		_ = f.Close()
+		return nil, "renamed again while being opened"
+	}
+	size := fi.Size()
+	head, err := s.readHead(h, size)
+	if err != nil {
+		return nil, errors.Join(err, f.Close()).Error()
+	}
+	fp := dedupe.Fingerprint{Len: len(head), Hash: HashBytes(head)}
+	if why := s.sameContent(h, size, head, p.Position, p.Fingerprint, p.TailLen, p.TailHash); why != "" {
+		_ = f.Close()
+		return nil, why
+	}
+	return &renamedInput{in: h, size: size, fp: fp}, ""
+}
+
+// listDir returns the names in dir, at most maxRenamedScan+1 of them. It
+// needs a file system whose opened folders list their names (the operating
+// system's does).
+func (s *FileSource) listDir(dir string) ([]string, error) {
+	d, err := s.fs.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	l, ok := d.(interface {
+		Readdirnames(n int) ([]string, error)
+	})
+	if !ok {
+		return nil, errors.New("the file system cannot list folders")
+	}
+	names, err := l.Readdirnames(maxRenamedScan + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return names, nil
 }
 
 // decideReopen is the decision for the file found at the path after a
@@ -779,30 +1045,62 @@ func (s *FileSource) Commit(epoch uint64, position int64) error {
 		return fmt.Errorf("%w: position %d of epoch %d of input %s, read only to %d; commit only positions of delivered lines",
 			ErrCommitAhead, position, epoch, s.path, read)
 	}
+	s.asked = position
 	return s.store(position)
 }
 
 // store writes the pointer of the current epoch at position.
 func (s *FileSource) store(position int64) error {
-	p := Pointer{Epoch: s.epoch, Position: position, Identity: s.in.id}
+	p := Pointer{Epoch: s.epoch, Position: position, Identity: s.in.id, Fingerprint: s.fp}
+	fromFile := false // bytes were read back from the file for this pointer
 	if s.fp.Len < MaxFingerprintLen {
 		// The file was short when fingerprinted: cover more of it now.
 		if known := max(s.size, s.fr.off); known > int64(s.fp.Len) {
 			b := s.head[:min(int64(len(s.head)), known)]
 			if n, err := s.in.f.ReadAt(b, 0); n == len(b) && (err == nil || errors.Is(err, io.EOF)) {
-				s.fp = dedupe.Fingerprint{Len: n, Hash: HashBytes(b)}
+				p.Fingerprint = dedupe.Fingerprint{Len: n, Hash: HashBytes(b)}
+				fromFile = true
 			}
 		}
 	}
-	p.Fingerprint = s.fp
 	if n := int(min(MaxTailLen, position)); n > 0 {
-		b := s.tail[:n]
-		if m, err := s.in.f.ReadAt(b, position-int64(n)); m == n && (err == nil || errors.Is(err, io.EOF)) {
+		if b, ok := s.readBytes(position-int64(n), n); ok {
+			// The bytes as they were read: no read, and no rewrite since
+			// can slip into the tail hash.
 			p.TailLen, p.TailHash = n, HashBytes(b)
+		} else {
+			b := s.tail[:n]
+			if m, err := s.in.f.ReadAt(b, position-int64(n)); m == n && (err == nil || errors.Is(err, io.EOF)) {
+				p.TailLen, p.TailHash = n, HashBytes(b)
+				fromFile = true
+			}
+			// Else the file shrank under us: store no tail; the truncation
+			// is noticed at the end of the file.
 		}
-		// Else the file shrank under us: store no tail; the truncation is
-		// noticed at the end of the file.
 	}
+	if fromFile {
+		// What was read back must be what was delivered: the bytes just
+		// before the offset read are checked after those reads, so that a
+		// file rewritten in place since it was read never lends its new
+		// bytes to the pointer.
+		same, err := s.unchanged()
+		if err != nil {
+			s.commitErrors++
+			s.lastCommitErr = err.Error()
+			s.publish()
+			return fmt.Errorf("feed: commit position %d of epoch %d of input %s: %w", position, s.epoch, s.path, err)
+		}
+		if !same {
+			s.log.Warn("feed: the input was rewritten in place since it was read: the pointer is not moved, and the input is read again from 0 under a new epoch",
+				"path", s.path, "epoch", s.epoch, "position", position, "committed", s.committed)
+			if s.reopenReason == "" {
+				s.startReopen(ReasonRewritten)
+			}
+			s.publish()
+			return nil
+		}
+	}
+	s.fp = p.Fingerprint
 	if err := s.pf.Store(p); err != nil {
 		s.commitErrors++
 		s.lastCommitErr = err.Error()

@@ -74,6 +74,7 @@ func TestSimulation(t *testing.T) {
 			rotations := 0
 			for step := range 150 {
 				var op string
+				var recovered []byte // bytes of a renamed file after the pointer, finished at the restart
 				wantEpoch := "same"
 				switch k := r.IntN(13); {
 				case k < 5:
@@ -155,6 +156,22 @@ func TestSimulation(t *testing.T) {
 						if err := os.Rename(p, fmt.Sprintf("%s.%d", p, rotations)); err != nil {
 							t.Fatal(err)
 						}
+						if m.committed == 0 {
+							// Whether the new file matches a pointer at 0
+							// depends on its fingerprint: the model cannot
+							// tell whether the renamed file is finished
+							// first, so it goes.
+							if err := os.Remove(fmt.Sprintf("%s.%d", p, rotations)); err != nil {
+								t.Fatal(err)
+							}
+						} else {
+							// The renamed file is found by its identity and
+							// finished first: what is after the pointer is
+							// only skipped oversize lines and an
+							// unterminated line (every complete line was
+							// delivered and committed).
+							recovered = m.content[m.committed:]
+						}
 						wantEpoch = changed
 						m.content, m.readPos, m.committed = m.lines(r), 0, 0
 						write(t, p, string(m.content))
@@ -172,6 +189,17 @@ func TestSimulation(t *testing.T) {
 					}
 					s = open(t, p, Config{Sync: SyncNever, MaxLineBytes: simMaxLine})
 					lastSeq, m.dropped, m.oversize = 0, 0, 0
+					for len(recovered) > 0 {
+						i := bytes.IndexByte(recovered, '\n')
+						if i < 0 {
+							m.dropped++
+							break
+						}
+						if len(bytes.TrimSuffix(recovered[:i], []byte("\r"))) > simMaxLine {
+							m.oversize++
+						}
+						recovered = recovered[i+1:]
+					}
 				}
 				want := m.expect()
 				g := s.drain()
@@ -206,7 +234,7 @@ func TestSimulation(t *testing.T) {
 				}
 			}
 			if st := s.Status(); st.PartialDropped != m.dropped || st.OversizeSkipped != m.oversize {
-				t.Fatalf("partial lines dropped %d, oversize %d; want %d, %d", st.PartialDropped, st.OversizeSkipped, m.dropped, m.oversize)
+				t.Fatalf("partial lines dropped %d, oversize %d; want %d, %d\n%s", st.PartialDropped, st.OversizeSkipped, m.dropped, m.oversize, s.log)
 			}
 		})
 	}
