@@ -42,8 +42,7 @@ var (
 	// ErrNotInt64 is returned by GetInt64 and AddInt64 for a value that is
 	// not 8 bytes long, so was not written by PutInt64 or AddInt64.
 	ErrNotInt64 = errors.New("state: value is not an int64")
+	// ErrTxDone is returned by the methods of a [Tx] used after the
+	// function it was given to returned.
+	ErrTxDone = errors.New("state: transaction used after its function returned")
 )
-
-// ErrTxDone is returned by the methods of a [Tx] used after the function it
-// was given to returned.
-var ErrTxDone = errors.New("state: transaction used after its function returned")
