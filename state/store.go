@@ -64,7 +64,9 @@ type Store interface {
 	// Output declares the append-only output file name in the store's
 	// directory and returns it. Writes to it are staged with
 	// [Tx.Output] and committed with the state. On open, and when it is
-	// first declared, the file is cut back to its committed length.
+	// first declared, the file is cut back to its committed length: a file
+	// of that name that the store did not know yet is emptied (with a
+	// warning in the log).
 	Output(name string) (*Output, error)
 	// Flush cuts what is staged into a batch and waits until it is durable
 	// and the bound checkpoints have been told. Call it at a clean stop.
