@@ -902,3 +902,23 @@ func TestSyncModeCommitFailure(t *testing.T) {
 		}
 	})
 }
+
+// A file the store did not write is not output: declaring its name empties
+// it, so that the output holds only committed lines.
+func TestOutputDeclarationEmptiesAnUnknownFile(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "out.csv")
+		if err := os.WriteFile(path, []byte("left over\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s := mustOpen(t, be, dir, testOpts())
+		o, err := s.Output("out.csv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(path); len(b) != 0 || o.Committed() != 0 {
+			t.Fatalf("declared output holds %q", b)
+		}
+	})
+}
