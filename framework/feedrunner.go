@@ -46,7 +46,7 @@ type feedRunner struct {
 	ghosts     []*queue
 	lastHanded point // the last line handed to every live queue
 	committed  point // the last point passed to Commit
-	pending    int   // lines read and not yet handed off
+	pending    int   // items read (or made) and not yet handed off
 	done       bool  // the source returned feed.ErrDone
 	lastState  feed.State
 	lastDetail string
@@ -202,7 +202,7 @@ func (f *feedRunner) canRead(snap []*queue) bool {
 	}
 	if f.holds {
 		for _, q := range snap {
-			if q.g.blocked() {
+			if q.g.pauses() {
 				return false
 			}
 		}
@@ -270,7 +270,7 @@ func (f *feedRunner) poll(ctx context.Context) *batch {
 		}
 	}
 	if b != nil {
-		f.pending = b.lines
+		f.pending = len(b.items) // lines and status events
 	}
 	return b
 }

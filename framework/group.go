@@ -20,6 +20,7 @@ const (
 	groupFenced        // quarantined: waits for the fence to lift
 	groupDead          // a restart failed: its queues are never read
 	groupRemoved
+	groupRestarting // between its old and new incarnations
 )
 
 // procEntry is one processor of a group.
@@ -129,9 +130,18 @@ type group struct {
 	replacing map[string]*queue
 }
 
+// blocked reports whether the group is fenced or dead: a feed that holds
+// pauses for it, and says so in its stall reason.
 func (g *group) blocked() bool {
 	st := g.state.Load()
 	return st == groupFenced || st == groupDead
+}
+
+// pauses reports whether a feed that holds must not read for now: the group
+// is blocked, or restarting (a moment: no line goes to a queue that nobody
+// reads).
+func (g *group) pauses() bool {
+	return g.blocked() || g.state.Load() == groupRestarting
 }
 
 func (g *group) wakeUp() {

@@ -437,13 +437,16 @@ func (s *Server) RestartGroup(ctx context.Context, groupName string) error {
 	if g.state.Load() == groupRemoved {
 		return fmt.Errorf("framework: restart group %q: %w (removed)", groupName, ErrState)
 	}
+	// Feeds that hold pause until the new queues replace the old ones.
+	g.state.Store(groupRestarting)
 	// The old queues stay live until the new processors subscribe again,
 	// so that no line read meanwhile escapes the group: lines handed to
 	// an old queue are held by it.
 	if err := s.retire(ctx, g, "group restarted", true); err != nil {
+		g.state.Store(groupDead)
+		s.wakeFeeds()
 		return err
 	}
-	g.state.Store(groupRunning)
 	inc, err := g.start(ctx)
 	g.mu.Lock()
 	left := g.replacing
@@ -459,6 +462,7 @@ func (s *Server) RestartGroup(ctx context.Context, groupName string) error {
 		s.wakeFeeds()
 		return err
 	}
+	g.state.Store(groupRunning)
 	go g.run(inc)
 	g.log.Info("group restarted")
 	s.wakeFeeds()
@@ -501,6 +505,11 @@ func (s *Server) retire(ctx context.Context, g *group, why string, keep bool) er
 		for _, q := range qs {
 			g.replacing[q.f.name] = q
 		}
+	} else {
+		for _, q := range g.replacing { // left by a restart that failed
+			qs = append(qs, q)
+		}
+		g.replacing = nil
 	}
 	g.mu.Unlock()
 	if !keep {

@@ -23,9 +23,9 @@ type FeedStatus struct {
 	Consumers int
 	// PendingAcks counts lines handed to the queues and not yet committed.
 	PendingAcks uint64
-	// ReadPending counts lines read from the source and not yet handed to
-	// every live queue: non-zero while a full queue pauses the feed, or
-	// while a batch waits for a consumer.
+	// ReadPending counts items (lines, and status events) read from the
+	// source and not yet handed to every live queue: non-zero while a full
+	// queue pauses the feed, or while a batch waits for a consumer.
 	ReadPending uint64
 	// Settled is true when the source is caught up or done, every line
 	// read was handed off and finished by every live consumer, and the
@@ -178,6 +178,9 @@ const (
 	GroupDead GroupState = "dead"
 	// GroupRemoved: removed with RemoveGroup.
 	GroupRemoved GroupState = "removed"
+	// GroupRestarting: RestartGroup is between its old and new
+	// processors; feeds that hold wait for it.
+	GroupRestarting GroupState = "restarting"
 )
 
 // GroupStatus is a processor group's state at one moment.
@@ -221,6 +224,8 @@ func (s *Server) GroupStatus(name string) (GroupStatus, error) {
 		st.State = GroupFenced
 	case groupDead:
 		st.State = GroupDead
+	case groupRestarting:
+		st.State = GroupRestarting
 	default:
 		st.State = GroupRemoved
 	}
