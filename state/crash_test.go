@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark/checkpoint"
+	"github.com/tidemark-go/tidemark/dedupe"
 )
 
 // The crash tests re-execute the test binary as a child that applies the
@@ -48,6 +49,10 @@ type crashConfig struct {
 	// writing the first batch cut once line holdCommitAt was applied: the
 	// kill then finds that batch and the next one staged, not durable.
 	holdCommitAt int
+	// epoch is the feed's epoch in this run (0 means 1). The deliveries
+	// carry an Origin over the input, so a new epoch after a lost pointer
+	// is recognised through the lineage.
+	epoch uint64
 }
 
 func (c crashConfig) env(dir string) []string {
@@ -58,6 +63,7 @@ func (c crashConfig) env(dir string) []string {
 		"CRASH_SYNC="+strconv.FormatBool(c.sync),
 		"CRASH_STOP_AFTER_OUTPUT="+strconv.Itoa(c.stopAfterOutput),
 		"CRASH_HOLD_COMMIT_AT="+strconv.Itoa(c.holdCommitAt),
+		"CRASH_EPOCH="+strconv.FormatUint(max(c.epoch, 1), 10),
 	)
 }
 
@@ -121,8 +127,13 @@ func TestCrashChild(t *testing.T) {
 		}
 	}()
 	ctx := context.Background()
+	epoch, _ := strconv.ParseUint(os.Getenv("CRASH_EPOCH"), 10, 64)
+	input := &file{data: lines(crashLines, 'a'), ident: dedupe.Identity{Dev: 1, Ino: 42}}
+	origin := input.origin()
 	for n := int(ptr/lineLen) + 1; n <= crashLines; n++ {
-		_, err := s.Apply(ctx, del("f", 1, n), func(tx *Tx) error {
+		d := del("f", epoch, n)
+		d.Origin = origin
+		_, err := s.Apply(ctx, d, func(tx *Tx) error {
 			if _, err := tx.AddInt64([]byte("count"), 1); err != nil {
 				return err
 			}
@@ -142,10 +153,12 @@ func TestCrashChild(t *testing.T) {
 			fmt.Println("progress", n)
 		}
 	}
+	st := s.Stats()
 	if err := s.Close(); err != nil {
 		fmt.Println("error", err)
 		os.Exit(2)
 	}
+	fmt.Println("skipped by lineage", st.SkippedByLineage)
 	if m, _ := cp.Durable(); m.Count > 0 {
 		writePointer(dir, m.Position)
 	}
@@ -333,6 +346,48 @@ func TestCrashWithBatchesStaged(t *testing.T) {
 			if n := checkAgree(t, dir); n != crashLines {
 				t.Fatalf("after the restart %d lines applied, want %d", n, crashLines)
 			}
+		})
+	}
+}
+
+// TestCrashThenLostPointer kills the child, then deletes the pointer file:
+// the restart reads the input from the start under a new epoch. The store
+// recognises the lines it applied through the lineage (same file, same
+// bytes before the recorded position), so none is applied or written twice.
+func TestCrashThenLostPointer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test")
+	}
+	for _, be := range []string{Bolt, Pebble} {
+		t.Run(be, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			cfg := crashConfig{backend: be, epoch: 1}
+			runChild(t, cfg, dir, func(line string) bool {
+				var n int
+				_, err := fmt.Sscanf(line, "progress %d", &n)
+				return err == nil && n >= 2000
+			})
+			n := checkAgree(t, dir)
+			if err := os.Remove(filepath.Join(dir, pointerFile)); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+			cfg.epoch = 2
+			var skipped int64 = -1
+			finished := runChild(t, cfg, dir, func(line string) bool {
+				fmt.Sscanf(line, "skipped by lineage %d", &skipped)
+				return false
+			})
+			if !finished {
+				t.Fatal("the restart did not finish")
+			}
+			if skipped != n {
+				t.Fatalf("%d lines skipped by lineage, want the %d recorded", skipped, n)
+			}
+			if got := checkAgree(t, dir); got != crashLines {
+				t.Fatalf("after the restart %d lines applied, want %d", got, crashLines)
+			}
+			t.Logf("killed at line %d; the new epoch skipped %d lines by lineage", n, skipped)
 		})
 	}
 }
