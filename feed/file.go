@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -178,6 +179,7 @@ type FileSource struct {
 	// renamed is the path of the input renamed away that is being finished
 	// ("" when none).
 	renamed string
+	maxScan int // maxRenamedScan; tests lower it
 
 	mu               sync.Mutex // guards st, reopens and the reopen facts
 	st               Status
@@ -293,6 +295,7 @@ func NewFileSource(cfg Config) (*FileSource, error) {
 		now:     cfg.Now,
 		reject:  cfg.OnReject,
 		reopens: map[string]uint64{},
+		maxScan: maxRenamedScan,
 	}
 	if s.fs == nil {
 		s.fs = vfs.Default()
@@ -860,7 +863,11 @@ func (s *FileSource) decidePointer(h *inputFile, size int64, fp dedupe.Fingerpri
 			// The path names another file: the one the pointer names may
 			// have been renamed away while the source was stopped, with
 			// lines after the pointer.
-			if r := s.findRenamed(p); r != nil {
+			r, err := s.findRenamed(p)
+			if err != nil {
+				return decision{}, err
+			}
+			if r != nil {
 				if r.size > p.Position {
 					s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the pointer: finishing it in the pointer's epoch, then reading the file at the path",
 						"path", s.path, "renamed", r.in.name, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position, "size", r.size, "reason", why)
@@ -894,19 +901,20 @@ func (s *FileSource) decidePointer(h *inputFile, size int64, fp dedupe.Fingerpri
 // it when its content matches the pointer (leading bytes, length, bytes
 // before the position). It stats every entry of the folder, reads only the
 // candidate, and scans no folder of more than maxRenamedScan entries. It
-// returns nil when there is no such file.
-func (s *FileSource) findRenamed(p Pointer) *renamedInput {
+// returns nil when there is no such file, and an error when the candidate
+// cannot be read (the next Poll tries again).
+func (s *FileSource) findRenamed(p Pointer) (*renamedInput, error) {
 	dir := filepath.Dir(s.path)
 	names, err := s.listDir(dir)
 	switch {
 	case err != nil:
 		s.log.Warn("feed: cannot list the input's folder to look for the input renamed away: its unread lines, if any, are not read",
 			"path", s.path, "folder", dir, "err", err)
-		return nil
-	case len(names) > maxRenamedScan:
+		return nil, nil
+	case len(names) > s.maxScan:
 		s.log.Warn("feed: the input's folder has too many entries to look for the input renamed away: its unread lines, if any, are not read",
-			"path", s.path, "folder", dir, "max_entries", maxRenamedScan)
-		return nil
+			"path", s.path, "folder", dir, "max_entries", s.maxScan)
+		return nil, nil
 	}
 	base := filepath.Base(s.path)
 	for _, name := range names {
@@ -921,50 +929,55 @@ func (s *FileSource) findRenamed(p Pointer) *renamedInput {
 		if id, ok := fileIdentity(fi); !ok || id != p.Identity {
 			continue
 		}
-		r, why := s.openRenamed(full, p)
+		r, why, err := s.openRenamed(full, p)
+		if err != nil {
+			return nil, err
+		}
 		if r == nil {
 			s.log.Warn("feed: a file in the input's folder has the identity the pointer names, but not its content (the inode was reused?): not read",
 				"path", s.path, "file", full, "epoch", p.Epoch, "position", p.Position, "reason", why)
-			return nil
+			return nil, nil
 		}
-		return r
+		return r, nil
 	}
 	s.log.Info("feed: no file in the input's folder has the identity the pointer names: it was deleted, or moved out of the folder",
 		"path", s.path, "folder", dir, "dev", p.Identity.Dev, "ino", p.Identity.Ino)
-	return nil
+	return nil, nil
 }
 
 // openRenamed opens name and checks that it is the file p names, with the
-// content p describes. It returns nil and why not otherwise.
-func (s *FileSource) openRenamed(name string, p Pointer) (*renamedInput, string) {
+// content p describes. It returns nil and why not otherwise, and an error
+// when the file cannot be opened or read.
+func (s *FileSource) openRenamed(name string, p Pointer) (*renamedInput, string, error) {
 	f, err := s.fs.Open(name)
 	if err != nil {
-		return nil, err.Error()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, "renamed again while being opened", nil
+		}
+		return nil, "", fmt.Errorf("feed: open %s, the input %s renamed away: %w; the next poll retries", name, s.path, err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, errors.Join(err, f.Close()).Error()
+		return nil, "", errors.Join(fmt.Errorf("feed: stat %s, the input %s renamed away: %w; the next poll retries", name, s.path, err), f.Close())
 	}
 	h := &inputFile{f: f, name: name}
 	h.id, h.hasID = fileIdentity(fi)
 	if !h.hasID || h.id != p.Identity {
-		_ = f.Close()
-		return nil, "renamed again while being opened"
+		return nil, "renamed again while being opened", f.Close()
 	}
 	size := fi.Size()
 	head, err := s.readHead(h, size)
 	if err != nil {
-		return nil, errors.Join(err, f.Close()).Error()
+		return nil, "", errors.Join(fmt.Errorf("feed: the input %s renamed away to %s: %w", s.path, name, err), f.Close())
 	}
 	fp := dedupe.Fingerprint{Len: len(head), Hash: HashBytes(head)}
 	if why := s.sameContent(h, size, head, p.Position, p.Fingerprint, p.TailLen, p.TailHash); why != "" {
-		_ = f.Close()
-		return nil, why
+		return nil, why, f.Close()
 	}
-	return &renamedInput{in: h, size: size, fp: fp}, ""
+	return &renamedInput{in: h, size: size, fp: fp}, "", nil
 }
 
-// listDir returns the names in dir, at most maxRenamedScan+1 of them. It
+// listDir returns the names in dir, at most s.maxScan+1 of them. It
 // needs a file system whose opened folders list their names (the operating
 // system's does).
 func (s *FileSource) listDir(dir string) ([]string, error) {
@@ -977,9 +990,17 @@ func (s *FileSource) listDir(dir string) ([]string, error) {
 		Readdirnames(n int) ([]string, error)
 	})
 	if !ok {
-		return nil, errors.New("the file system cannot list folders")
+		// A wrapper of the operating system's file system (a fault
+		// injector) whose files do not list: take the names from the
+		// operating system; every stat and open still goes through s.fs.
+		od, err := os.Open(dir)
+		if err != nil {
+			return nil, fmt.Errorf("the file system cannot list folders, nor the operating system this one: %w", err)
+		}
+		defer od.Close()
+		l = od
 	}
-	names, err := l.Readdirnames(maxRenamedScan + 1)
+	names, err := l.Readdirnames(s.maxScan + 1)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
