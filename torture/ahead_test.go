@@ -15,6 +15,7 @@ import (
 // It caught a store that told its checkpoint a batch was durable before
 // writing it (a mark declared durable one batch early).
 func TestPointerAheadUnderLoad(t *testing.T) {
+	track(t)
 	rounds := pick(2, 10)
 	par := 6
 	dir := tempDir(t)

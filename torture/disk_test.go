@@ -22,6 +22,7 @@ import (
 // (feed/pointer_fault_test.go, feed/file_test.go, state/conformance_test.go,
 // examples/ledger): see RELIABILITY.md.
 func TestFullDisk(t *testing.T) {
+	track(t)
 	rng := newRand(t)
 	rounds := pick(1, 6)
 	for _, store := range []string{"bbolt", "pebble"} {

@@ -14,6 +14,7 @@ import (
 // instead of silently vanishing. The outcome of each case is in
 // RELIABILITY.md.
 func TestBadInput(t *testing.T) {
+	track(t)
 	rng := newRand(t)
 	garbage := make([]byte, 4096)
 	for i := range garbage {
@@ -67,6 +68,7 @@ func TestBadInput(t *testing.T) {
 // its newline is not applied; completed after a restart, it is applied once,
 // whole.
 func TestUnterminatedLastLine(t *testing.T) {
+	track(t)
 	rng := newRand(t)
 	for _, follow_ := range []bool{false, true} {
 		name := "settled"

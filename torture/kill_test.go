@@ -12,7 +12,8 @@ import (
 // run to the end: nothing missing, nothing applied twice, the state exact,
 // and the pointer never seen ahead of the durable state.
 func TestRandomKills(t *testing.T) {
-	lines := pick(40_000, 200_000)
+	track(t)
+	lines := 200_000
 	kills := pick(10, 100)
 	for _, store := range []string{"bbolt", "pebble"} {
 		t.Run(store, func(t *testing.T) {

@@ -738,3 +738,23 @@ func appliedCount(t *testing.T, data string) int64 {
 
 // newRandFrom returns a random source of its own for another goroutine.
 func newRandFrom(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 11)) }
+
+// track logs the test's own figures when it ends (a line starting with
+// FIGURES, for RELIABILITY.md). Call it at the top of a top-level test.
+func track(t *testing.T) {
+	t.Helper()
+	snap := func() [7]int64 {
+		return [7]int64{figures.runs.Load(), figures.kills.Load(), figures.powerCuts.Load(), figures.faults.Load(),
+			figures.inputs.Load(), figures.lost.Load(), figures.twice.Load()}
+	}
+	before := snap()
+	t.Cleanup(func() {
+		after := snap()
+		var d [7]int64
+		for i := range d {
+			d[i] = after[i] - before[i]
+		}
+		t.Logf("FIGURES %s: runs %d, kills survived %d, power cuts survived %d, faults injected %d, inputs tried %d, lines lost %d, lines applied twice %d",
+			t.Name(), d[0], d[1], d[2], d[3], d[4], d[5], d[6])
+	})
+}

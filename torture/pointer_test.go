@@ -23,6 +23,7 @@ import (
 // position never jumped forward (a jump would lose lines) and the lines
 // re-delivered after falling back were skipped, not applied twice.
 func TestTornPointer(t *testing.T) {
+	track(t)
 	rng := newRand(t)
 	base := tempDir(t)
 	input := filepath.Join(base, "in.csv")
@@ -231,6 +232,7 @@ func copyTree(t *testing.T, src, dst string) {
 // TIDEMARK_KNOWN_BUGS=1; without it, the test pins today's outcome (every
 // line applied twice, nothing lost).
 func TestPointerLostAfterCopy(t *testing.T) {
+	track(t)
 	rng := newRand(t)
 	dir := tempDir(t)
 	input, data := filepath.Join(dir, "in.csv"), filepath.Join(dir, "data")

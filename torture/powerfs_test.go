@@ -32,7 +32,10 @@ import (
 //   - a power cut rebuilds the tree from the durable namespace, each file
 //     with its durable bytes (a file named there but never synced is empty).
 //
-// Mount it with mountPowerFS; cut power with (*powerMount).cut.
+// Mount it with mountPowerFS; cut power with (*powerMount).cut. The test
+// process must reach the mount through system calls only, never through a
+// memory map: a page fault on a file the same process serves can deadlock
+// with the garbage collector.
 type powerFS struct {
 	mu sync.Mutex
 	// durable is the namespace as of the last fsync: path -> file (nil for

@@ -21,6 +21,7 @@ import (
 // A file is renamed away only once its lines are durable in the store: see
 // TestRenamedAwayWhileDown for the lines of a file renamed away unread.
 func TestRotationUnderKills(t *testing.T) {
+	track(t)
 	rng := newRand(t)
 	dir := tempDir(t)
 	input, data := filepath.Join(dir, "in.csv"), filepath.Join(dir, "data")
@@ -133,6 +134,7 @@ func TestRotationUnderKills(t *testing.T) {
 // the same folder is the goal). With TIDEMARK_KNOWN_BUGS=1 the test demands
 // that they are applied too.
 func TestRenamedAwayWhileDown(t *testing.T) {
+	track(t)
 	rng := newRand(t)
 	dir := tempDir(t)
 	input, data := filepath.Join(dir, "in.csv"), filepath.Join(dir, "data")

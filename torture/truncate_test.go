@@ -12,6 +12,7 @@ import (
 // rewritten file is read from 0 under a new epoch (its lines are new), never
 // resumed at the old position.
 func TestTruncation(t *testing.T) {
+	track(t)
 	rng := newRand(t)
 
 	t.Run("stopped, regrown past the old position with other content", func(t *testing.T) {
@@ -110,6 +111,7 @@ func TestTruncation(t *testing.T) {
 // the new file often gets the freed inode: the test records whether it
 // did). The new file is read from 0 under a new epoch: nothing skipped.
 func TestInodeReuse(t *testing.T) {
+	track(t)
 	rng := newRand(t)
 	reused := 0
 	for i, n := range []int{50, 3000, 300} { // shorter, longer, about the same
@@ -183,6 +185,7 @@ func writeFile(t *testing.T, path string, b []byte) {
 // restart (fingerprint mismatch: read from 0 under a new epoch) the lines
 // read in the first run are applied twice. Runs with TIDEMARK_KNOWN_BUGS=1.
 func TestTruncatedAndRegrownWithinOnePoll(t *testing.T) {
+	track(t)
 	if !knownBugs {
 		t.Log("open defect D1: set TIDEMARK_KNOWN_BUGS=1 to run; the outcome is in RELIABILITY.md")
 		return
