@@ -100,8 +100,16 @@
 //   - a tail hash: the hash of the (up to 64) bytes just before the
 //     position.
 //
-// Every commit writes all of them: the tail hash is read back from the file
-// at commit time (one 64-byte read per commit). While the fingerprint covers
+// Every commit writes all of them. The tail hash is of the bytes as they
+// were read: taken from the read buffer when it still holds them (the last
+// 64 KiB or so read), else read back from the file (one 64-byte read),
+// and then the source checks that the bytes just before what it has read
+// are still those it read (one more 64-byte read): a file rewritten in
+// place since it was read never lends its new bytes to the pointer. When
+// they differ, the commit stores nothing (the pointer stays where it was;
+// Commit returns nil) and the file is read again from 0 under a new epoch
+// ([ReasonRewritten]). The same check guards the fingerprint's extension
+// below, which reads the file's first bytes back. While the fingerprint covers
 // fewer than 4096 bytes because the file was short when it was opened, a
 // commit extends it to the bytes the file has now; and before a Poll
 // delivers lines read beyond the prefix the stored fingerprint covers, the
@@ -151,6 +159,10 @@
 //	other bytes just before the position (tail hash)       0                  new     warning
 //	another identity, same bytes, not shorter (a copy,     kept               kept    warning
 //	  a remount, a write-temp-and-rename appender)
+//	another identity, other bytes, and the file the        the renamed file   kept    warning naming the renamed file
+//	  pointer names is in the folder under another name,   from the pointer,
+//	  with bytes after the pointer (renamed away while     then the path's
+//	  stopped; see below)                                  file from 0 (new)
 //	pointer file missing                                   0                  new     info
 //	pointer file empty, shorter than 8 bytes, NULs,        0                  new     warning naming the file and reason
 //	  corrupt, unknown version
@@ -170,6 +182,53 @@
 // not guessed around: Poll returns the error, naming the file, and the next
 // Poll tries again.
 //
+// # An input renamed away while stopped
+//
+// A file rotated by rename while the source was stopped (or killed before
+// it had read it to its end) holds lines after the pointer that the file
+// at the path does not. At the first open, when the file at the path has
+// another identity than the pointer's and does not match the pointer (a
+// copy renamed over the path that does is read on, as the table says), the
+// source looks in the input's folder for the file with the pointer's
+// identity (device and inode), whatever its name: renamed once or several
+// times (in.log → in.log.1 → in.log.2), it is found. It stats the folder's
+// entries and reads only that file; it uses it only when its leading bytes,
+// its length and the 64 bytes before the pointer match the pointer (an
+// inode reused by another file is not taken for it: warning, not read),
+// and only when it holds bytes after the pointer (else it was read to its
+// end: info). Then:
+//
+//   - it reads that file from the pointer to its end, in the pointer's
+//     epoch: the same position space, its Origin names that file, and
+//     commits move the pointer as usual ([Status] Detail says
+//     [ReasonRenamedAway], and a warning names the file);
+//   - at its end, its unterminated last line (if any) is dropped and
+//     reported, as at a rotation, and the source waits (Poll returns 0,
+//     state behind) until every line it delivered from that file is
+//     committed: only then does it open the file at the path, which is
+//     compared with the file left as at any reopen (a new file: from 0
+//     under a new epoch, stored at once).
+//
+// The pointer names the renamed file until its last delivered line is
+// committed, so a crash while finishing it finds it again at the next start
+// and goes on from the last commit; once the source has moved on, the
+// pointer names the file at the path, and the renamed file is not read
+// again. Waiting for the commits keeps a crash at the switch from
+// re-applying lines: the store records one (epoch, position) per feed, and
+// the renamed file's lines, read again after lines of the new epoch were
+// applied, would look new to it. A consumer that does not commit until it
+// sees more lines would wait forever: commit what is processed (the
+// framework does, every duty cycle).
+//
+// Limits: a folder of more than 4096 entries is not scanned (warning); a
+// file deleted, or moved to another folder, while the source was stopped
+// cannot be read (its unread lines are lost; the info log says no file had
+// the identity); the scan happens only when the path names a file (a
+// source started while the path is missing waits for it, then scans); the
+// folder is listed through Config.FS when its opened folders list their
+// names, else through the operating system (stats and reads still go
+// through Config.FS); platforms without file identities do not scan.
+//
 // # Tailing, rotation and truncation
 //
 // Poll never blocks: at the end of the input it returns 0 and nil, and the
@@ -178,7 +237,19 @@
 // that the path still names the file it reads, and that the file is not
 // shorter than what it has read. If not, it reports behind with the reason
 // ([ReasonReplaced], [ReasonTruncated]), reads what the writer appended to
-// the old file up to its end, closes it, and opens the file at the path:
+// the old file up to its end, closes it, and opens the file at the path.
+//
+// When the stat shows that the file has grown since the source found its
+// end (the return from idle), the source first reads the (up to 64) bytes
+// just before the offset it has read and compares them with the bytes it
+// read there: one 64-byte read per return from idle, none per line. If they
+// differ, the file was truncated and rewritten in place, to at least the
+// length read, between two reads: it is treated as truncated
+// ([ReasonRewritten]: nothing more is read from the old offset; read from 0
+// under a new epoch, a warning is logged, an unterminated line read from
+// the old content is dropped and reported).
+//
+// When it reopens:
 //
 //   - The file at the path is read on in the same epoch, from the position
 //     read, only when it holds the bytes read from the old file, an
@@ -187,8 +258,9 @@
 //     of what was read): a writer that appends by writing a copy and
 //     renaming it over the path. Otherwise (a new file after a rotation), it
 //     is read from 0 under a new epoch.
-//   - A truncated file is always read from 0 under a new epoch, even when it
-//     has grown back past the old position: the lines there are new.
+//   - A truncated (or rewritten in place) file is always read from 0 under a
+//     new epoch, even when it has grown back past the old position: the
+//     lines there are new.
 //   - An unterminated last line of the old file is not delivered: it is
 //     counted (Status.PartialDropped), logged and passed to OnReject.
 //   - A path with no file (a rotation in progress) is not a change: the open
@@ -211,12 +283,21 @@
 //     the new ones. Commit often; a store can check its own tail hash
 //     against [dedupe.Origin.TailHash].
 //   - While the file is open, a rewrite in place (or a truncation followed by
-//     growth) to at least the length already read, before the source reaches
-//     the end of the file: only the size and identity are checked while
-//     tailing. The next open (restart) compares the fingerprint and the tail
-//     hash.
-//   - Two rotations between two polls at the end of the file: the file in
-//     between is never opened.
+//     growth) to at least the length already read that keeps the 64 bytes
+//     before the offset read: only those bytes, the size and the identity
+//     are checked on the return from idle.
+//   - A rewrite in place that races a read in progress: the source reads in
+//     chunks of up to 64 KiB and checks only on the return from idle, so a
+//     rewrite that lands while it is still reading (before it reaches the
+//     end of the file) can mix old and new bytes in what it reads, unseen
+//     if the new content is long enough to keep it reading. A restart
+//     compares the fingerprint and the tail hash.
+//   - A rewrite in place to exactly the length read is seen only when the
+//     file grows again (nothing is read meanwhile).
+//   - A file deleted, or moved out of its folder, while the source was
+//     stopped, with lines after the pointer: those lines are not read.
+//   - Two rotations between two polls at the end of the file, or while the
+//     source is stopped: the file in between is never opened.
 //   - Lines a writer appends to a rotated-away file after the source has read
 //     it to its end and moved to the new file.
 //   - On platforms without file identities (not Unix), a replacement by

@@ -324,9 +324,11 @@ func (s *FileSource) Rereadable() bool { return true }
 // Poll fills items with the lines available now, up to len(items), and
 // returns how many it filled. It never blocks: at the end of the input it
 // returns 0 and nil, after checking (one stat) that the path still names the
-// file being read and that the file did not shrink. It returns ErrDone when
-// a once strategy has reached its end. Lines are slices into the source's
-// buffer, valid until the next Poll.
+// file being read and that the file did not shrink; when it has grown, one
+// read of the 64 bytes before the offset read checks that it was not
+// rewritten in place. It returns ErrDone when a once strategy has reached
+// its end. Lines are slices into the source's buffer, valid until the next
+// Poll.
 //
 // Committed only: before it returns lines of bytes beyond the prefix that
 // the pointer file's fingerprint covers (in the first 4096 bytes of an

@@ -372,3 +372,26 @@ func TestRenamedAwayThroughWrappedFS(t *testing.T) {
 	}
 	wantLines(t, "new file", g[70:], genLines("b", 0, 10), 0)
 }
+
+// TestRenamedAwayPathMissingAtStart: started while the path names no file
+// (rotated away, the new file not created yet), the source waits; once the
+// new file appears it finishes the renamed file first.
+func TestRenamedAwayPathMissingAtStart(t *testing.T) {
+	a := genLines("a", 0, 100)
+	p := input(t, a)
+	epoch := stopAfter(t, p, 10)
+	rename(t, p, p+".1")
+	s := open(t, p, Config{})
+	if g := s.drain(); len(g) != 0 || s.Status().State != StateWaiting {
+		t.Fatalf("%+v %+v", g, s.Status())
+	}
+	b := genLines("b", 0, 20)
+	write(t, p, b)
+	g := s.takeCommit(90 + 20)
+	if wantLines(t, "renamed file", g[:90], a, 10*32) != epoch {
+		t.Fatalf("epoch %d, want %d", g[0].Epoch, epoch)
+	}
+	if e := wantLines(t, "new file", g[90:], b, 0); e <= epoch {
+		t.Fatalf("new file in epoch %d", e)
+	}
+}
