@@ -329,7 +329,14 @@ func serveOpts(a childArgs, procs []framework.Processor, counters []*bench.Count
 		}
 	}
 	if werr == nil && beforeStop != nil {
-		werr = beforeStop(ctx)
+		// A clean stop of a processor whose store holds the feed: wait
+		// until the group has finished every line (the last Handle has
+		// returned), then flush the store, so that its last mark covers
+		// the last line before Stop makes the final commit.
+		werr = s.WaitSettled(ctx, feedName)
+		if werr == nil {
+			werr = beforeStop(ctx)
+		}
 	}
 	el := time.Since(start).Seconds()
 	m := mallocs() - m0
