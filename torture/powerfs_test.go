@@ -30,7 +30,8 @@ import (
 //     journal: any fsync, of a file or a folder, makes every namespace
 //     change made so far durable;
 //   - a power cut rebuilds the tree from the durable namespace, each file
-//     with its durable bytes (a file named there but never synced is empty).
+//     with its durable bytes (a file named there but never synced is empty)
+//     and its inode number.
 //
 // Mount it with mountPowerFS; cut power with (*powerMount).cut. The test
 // process must reach the mount through system calls only, never through a
@@ -41,14 +42,17 @@ type powerFS struct {
 	// durable is the namespace as of the last fsync: path -> file (nil for
 	// a folder).
 	durable map[string]*pfile
-	ino     atomic.Uint64
-	root    *pdir
-	syncs   atomic.Int64
+	// dirIno holds the inode numbers of the durable folders.
+	dirIno map[string]uint64
+	ino    atomic.Uint64
+	root   *pdir
+	syncs  atomic.Int64
 }
 
 type pfile struct {
 	fs.Inode
 	p      *powerFS
+	ino    uint64 // kept across power cuts, as a disk keeps it
 	mu     sync.Mutex
 	data   []byte
 	synced []byte
@@ -60,6 +64,7 @@ type pdir struct {
 	// initial children, added at mount (OnAdd of the root).
 	initial map[string]*pfile
 	dirs    []string
+	dirIno  map[string]uint64
 }
 
 var (
@@ -162,10 +167,15 @@ func (d *pdir) OnAdd(ctx context.Context) {
 	// Rebuild the tree a power cut left: folders first, then files.
 	for _, dir := range d.dirs {
 		parent := &d.Inode
-		for _, name := range strings.Split(dir, "/") {
+		parts := strings.Split(dir, "/")
+		for i, name := range parts {
 			ch := parent.GetChild(name)
 			if ch == nil {
-				ch = parent.NewPersistentInode(ctx, &pdir{p: d.p}, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: d.p.ino.Add(1)})
+				ino := d.dirIno[strings.Join(parts[:i+1], "/")]
+				if ino == 0 {
+					ino = d.p.ino.Add(1)
+				}
+				ch = parent.NewPersistentInode(ctx, &pdir{p: d.p}, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino})
 				parent.AddChild(name, ch, false)
 			}
 			parent = ch
@@ -179,14 +189,14 @@ func (d *pdir) OnAdd(ctx context.Context) {
 				parent = parent.GetChild(n)
 			}
 		}
-		ch := parent.NewPersistentInode(ctx, f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: d.p.ino.Add(1)})
+		ch := parent.NewPersistentInode(ctx, f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: f.ino})
 		parent.AddChild(name, ch, false)
 	}
 }
 
 func (d *pdir) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	f := &pfile{p: d.p}
-	ch := d.NewPersistentInode(ctx, f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: d.p.ino.Add(1)})
+	f := &pfile{p: d.p, ino: d.p.ino.Add(1)}
+	ch := d.NewPersistentInode(ctx, f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: f.ino})
 	f.Getattr(ctx, nil, &fuse.AttrOut{Attr: out.Attr})
 	out.Mode = syscall.S_IFREG | 0o644
 	out.Ino = ch.StableAttr().Ino
@@ -244,6 +254,7 @@ func (d *pdir) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 func (p *powerFS) journal() {
 	p.syncs.Add(1)
 	ns := make(map[string]*pfile)
+	dirIno := make(map[string]uint64)
 	var walk func(prefix string, n *fs.Inode)
 	walk = func(prefix string, n *fs.Inode) {
 		for name, ch := range n.Children() {
@@ -256,13 +267,14 @@ func (p *powerFS) journal() {
 				ns[pth] = op
 			case *pdir:
 				ns[pth] = nil
+				dirIno[pth] = ch.StableAttr().Ino
 				walk(pth, ch)
 			}
 		}
 	}
 	walk("", &p.root.Inode)
 	p.mu.Lock()
-	p.durable = ns
+	p.durable, p.dirIno = ns, dirIno
 	p.mu.Unlock()
 }
 
@@ -282,7 +294,7 @@ func mountPowerFS(t *testing.T, dir string) *powerMount {
 		t.Fatal(err)
 	}
 	m := &powerMount{t: t, dir: dir}
-	if err := m.mount(nil); err != nil {
+	if err := m.mount(nil, nil); err != nil {
 		msg := fmt.Sprintf("POWER LOSS NOT TESTED: cannot mount the FUSE power-loss file system at %s: %v (needs /dev/fuse and root)", dir, err)
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
@@ -298,10 +310,14 @@ func mountPowerFS(t *testing.T, dir string) *powerMount {
 	return m
 }
 
-func (m *powerMount) mount(durable map[string]*pfile) error {
+func (m *powerMount) mount(durable map[string]*pfile, dirIno map[string]uint64) error {
 	p := &powerFS{}
-	root := &pdir{p: p, initial: make(map[string]*pfile)}
+	root := &pdir{p: p, initial: make(map[string]*pfile), dirIno: dirIno}
 	p.root = root
+	maxIno := uint64(1) // the root's
+	for _, ino := range dirIno {
+		maxIno = max(maxIno, ino)
+	}
 	for pth, f := range durable {
 		if f == nil {
 			root.dirs = append(root.dirs, pth)
@@ -310,8 +326,10 @@ func (m *powerMount) mount(durable map[string]*pfile) error {
 		f.mu.Lock()
 		b := bytes.Clone(f.synced)
 		f.mu.Unlock()
-		root.initial[pth] = &pfile{p: p, data: b, synced: bytes.Clone(b)}
+		root.initial[pth] = &pfile{p: p, ino: f.ino, data: b, synced: bytes.Clone(b)}
+		maxIno = max(maxIno, f.ino)
 	}
+	p.ino.Store(maxIno)
 	sort.Slice(root.dirs, func(i, j int) bool { return strings.Count(root.dirs[i], "/") < strings.Count(root.dirs[j], "/") })
 	zero := time.Duration(0)
 	srv, err := fs.Mount(m.dir, root, &fs.Options{
@@ -355,10 +373,10 @@ func (m *powerMount) unmount() {
 func (m *powerMount) cut() {
 	m.t.Helper()
 	m.fs.mu.Lock()
-	durable := m.fs.durable
+	durable, dirIno := m.fs.durable, m.fs.dirIno
 	m.fs.mu.Unlock()
 	m.unmount()
-	if err := m.mount(durable); err != nil {
+	if err := m.mount(durable, dirIno); err != nil {
 		m.t.Fatalf("remount after the power cut: %v", err)
 	}
 	figures.powerCuts.Add(1)

@@ -127,59 +127,43 @@ func TestRotationUnderKills(t *testing.T) {
 }
 
 // TestRenamedAwayWhileDown: the ledger is killed with lines of its file
-// unread, the file is renamed away and a new one created, and the ledger
-// restarted. The new file is applied exactly once. The unread lines of the
-// renamed file are not read: the feed only reads the file at its path (open
-// defect D2 in RELIABILITY.md; finding the renamed file by its identity in
-// the same folder is the goal). With TIDEMARK_KNOWN_BUGS=1 the test demands
-// that they are applied too.
+// unread, the file is renamed away (once, or twice: in.csv -> in.csv.1 ->
+// in.csv.2) and a new one created, and the ledger restarted. Defect D2
+// (RELIABILITY.md, fixed in cf52a5f): the unread lines of the renamed file
+// were never read. The feed must find the renamed file by its identity,
+// finish it, then read the new file: every line of both exactly once.
 func TestRenamedAwayWhileDown(t *testing.T) {
 	track(t)
 	rng := newRand(t)
-	dir := tempDir(t)
-	input, data := filepath.Join(dir, "in.csv"), filepath.Join(dir, "data")
-	a, b := filepath.Join(dir, "a.csv"), filepath.Join(dir, "b.csv")
-	gen(t, a, 5000, rng.Uint64(), 1, 0)
-	gen(t, b, 1000, rng.Uint64(), 1_000_000, 0)
-	figures.inputs.Add(2)
-	copyFile(t, a, input)
-	c := start(t, dir, runArgs(input, data, "--follow", "--batch", "50")...)
-	if !c.waitApplied(1000 + int64(rng.IntN(2000))) {
-		t.Fatal("the first run did not get going")
+	for _, renames := range []int{1, 2} {
+		t.Run(fmt.Sprintf("renamed %d times", renames), func(t *testing.T) {
+			dir := tempDir(t)
+			input, data := filepath.Join(dir, "in.csv"), filepath.Join(dir, "data")
+			a, b := filepath.Join(dir, "a.csv"), filepath.Join(dir, "b.csv")
+			gen(t, a, 5000, rng.Uint64(), 1, 0)
+			gen(t, b, 1000, rng.Uint64(), 1_000_000, 0)
+			figures.inputs.Add(2)
+			copyFile(t, a, input)
+			c := start(t, dir, runArgs(input, data, "--follow", "--batch", "50")...)
+			if !c.waitApplied(1000 + int64(rng.IntN(2000))) {
+				t.Fatal("the first run did not get going")
+			}
+			c.kill()
+			done := appliedCount(t, data)
+			name := input
+			for i := 1; i <= renames; i++ {
+				next := fmt.Sprintf("%s.%d", input, i)
+				if err := os.Rename(name, next); err != nil {
+					t.Fatal(err)
+				}
+				name = next
+			}
+			copyFile(t, b, input)
+			follow(t, dir, 6000, runArgs(input, data)...)
+			t.Logf("killed with %d of 5000 lines applied, renamed %d times", done, renames)
+			checkExact(t, data, a, b)
+		})
 	}
-	c.kill()
-	done := appliedCount(t, data)
-	if err := os.Rename(input, input+".1"); err != nil {
-		t.Fatal(err)
-	}
-	copyFile(t, b, input)
-	fi, _ := os.Stat(input)
-	c = start(t, dir, runArgs(input, data, "--follow")...)
-	if !c.waitFor(func(d map[string]int64, _ int) bool { return d["position"] == fi.Size() }) {
-		c.stop()
-		t.Fatalf("the new file was not read to its end: %v", c.lastDurable())
-	}
-	if err := c.stop(); err != nil {
-		t.Fatal(err)
-	}
-	// What the ledger holds is exactly the first lines of a it had
-	// applied when it was killed, then every line of b.
-	ab, err := os.ReadFile(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	aPrefix := filepath.Join(dir, "a-applied.csv")
-	writeFile(t, aPrefix, firstLines(ab, int(done)))
-	lost := int64(5000 - done)
-	t.Logf("killed with %d of 5000 lines applied; the renamed file's %d unread lines were not applied", done, lost)
-	if knownBugs {
-		r := check(t, data, a, b)
-		if l, _ := r.lostAndTwice(); l != 0 {
-			t.Fatalf("open defect D2: %d unread lines of the renamed-away file were not applied:\n%s", l, r.out)
-		}
-		return
-	}
-	checkExact(t, data, aPrefix, b)
 }
 
 // firstLines returns the first n lines of b.

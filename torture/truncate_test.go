@@ -113,8 +113,15 @@ func TestTruncation(t *testing.T) {
 func TestInodeReuse(t *testing.T) {
 	track(t)
 	rng := newRand(t)
-	reused := 0
-	for i, n := range []int{50, 3000, 300} { // shorter, longer, about the same
+	reused, tries := 0, 0
+	sizes := []int{50, 3000, 300} // shorter, longer, about the same
+	if long {
+		for range 7 {
+			sizes = append(sizes, 1+rng.IntN(5000))
+		}
+	}
+	for i, n := range sizes {
+		tries++
 		dir := tempDir(t)
 		input, data := filepath.Join(dir, "in.csv"), filepath.Join(dir, "data")
 		a, b := filepath.Join(dir, "a.csv"), filepath.Join(dir, "b.csv")
@@ -137,7 +144,7 @@ func TestInodeReuse(t *testing.T) {
 		runToEnd(t, dir, runArgs(input, data)...)
 		checkExact(t, data, a, b)
 	}
-	t.Logf("inode reused in %d of 3 cases", reused)
+	t.Logf("inode reused in %d of %d cases", reused, tries)
 }
 
 func inode(t *testing.T, path string) uint64 {
@@ -178,18 +185,22 @@ func writeFile(t *testing.T, path string, b []byte) {
 
 // TestTruncatedAndRegrownWithinOnePoll: a file truncated and rewritten in
 // place with longer content between two polls of a running ledger (one
-// O_TRUNC open and one write). Open defect D1 (RELIABILITY.md): the feed
-// only compares the size with its position, sees growth, and reads the new
-// content from the old offset in the old epoch: the new version's first
-// lines are never read in that run, a mangled line is rejected, and after a
-// restart (fingerprint mismatch: read from 0 under a new epoch) the lines
-// read in the first run are applied twice. Runs with TIDEMARK_KNOWN_BUGS=1.
+// O_TRUNC open and one write), then, in a second round, the ledger killed
+// while it reads the new version. Defect D1 (RELIABILITY.md, fixed in
+// cf52a5f): the feed compared only the size with its position, took the
+// rewrite for growth and read the new content from the old offset; a
+// restart then applied the lines read twice. The new version must be read
+// from 0 under a new epoch, every line once.
 func TestTruncatedAndRegrownWithinOnePoll(t *testing.T) {
 	track(t)
-	if !knownBugs {
-		t.Log("open defect D1: set TIDEMARK_KNOWN_BUGS=1 to run; the outcome is in RELIABILITY.md")
-		return
+	for _, kill := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stopped after", true: "killed while reading the new version"}[kill], func(t *testing.T) {
+			truncatedAndRegrown(t, kill)
+		})
 	}
+}
+
+func truncatedAndRegrown(t *testing.T, kill bool) {
 	rng := newRand(t)
 	dir := tempDir(t)
 	input, data := filepath.Join(dir, "in.csv"), filepath.Join(dir, "data")
@@ -207,12 +218,21 @@ func TestTruncatedAndRegrownWithinOnePoll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Wait until the feed has read to the new end, in whichever epoch.
-	if !c.waitFor(func(d map[string]int64, _ int) bool { return d["position"] >= fi.Size() }) {
-		t.Fatalf("the new version was not read to its end: %v", c.lastDurable())
-	}
-	if err := c.stop(); err != nil {
-		t.Fatal(err)
+	if kill {
+		if !c.waitApplied(2000 + 1 + int64(rng.IntN(2900))) {
+			t.Fatalf("the new version was not read: %v", c.lastDurable())
+		}
+		c.kill()
+		c.checkNotAhead()
+		checkPointerOnDisk(t, input, data)
+	} else {
+		// Wait until the feed has read to the new end, in whichever epoch.
+		if !c.waitFor(func(d map[string]int64, _ int) bool { return d["position"] >= fi.Size() }) {
+			t.Fatalf("the new version was not read to its end: %v", c.lastDurable())
+		}
+		if err := c.stop(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	follow(t, dir, 5000, runArgs(input, data)...)
 	checkExact(t, data, a, b)
