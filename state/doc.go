@@ -121,9 +121,12 @@
 // fingerprint from the delivery's [dedupe.Origin], and the hash of the (up
 // to 64) bytes just before the position, read back once per batch through
 // [dedupe.Origin.TailHash]. When a new epoch arrives whose file has the same
-// identity, the same fingerprint and the same bytes before the recorded
-// position, its lines at or below that position are skipped too (counted as
-// SkippedByLineage). A file truncated and rewritten, even with the same
+// fingerprint and the same bytes before the recorded position, its lines at
+// or below that position are skipped too (counted as SkippedByLineage). The
+// identity is recorded but not required to match: the feed keeps its
+// position for a copy of the file with another identity and the same
+// leading bytes, and the store follows the same rule, so a restored or moved
+// copy whose pointer file was lost is not applied a second time. A file truncated and rewritten, even with the same
 // leading bytes, does not match: its bytes before the position differ, or it
 // is shorter. The verdict is taken once per feed and epoch.
 //

@@ -473,14 +473,21 @@ func (c *core) redelivery(fk feedKey, d dedupe.Delivery, last, dur dedupe.Lineag
 	return v.match, v.match
 }
 
-// lineageMatches reports whether the file of o is the one rec was applied
-// from, unchanged up to rec.Position: same identity, same leading bytes,
-// same bytes just before the position.
+// lineageMatches reports whether the file of o holds what rec was applied
+// from, unchanged up to rec.Position: same leading bytes, same bytes just
+// before the position (and so at least that long).
+//
+// The file identity is not required to match. The feed keeps its position
+// for a file at the path with another identity and the same leading bytes
+// (a copy restored from a backup, a move across file systems, a writer that
+// writes a copy and renames it over the path), so the store must recognise
+// the same file by the same facts: otherwise losing the pointer file of a
+// copied input would apply every line a second time.
 func lineageMatches(rec dedupe.Lineage, o *dedupe.Origin) bool {
 	if o == nil || o.TailHash == nil || rec.TailLen <= 0 {
 		return false
 	}
-	if o.Identity != rec.Identity || o.Fingerprint != rec.Fingerprint {
+	if o.Fingerprint != rec.Fingerprint {
 		return false
 	}
 	h, err := o.TailHash(rec.Position, rec.TailLen)
