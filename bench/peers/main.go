@@ -11,6 +11,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +26,8 @@ import (
 type result struct {
 	Lines   int64   `json:"lines"`
 	Seconds float64 `json:"seconds"`
+	// PeakRSSKiB is the process's peak resident set (VmHWM).
+	PeakRSSKiB int64 `json:"peak_rss_kib,omitempty"`
 }
 
 func main() {
@@ -75,7 +79,23 @@ func run(path string, want int64, poll, timeout time.Duration) error {
 	if err := m.Stop(); err != nil {
 		return fmt.Errorf("stop file consumer: %w", err)
 	}
-	return json.NewEncoder(os.Stdout).Encode(result{Lines: count.Load(), Seconds: elapsed.Seconds()})
+	return json.NewEncoder(os.Stdout).Encode(result{Lines: count.Load(), Seconds: elapsed.Seconds(), PeakRSSKiB: peakRSSKiB()})
+}
+
+// peakRSSKiB returns the VmHWM line of /proc/self/status in KiB, 0 if none
+// (the same as bench.PeakRSSKiB, which this module does not import).
+func peakRSSKiB() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // memPersister keeps the file consumer's offsets in memory: the peer then

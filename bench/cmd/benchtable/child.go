@@ -34,8 +34,10 @@ type result struct {
 	Mallocs uint64 `json:"mallocs,omitempty"`
 	// Extra holds what a case measures besides its rate.
 	Extra map[string]float64 `json:"extra,omitempty"`
-	// MaxRSSKiB is the child's peak resident set, filled by the parent.
-	MaxRSSKiB int64 `json:"-"`
+	// PeakRSSKiB is the child's peak resident set (VmHWM), read by the
+	// child itself at its end. The ru_maxrss that wait4 reports is not
+	// used: Linux counts in it the parent's resident set at the fork.
+	PeakRSSKiB int64 `json:"peak_rss_kib,omitempty"`
 }
 
 // rate is lines (or operations) per second.
@@ -72,6 +74,12 @@ func runChild(name string, a childArgs) error {
 	if err != nil {
 		return err
 	}
+	r.PeakRSSKiB = bench.PeakRSSKiB()
+	if r.Extra == nil {
+		r.Extra = map[string]float64{}
+	}
+	anon, file := bench.RSSParts()
+	r.Extra["rss_anon_kib"], r.Extra["rss_file_kib"] = float64(anon), float64(file)
 	return json.NewEncoder(os.Stdout).Encode(r)
 }
 
