@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/ops"
 )
 
@@ -334,7 +333,8 @@ func TestConfigErrors(t *testing.T) {
 	f := startFixture(t, 1, 0)
 	_, err := ops.New(ops.Config{})
 	require.ErrorIs(t, err, ops.ErrInvalidConfig)
-	_, err = ops.New(ops.Config{Server: f.srv})
+	// A server that cannot list its feeds needs Config.Feeds.
+	_, err = ops.New(ops.Config{Server: &fakeServer{}})
 	require.ErrorIs(t, err, ops.ErrInvalidConfig)
 	require.ErrorContains(t, err, "Feeds")
 	_, err = ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}, Stores: []ops.StoreConfig{{Name: ""}}})
@@ -343,14 +343,11 @@ func TestConfigErrors(t *testing.T) {
 	require.ErrorIs(t, err, ops.ErrInvalidConfig)
 }
 
-// feedNamer is a Server that lists its feeds.
-type feedNamer struct{ *framework.Server }
-
-func (feedNamer) FeedNames() []string { return []string{"in"} }
-
+// TestFeedNamesFromServer: without Config.Feeds the listener reports the
+// feeds the framework server lists.
 func TestFeedNamesFromServer(t *testing.T) {
 	f := startFixture(t, 2, 0)
-	l := startListener(t, ops.Config{Server: feedNamer{f.srv}})
+	l := startListener(t, ops.Config{Server: f.srv})
 	_, body := get(t, base(l)+"/status")
 	var r ops.Report
 	require.NoError(t, json.Unmarshal([]byte(body), &r))
