@@ -87,6 +87,9 @@ func New(cfg Config, processors Registry) (*Server, error) {
 			return fail(fmt.Errorf("%w: feed %q: queueCapacity %d must be within 0..%d and batchSize %d within 0..%d (0 takes the default)",
 				ErrInvalidConfig, fc.Name, fc.QueueCapacity, MaxQueueCapacity, fc.BatchSize, MaxBatchSize))
 		}
+		if fc.Overload.Policy < PolicyDefault || fc.Overload.Policy > DropAfterSpin {
+			return fail(fmt.Errorf("%w: feed %q: unknown overload policy %d", ErrInvalidConfig, fc.Name, int(fc.Overload.Policy)))
+		}
 		src := fc.Source
 		if src == nil {
 			if fc.File == nil || fc.File.Filename == "" {
@@ -110,6 +113,9 @@ func New(cfg Config, processors Registry) (*Server, error) {
 		}
 		if s.groups[gc.Name] != nil {
 			return fail(fmt.Errorf("%w: processor group %q is defined twice", ErrInvalidConfig, gc.Name))
+		}
+		if gc.Failure.Action < Skip || gc.Failure.Action > Quarantine {
+			return fail(fmt.Errorf("%w: processor group %q: unknown failure action %d", ErrInvalidConfig, gc.Name, int(gc.Failure.Action)))
 		}
 		g := &group{
 			s:      s,

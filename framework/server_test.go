@@ -148,6 +148,8 @@ func TestNewValidates(t *testing.T) {
 		"group without name":  {oneFeed(src, grp("")), nil, "processor group 1 has no agentName"},
 		"feed without source": {framework.Config{Feeds: []framework.FeedConfig{{Name: "f"}}}, nil, `feed "f" has neither a source nor a filename`},
 		"feed without name":   {framework.Config{Feeds: []framework.FeedConfig{{Source: src}}}, nil, "feed 1 has no name"},
+		"bad policy":          {framework.Config{Feeds: []framework.FeedConfig{{Name: "f", Source: src, Overload: framework.OverloadConfig{Policy: 9}}}}, nil, `feed "f": unknown overload policy 9`},
+		"bad action":          {framework.Config{Groups: []framework.GroupConfig{{Name: "g", Failure: framework.FailurePolicy{Action: 5}}}}, nil, `group "g": unknown failure action 5`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := framework.New(tc.cfg, tc.procs)
