@@ -156,7 +156,7 @@ func (f *feedRunner) run(ctx context.Context, stop <-chan struct{}) {
 			return
 		default:
 		}
-		f.commit()
+		_ = f.commit() // counted and logged; retried next cycle
 		snap = f.snapshot(snap[:0])
 		if !f.canRead(snap) {
 			if !f.sleep(stop, f.idle.Idle(idle)) {
@@ -369,7 +369,7 @@ func (f *feedRunner) send(q *queue, b *batch, stop <-chan struct{}) int {
 			}
 			// Paused on a full queue: the others may still finish lines,
 			// so keep committing while waiting.
-			f.commit()
+			_ = f.commit()
 			t.Reset(f.idle.Idle(1 << 10))
 		}
 	}
@@ -398,8 +398,9 @@ func (f *feedRunner) drop(q *queue, b *batch) {
 
 // commit moves the pointer to the highest line that every live queue has
 // finished and every hold has declared durable, and that no removed
-// consumer still holds.
-func (f *feedRunner) commit() {
+// consumer still holds. It returns the source's error, which a later cycle
+// retries.
+func (f *feedRunner) commit() error {
 	f.mu.Lock()
 	target := f.lastHanded
 	for _, q := range f.live {
@@ -420,7 +421,7 @@ func (f *feedRunner) commit() {
 	f.ghosts = kept
 	if target.seq <= f.committed.seq {
 		f.mu.Unlock()
-		return
+		return nil
 	}
 	f.mu.Unlock()
 	// Only the runner commits (and Stop, once the runner has exited), so
@@ -429,11 +430,12 @@ func (f *feedRunner) commit() {
 		if n := f.commitErrors.Add(1); n == 1 || n%1000 == 0 {
 			f.log.Error("commit failed; the next duty cycle tries again", "epoch", target.epoch, "position", target.pos, "err", err, "errors", n)
 		}
-		return
+		return fmt.Errorf("framework: feed %q: commit epoch %d position %d: %w", f.name, target.epoch, target.pos, err)
 	}
 	f.mu.Lock()
 	f.committed = target
 	f.mu.Unlock()
+	return nil
 }
 
 // addQueue makes q a live consumer of the feed.

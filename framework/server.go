@@ -258,7 +258,9 @@ func (s *Server) Stop(ctx context.Context) error {
 		}
 	}
 	for _, f := range s.feedOrder {
-		f.commit()
+		if err := f.commit(); err != nil {
+			errs = append(errs, fmt.Errorf("framework: stop: the final commit failed; the lines after the pointer will be read again: %w", err))
+		}
 		if err := f.src.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("framework: stop: close feed %q: %w", f.name, err))
 		}

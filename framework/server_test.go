@@ -302,3 +302,20 @@ func TestContextLogger(t *testing.T) {
 	settle(t, s, "orders")
 	require.Contains(t, logs.String(), "msg=hello group=g processor=p")
 }
+
+// Stop reports a failed final commit.
+func TestStopReportsFailedFinalCommit(t *testing.T) {
+	src := newMemSource(3)
+	g := newGate()
+	p := blockAt(g, 1)
+	s := startServer(t, oneFeed(src, grp("g", "p")), framework.Registry{"p": p})
+	waitFor(t, "blocked", func() bool { return g.waitingSeq() == 1 })
+	src.mu.Lock()
+	src.failCommits = 1000
+	src.mu.Unlock()
+	g.release()
+	err := s.Stop(context.Background())
+	require.ErrorContains(t, err, "the final commit failed")
+	require.ErrorContains(t, err, "pointer write failed")
+	require.Equal(t, int64(0), src.committedPos())
+}
