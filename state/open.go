@@ -69,9 +69,19 @@ type Options struct {
 	// BoltOpenFile opens the bbolt database file; nil means os.OpenFile.
 	// Tests use it to hand bbolt a file that fails.
 	BoltOpenFile func(name string, flag int, perm os.FileMode) (*os.File, error)
+	// Observer, when set, is told of every batch committed durably: how
+	// many applied deliveries it held and how long the commit took (the
+	// output files' sync included). ops.Observer.ForStore(name) is one. It
+	// is called on the committer's goroutine and must not block.
+	Observer CommitObserver
 
 	// hooks are test seams; nil in production.
 	hooks *hooks
+}
+
+// CommitObserver is told of each batch a store made durable.
+type CommitObserver interface {
+	ObserveCommit(lines int, d time.Duration)
 }
 
 // hooks let tests stop the committer at chosen moments.

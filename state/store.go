@@ -545,7 +545,11 @@ func (c *core) commit(b *batch) {
 		if h := c.opts.hooks; h != nil && h.beforeCommit != nil {
 			h.beforeCommit()
 		}
+		start := time.Now()
 		err = c.write(b)
+		if o := c.opts.Observer; o != nil && err == nil {
+			o.ObserveCommit(b.count, time.Since(start))
+		}
 	}
 	c.mu.Lock()
 	if err != nil && c.failed == nil {
