@@ -209,6 +209,11 @@
 //     compared with the file left as at any reopen (a new file: from 0
 //     under a new epoch, stored at once).
 //
+// A source started while the path names no file (the new file not created
+// yet) looks for the renamed file once, at its first Poll: it finishes it
+// as above, then waits for the path; the file that appears there is
+// compared with the file left, as at any reopen.
+//
 // The pointer names the renamed file until its last delivered line is
 // committed, so a crash while finishing it finds it again at the next start
 // and goes on from the last commit; once the source has moved on, the
@@ -223,9 +228,7 @@
 // Limits: a folder of more than 4096 entries is not scanned (warning); a
 // file deleted, or moved to another folder, while the source was stopped
 // cannot be read (its unread lines are lost; the info log says no file had
-// the identity); the scan happens only when the path names a file (a
-// source started while the path is missing waits for it, then scans); the
-// folder is listed through Config.FS when its opened folders list their
+// the identity); the folder is listed through Config.FS when its opened folders list their
 // names, else through the operating system (stats and reads still go
 // through Config.FS); platforms without file identities do not scan.
 //

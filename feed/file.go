@@ -180,6 +180,9 @@ type FileSource struct {
 	// ("" when none).
 	renamed string
 	maxScan int // maxRenamedScan; tests lower it
+	// renamedTried: the start with the path missing looked for the file
+	// the pointer names.
+	renamedTried bool
 
 	mu               sync.Mutex // guards st, reopens and the reopen facts
 	st               Status
@@ -678,6 +681,18 @@ func (s *FileSource) open(first bool) error {
 			if first {
 				s.missingAtStart = true
 			}
+			if !s.started && s.pf != nil && !s.renamedTried {
+				// The path names no file at the start: the file the
+				// pointer names may have been renamed away while the
+				// source was stopped; finish it while waiting.
+				d, err := s.decideMissing()
+				if err != nil {
+					return err
+				}
+				if d.renamed != nil {
+					return s.begin(d.renamed.in, d.renamed.size, d.renamed.fp, d)
+				}
+			}
 			if !s.waitWarned {
 				s.waitWarned = true
 				s.log.Warn("feed: input does not exist; waiting for it", "path", s.path)
@@ -722,18 +737,23 @@ func (s *FileSource) open(first bool) error {
 		if cerr := f.Close(); cerr != nil {
 			s.log.Warn("feed: closing the input failed", "path", s.path, "err", cerr)
 		}
-		h, f, size, fp = d.renamed.in, d.renamed.in.f, d.renamed.size, d.renamed.fp
-		s.renamed = h.name
-		s.reopenReason = ReasonRenamedAway
-	}
-	if err == nil {
-		_, err = f.Seek(d.start, io.SeekStart)
-		if err != nil {
-			err = fmt.Errorf("feed: seek input %s to %d: %w", s.path, d.start, err)
-		}
+		h, size, fp = d.renamed.in, d.renamed.size, d.renamed.fp
 	}
 	if err != nil {
 		return errors.Join(err, f.Close())
+	}
+	return s.begin(h, size, fp, d)
+}
+
+// begin makes h the open input, read from where d says.
+func (s *FileSource) begin(h *inputFile, size int64, fp dedupe.Fingerprint, d decision) error {
+	f := h.f
+	if _, err := f.Seek(d.start, io.SeekStart); err != nil {
+		return errors.Join(fmt.Errorf("feed: seek input %s to %d: %w", h.name, d.start, err), f.Close())
+	}
+	if d.renamed != nil {
+		s.renamed = h.name
+		s.reopenReason = ReasonRenamedAway
 	}
 
 	if c := s.cont; c != nil && d.newEpoch {
@@ -896,6 +916,35 @@ func (s *FileSource) decidePointer(h *inputFile, size int64, fp dedupe.Fingerpri
 	s.epoch = p.Epoch
 	s.storedFP = p.Fingerprint.Len
 	return decision{start: p.Position, committed: p.Position}, nil
+}
+
+// decideMissing is the decision at the start when the path names no file:
+// it finds the file the pointer names renamed away, once per start.
+func (s *FileSource) decideMissing() (decision, error) {
+	res, err := s.pf.Load()
+	if err != nil {
+		return decision{}, err
+	}
+	s.renamedTried = true
+	p := res.Pointer
+	if !res.Found || res.Legacy || p.Identity == (dedupe.Identity{}) {
+		return decision{}, nil
+	}
+	r, err := s.findRenamed(p)
+	if err != nil || r == nil {
+		s.renamedTried = err == nil
+		return decision{}, err
+	}
+	if r.size <= p.Position {
+		// Read to its end: the file that appears at the path is compared
+		// with the pointer as usual.
+		return decision{}, r.in.close()
+	}
+	s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the pointer, and the path names no file: finishing it in the pointer's epoch, then waiting for the file at the path",
+		"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "size", r.size)
+	s.epoch = p.Epoch
+	s.storedFP = p.Fingerprint.Len
+	return decision{start: p.Position, committed: p.Position, renamed: r}, nil
 }
 
 // findRenamed looks in the input's folder for the file the pointer names

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -374,24 +375,67 @@ func TestRenamedAwayThroughWrappedFS(t *testing.T) {
 }
 
 // TestRenamedAwayPathMissingAtStart: started while the path names no file
-// (rotated away, the new file not created yet), the source waits; once the
-// new file appears it finishes the renamed file first.
+// (rotated away, the new file not created yet), the source finishes the
+// renamed file, then waits for the path; the new file is read from 0 under
+// a new epoch.
 func TestRenamedAwayPathMissingAtStart(t *testing.T) {
-	a := genLines("a", 0, 100)
+	a := genLines("a", 0, 100) + "a-partial"
 	p := input(t, a)
 	epoch := stopAfter(t, p, 10)
 	rename(t, p, p+".1")
 	s := open(t, p, Config{})
-	if g := s.drain(); len(g) != 0 || s.Status().State != StateWaiting {
-		t.Fatalf("%+v %+v", g, s.Status())
+	g := s.takeCommit(90)
+	if wantLines(t, "renamed file", g, a, 10*32) != epoch {
+		t.Fatalf("epoch %d, want %d", g[0].Epoch, epoch)
+	}
+	waitUntil(t, "waiting for the path", func() bool {
+		if h, err := s.poll(); len(h) != 0 || err != nil {
+			t.Fatalf("%+v %v", h, err)
+		}
+		return s.Status().State == StateWaiting
+	})
+	if res := loadPointer(t, p); res.Pointer.Epoch != epoch || res.Pointer.Position != 100*32 {
+		t.Fatalf("pointer %+v", res.Pointer)
 	}
 	b := genLines("b", 0, 20)
 	write(t, p, b)
-	g := s.takeCommit(90 + 20)
-	if wantLines(t, "renamed file", g[:90], a, 10*32) != epoch {
-		t.Fatalf("epoch %d, want %d", g[0].Epoch, epoch)
-	}
-	if e := wantLines(t, "new file", g[90:], b, 0); e <= epoch {
+	g = s.takeCommit(20)
+	if e := wantLines(t, "new file", g, b, 0); e <= epoch {
 		t.Fatalf("new file in epoch %d", e)
+	}
+	if st := s.Status(); st.PartialDropped != 1 || st.Reopens[ReasonRenamedAway] != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	if len(s.log.find(slog.LevelWarn, "the path names no file")) != 1 {
+		t.Fatalf("log:\n%s", s.log)
+	}
+}
+
+// TestRenamedAwayPathMissingNothingLeft: started while the path names no
+// file, the renamed file read to its end: the source just waits, and scans
+// the folder once, not at every poll.
+func TestRenamedAwayPathMissingNothingLeft(t *testing.T) {
+	p := input(t, genLines("a", 0, 20))
+	stopAfter(t, p, 20)
+	rename(t, p, p+".1")
+	var scans atomic.Int64
+	fsys := vfs.Inject(vfs.Default(), func(op vfs.Op, name string) error {
+		if op == vfs.OpOpen && name == filepath.Dir(p) {
+			scans.Add(1)
+		}
+		return nil
+	})
+	s := open(t, p, Config{FS: fsys})
+	for range 5 {
+		if g := s.drain(); len(g) != 0 || s.Status().State != StateWaiting {
+			t.Fatalf("%+v %+v", g, s.Status())
+		}
+	}
+	if n := len(s.log.find(slog.LevelWarn, "renamed away")) + len(s.log.find(slog.LevelInfo, "identity")); n != 0 || scans.Load() != 1 {
+		t.Fatalf("%d folder scans; log:\n%s", scans.Load(), s.log)
+	}
+	write(t, p, genLines("b", 0, 5))
+	if g := s.drain(); len(g) != 5 || g[0].Line != "b-000000-xxxxxxxxxxxxxxxxxxxxxx" {
+		t.Fatalf("%+v", g)
 	}
 }
