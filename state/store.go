@@ -122,15 +122,17 @@ type verdict struct {
 	match bool
 }
 
-// entry is one staged change of a key.
+// entry is one staged change of a key. key and val are in the batch's
+// arena; val is overwritten in place by a later change of the same length
+// in the same batch.
 type entry struct {
-	val []byte
-	del bool
+	key, val []byte
+	del      bool
 }
 
 // batch is what the committer writes in one transaction.
 type batch struct {
-	writes  map[string]entry
+	writes  map[string]*entry
 	applied map[feedKey]*staged
 	outputs map[string][]byte
 	count   int
@@ -138,6 +140,9 @@ type batch struct {
 	marks   []markOf
 	done    chan struct{}
 	err     error
+
+	arena []byte  // keys and values of writes
+	ents  []entry // entries not used yet
 }
 
 type markOf struct {
@@ -147,10 +152,45 @@ type markOf struct {
 
 func newBatch() *batch {
 	return &batch{
-		writes:  make(map[string]entry),
+		writes:  make(map[string]*entry),
 		applied: make(map[feedKey]*staged),
 		outputs: make(map[string][]byte),
 		done:    make(chan struct{}),
+	}
+}
+
+// bytes returns a copy of p in the batch's arena.
+func (b *batch) bytes(p []byte) []byte {
+	if cap(b.arena)-len(b.arena) < len(p) {
+		b.arena = make([]byte, 0, max(len(p), min(max(2*cap(b.arena), 1024), 64<<10)))
+	}
+	n := len(b.arena)
+	b.arena = append(b.arena, p...)
+	return b.arena[n:len(b.arena):len(b.arena)]
+}
+
+// put stages a change of key k: a new value v, or a deletion.
+func (b *batch) put(k, v []byte, del bool) {
+	e := b.writes[string(k)]
+	if e == nil {
+		if len(b.ents) == 0 {
+			b.ents = make([]entry, 64)
+		}
+		e = &b.ents[0]
+		b.ents = b.ents[1:]
+		e.key = b.bytes(k)
+		b.writes[string(e.key)] = e
+	}
+	switch {
+	case del:
+		e.val, e.del = nil, true
+	case e.val != nil && len(e.val) == len(v):
+		// Only this batch holds e.val, and no Tx is running: no value
+		// returned by Get is in use.
+		copy(e.val, v)
+		e.del = false
+	default:
+		e.val, e.del = b.bytes(v), false
 	}
 }
 
@@ -188,6 +228,13 @@ type core struct {
 	stopped  chan struct{}
 	closeErr error
 	once     sync.Once
+
+	// Used only by the holder of applySem (Apply and View): scratch space
+	// that spares a line its allocations.
+	kbuf     []byte               // a full key being looked up
+	prefixes map[[2]string][]byte // namespace, bucket → key prefix
+	txs      []Tx                 // transactions not used yet
+	tw       txWrites             // the write set of the running Apply
 }
 
 func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, error) {
@@ -205,6 +252,7 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 		latest:   make(map[feedKey]*staged),
 		durable:  make(map[feedKey]dedupe.Lineage),
 		verdicts: make(map[feedKey]verdict),
+		prefixes: make(map[[2]string][]byte),
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -363,7 +411,7 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 		return false, nil
 	}
 
-	tx := &Tx{c: c, ns: ns, d: d}
+	tx := c.newTx(ns, d, false)
 	err := fn(tx)
 	tx.done = true
 	if err != nil {
@@ -379,11 +427,12 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 	if b.count == 0 {
 		b.started = time.Now()
 	}
-	for k, e := range tx.writes {
-		b.writes[k] = e
+	tw := &c.tw
+	for _, x := range tw.ws {
+		b.put(tw.buf[x.k0:x.k1], tw.buf[x.v0:x.v1], x.del)
 	}
-	for name, p := range tx.outputs {
-		b.outputs[name] = append(b.outputs[name], p...)
+	for _, o := range tw.outs {
+		b.outputs[o.name] = append(b.outputs[o.name], tw.obuf[o.o0:o.o1]...)
 	}
 	b.count++
 	if d.Epoch != 0 {
@@ -417,6 +466,36 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 	}
 	c.mu.Unlock()
 	return true, nil
+}
+
+// newTx returns a new transaction of ns. The caller holds applySem.
+// Transactions are cut from a slab and never reused, so that one kept past
+// its function stays done.
+func (c *core) newTx(ns string, d dedupe.Delivery, readOnly bool) *Tx {
+	if len(c.txs) == 0 {
+		c.txs = make([]Tx, 32)
+	}
+	tx := &c.txs[0]
+	c.txs = c.txs[1:]
+	tx.c, tx.ns, tx.d, tx.readOnly = c, ns, d, readOnly
+	if !readOnly {
+		c.tw.reset()
+		tx.w = &c.tw
+	}
+	return tx
+}
+
+// prefix returns the key prefix of bucket b of namespace ns. The caller
+// holds applySem; the slice must not be modified.
+func (c *core) prefix(ns, b string) []byte {
+	if p, ok := c.prefixes[[2]string{ns, b}]; ok {
+		return p
+	}
+	p := dataPrefix(ns, b)
+	if len(c.prefixes) < 1024 {
+		c.prefixes[[2]string{ns, b}] = p
+	}
+	return p
 }
 
 // acquire takes the token that serializes Apply and View, or gives up when
@@ -587,8 +666,8 @@ func (c *core) commit(b *batch) {
 // write writes b: outputs, then the backend transaction.
 func (c *core) write(b *batch) error {
 	ws := make([]write, 0, len(b.writes)+len(b.applied)+len(b.outputs))
-	for k, e := range b.writes {
-		ws = append(ws, write{key: []byte(k), val: e.val, del: e.del})
+	for _, e := range b.writes {
+		ws = append(ws, write{key: e.key, val: e.val, del: e.del})
 	}
 	for fk, s := range b.applied {
 		// The tail hash is read once per feed per batch, for the highest
@@ -729,7 +808,7 @@ func (s *nsStore) View(fn func(tx *Tx) error) error {
 	if closed {
 		return ErrClosed
 	}
-	tx := &Tx{c: s.c, ns: s.ns, readOnly: true}
+	tx := s.c.newTx(s.ns, dedupe.Delivery{}, true)
 	err := fn(tx)
 	tx.done = true
 	return err

@@ -1,6 +1,8 @@
 package state
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"slices"
@@ -20,8 +22,15 @@ type Tx struct {
 	d        dedupe.Delivery
 	readOnly bool
 	done     bool
-	writes   map[string]entry
-	outputs  map[string][]byte
+	// w holds the transaction's writes: the store's scratch space, reused
+	// by every Apply (they are serialized). nil in View.
+	w *txWrites
+	// Buckets and output writers handed out, kept here so that a line
+	// that uses a few of them allocates nothing.
+	bk  [3]Bucket
+	nbk int
+	ow  [1]OutputWriter
+	now int
 }
 
 // Delivery returns the delivery being applied; the zero Delivery in View.
@@ -30,7 +39,24 @@ func (tx *Tx) Delivery() dedupe.Delivery { return tx.d }
 // Bucket returns the bucket name of the transaction's namespace: a separate
 // key space. The name "" is the root bucket that the Tx methods use.
 func (tx *Tx) Bucket(name string) *Bucket {
-	return &Bucket{tx: tx, name: name, prefix: dataPrefix(tx.ns, name)}
+	for i := range tx.nbk {
+		if tx.bk[i].name == name {
+			return &tx.bk[i]
+		}
+	}
+	var prefix []byte
+	if tx.done {
+		// A Tx used late: its methods fail; do not touch the store.
+		prefix = dataPrefix(tx.ns, name)
+	} else {
+		prefix = tx.c.prefix(tx.ns, name)
+	}
+	if tx.nbk < len(tx.bk) {
+		tx.bk[tx.nbk] = Bucket{tx: tx, name: name, prefix: prefix}
+		tx.nbk++
+		return &tx.bk[tx.nbk-1]
+	}
+	return &Bucket{tx: tx, name: name, prefix: prefix}
 }
 
 func (tx *Tx) root() *Bucket { return tx.Bucket("") }
@@ -66,7 +92,19 @@ func (tx *Tx) ForEach(fn func(key, value []byte) error) error { return tx.root()
 // name in the store's directory (declaring it with [Store.Output] if
 // needed). The bytes are appended when the transaction's batch commits,
 // exactly once. Writing inside View fails with [ErrReadOnly].
-func (tx *Tx) Output(name string) *OutputWriter { return &OutputWriter{tx: tx, name: name} }
+func (tx *Tx) Output(name string) *OutputWriter {
+	for i := range tx.now {
+		if tx.ow[i].name == name {
+			return &tx.ow[i]
+		}
+	}
+	if tx.now < len(tx.ow) {
+		tx.ow[tx.now] = OutputWriter{tx: tx, name: name}
+		tx.now++
+		return &tx.ow[tx.now-1]
+	}
+	return &OutputWriter{tx: tx, name: name}
+}
 
 func (tx *Tx) check(write bool) error {
 	if tx.done {
@@ -78,11 +116,114 @@ func (tx *Tx) check(write bool) error {
 	return nil
 }
 
-func (tx *Tx) stage(k string, e entry) {
-	if tx.writes == nil {
-		tx.writes = make(map[string]entry, 4)
+// txWrites is the write set of the running Apply: its keys and values in
+// one arena, its output bytes in another. The store keeps one and reuses it
+// for every Apply, so that a line allocates nothing for its writes.
+type txWrites struct {
+	ws   []txWrite
+	buf  []byte         // keys and values of ws
+	idx  map[string]int // key → index in ws, once ws is large
+	outs []txOut
+	obuf []byte // output bytes of outs
+}
+
+// txWrite is one staged change: buf[k0:k1] is the key, buf[v0:v1] the value.
+type txWrite struct {
+	k0, k1, v0, v1 int
+	del            bool
+}
+
+// txOut is bytes staged for an output: obuf[o0:o1].
+type txOut struct {
+	name   string
+	o0, o1 int
+}
+
+// indexAt is the size of a write set from which keys are found through a
+// map rather than by a scan.
+const indexAt = 16
+
+func (w *txWrites) reset() {
+	w.ws = w.ws[:0]
+	w.outs = w.outs[:0]
+	// Do not keep the memory of an unusually large transaction.
+	if cap(w.buf) > 1<<20 {
+		w.buf = nil
 	}
-	tx.writes[k] = e
+	w.buf = w.buf[:0]
+	if cap(w.obuf) > 1<<20 {
+		w.obuf = nil
+	}
+	w.obuf = w.obuf[:0]
+	if w.idx != nil {
+		if len(w.idx) > 4096 {
+			w.idx = nil
+		} else {
+			clear(w.idx)
+		}
+	}
+}
+
+func (w *txWrites) key(i int) []byte { return w.buf[w.ws[i].k0:w.ws[i].k1] }
+
+// find returns the index of key's write, or -1.
+func (w *txWrites) find(k []byte) int {
+	if len(w.ws) >= indexAt {
+		if i, ok := w.idx[string(k)]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := len(w.ws) - 1; i >= 0; i-- {
+		if bytes.Equal(w.key(i), k) {
+			return i
+		}
+	}
+	return -1
+}
+
+// get returns the value of key's write, if any. The value is not changed
+// later: a new write of key appends its value.
+func (w *txWrites) get(k []byte) (val []byte, exists, ok bool) {
+	i := w.find(k)
+	if i < 0 {
+		return nil, false, false
+	}
+	x := w.ws[i]
+	return w.buf[x.v0:x.v1:x.v1], !x.del, true
+}
+
+func (w *txWrites) set(k, v []byte, del bool) {
+	i := w.find(k)
+	if i < 0 {
+		k0 := len(w.buf)
+		w.buf = append(w.buf, k...)
+		w.ws = append(w.ws, txWrite{k0: k0, k1: len(w.buf)})
+		i = len(w.ws) - 1
+		switch {
+		case len(w.ws) == indexAt:
+			if w.idx == nil {
+				w.idx = make(map[string]int, 2*indexAt)
+			}
+			for j := range w.ws {
+				w.idx[string(w.key(j))] = j
+			}
+		case len(w.ws) > indexAt:
+			w.idx[string(k)] = i
+		}
+	}
+	v0 := len(w.buf)
+	w.buf = append(w.buf, v...)
+	w.ws[i].v0, w.ws[i].v1, w.ws[i].del = v0, len(w.buf), del
+}
+
+// output records the bytes obuf[o0:] appended for the output name.
+func (w *txWrites) output(name string, o0 int) {
+	if n := len(w.outs); n > 0 && w.outs[n-1].name == name && w.outs[n-1].o1 == o0 {
+		w.outs[n-1].o1 = len(w.obuf)
+		return
+	}
+	w.outs = append(w.outs, txOut{name: name, o0: o0, o1: len(w.obuf)})
 }
 
 // Bucket is a key space of a namespace, inside one transaction.
@@ -92,7 +233,13 @@ type Bucket struct {
 	prefix []byte
 }
 
-func (b *Bucket) key(k []byte) string { return string(b.prefix) + string(k) }
+// key returns the full key of k in the store's scratch buffer, valid until
+// the next call.
+func (b *Bucket) key(k []byte) []byte {
+	c := b.tx.c
+	c.kbuf = append(append(c.kbuf[:0], b.prefix...), k...)
+	return c.kbuf
+}
 
 // Get returns the value of key and whether it exists. The value is valid
 // only inside the transaction's function and must not be modified.
@@ -103,23 +250,30 @@ func (b *Bucket) Get(key []byte) ([]byte, bool, error) {
 	return b.tx.get(b.key(key))
 }
 
-func (tx *Tx) get(k string) ([]byte, bool, error) {
-	if e, ok := tx.writes[k]; ok {
-		return e.val, !e.del, nil
+func (tx *Tx) get(k []byte) ([]byte, bool, error) {
+	if w := tx.w; w != nil {
+		if v, exists, ok := w.get(k); ok {
+			return v, exists, nil
+		}
 	}
 	c := tx.c
 	c.mu.Lock()
-	e, ok := c.cur.writes[k]
-	if !ok && c.sealed != nil {
-		e, ok = c.sealed.writes[k]
+	e := c.cur.writes[string(k)]
+	if e == nil && c.sealed != nil {
+		e = c.sealed.writes[string(k)]
+	}
+	var val []byte
+	var del bool
+	if e != nil {
+		val, del = e.val, e.del
 	}
 	c.mu.Unlock()
-	if ok {
-		return e.val, !e.del, nil
+	if e != nil {
+		return val[:len(val):len(val)], !del, nil
 	}
 	// Not staged: the durable state holds the latest value. A batch that
 	// commits meanwhile held no change of k, so cannot change it.
-	v, ok, err := c.eng.get([]byte(k))
+	v, ok, err := c.eng.get(k)
 	if err != nil {
 		return nil, false, fmt.Errorf("read %s store %s: %w", c.kind, c.dir, err)
 	}
@@ -131,7 +285,7 @@ func (b *Bucket) Put(key, value []byte) error {
 	if err := b.tx.check(true); err != nil {
 		return err
 	}
-	b.tx.stage(b.key(key), entry{val: append([]byte{}, value...)})
+	b.tx.w.set(b.key(key), value, false)
 	return nil
 }
 
@@ -140,7 +294,7 @@ func (b *Bucket) Delete(key []byte) error {
 	if err := b.tx.check(true); err != nil {
 		return err
 	}
-	b.tx.stage(b.key(key), entry{del: true})
+	b.tx.w.set(b.key(key), nil, true)
 	return nil
 }
 
@@ -159,7 +313,11 @@ func (b *Bucket) GetInt64(key []byte) (int64, error) {
 }
 
 // PutInt64 sets key to v (8 bytes, big-endian).
-func (b *Bucket) PutInt64(key []byte, v int64) error { return b.Put(key, encodeInt64(v)) }
+func (b *Bucket) PutInt64(key []byte, v int64) error {
+	var a [8]byte
+	binary.BigEndian.PutUint64(a[:], uint64(v))
+	return b.Put(key, a[:])
+}
 
 // AddInt64 adds delta to the int64 at key (0 when absent) and returns the
 // new value: a counter or a balance.
@@ -186,9 +344,9 @@ func (b *Bucket) ForEach(fn func(key, value []byte) error) error {
 	// values. Nothing newer can reach the backend meanwhile: the caller
 	// holds the token that serializes Apply, so no change is staged.
 	c.mu.Lock()
-	staged := []map[string]entry{c.cur.writes}
+	staged := []map[string]*entry{c.cur.writes}
 	if c.sealed != nil {
-		staged = []map[string]entry{c.sealed.writes, c.cur.writes}
+		staged = []map[string]*entry{c.sealed.writes, c.cur.writes}
 	}
 	c.mu.Unlock()
 	all := make(map[string][]byte)
@@ -200,22 +358,26 @@ func (b *Bucket) ForEach(fn func(key, value []byte) error) error {
 		return fmt.Errorf("scan bucket %q of %s store %s: %w", b.name, c.kind, c.dir, err)
 	}
 	p := string(b.prefix)
-	overlay := func(ws map[string]entry) {
-		for k, e := range ws {
-			if len(k) < len(p) || k[:len(p)] != p {
-				continue
-			}
-			if e.del {
-				delete(all, k)
-			} else {
-				all[k] = e.val
-			}
+	set := func(k string, val []byte, del bool) {
+		if len(k) < len(p) || k[:len(p)] != p {
+			return
+		}
+		if del {
+			delete(all, k)
+		} else {
+			all[k] = val
 		}
 	}
 	for _, ws := range staged {
-		overlay(ws)
+		for k, e := range ws {
+			set(k, e.val, e.del)
+		}
 	}
-	overlay(b.tx.writes)
+	if w := b.tx.w; w != nil {
+		for i, x := range w.ws {
+			set(string(w.key(i)), w.buf[x.v0:x.v1:x.v1], x.del)
+		}
+	}
 	for _, k := range slices.Sorted(maps.Keys(all)) {
 		if err := fn([]byte(k[len(p):]), all[k]); err != nil {
 			return err
@@ -238,12 +400,24 @@ func (w *OutputWriter) Write(p []byte) (int, error) {
 	if _, err := w.tx.c.output(w.name); err != nil {
 		return 0, err
 	}
-	if w.tx.outputs == nil {
-		w.tx.outputs = make(map[string][]byte)
-	}
-	w.tx.outputs[w.name] = append(w.tx.outputs[w.name], p...)
+	tw := w.tx.w
+	o0 := len(tw.obuf)
+	tw.obuf = append(tw.obuf, p...)
+	tw.output(w.name, o0)
 	return len(p), nil
 }
 
 // WriteString stages s for the end of the output file.
-func (w *OutputWriter) WriteString(s string) (int, error) { return w.Write([]byte(s)) }
+func (w *OutputWriter) WriteString(s string) (int, error) {
+	if err := w.tx.check(true); err != nil {
+		return 0, err
+	}
+	if _, err := w.tx.c.output(w.name); err != nil {
+		return 0, err
+	}
+	tw := w.tx.w
+	o0 := len(tw.obuf)
+	tw.obuf = append(tw.obuf, s...)
+	tw.output(w.name, o0)
+	return len(s), nil
+}
