@@ -134,6 +134,21 @@ func (f *fixture) stall(t *testing.T, n int64) {
 	waitFor(t, "B done", func() bool { return f.b.n.Load() == n })
 	require.NoError(t, f.srv.Unsubscribe("in", "A"))
 	close(f.a.unblock)
+	// A's reader still finishes the line it was part way through when it
+	// was removed; only then is its hold what the tests expect: the lines
+	// after the one it was handling.
+	waitFor(t, "A to finish the line it was handling", func() bool {
+		st, err := f.srv.FeedStatus("in")
+		if err != nil {
+			return false
+		}
+		for _, q := range st.Groups {
+			if q.Group == "A" && q.Removed {
+				return q.Depth == uint64(n)-f.a.blockSeq
+			}
+		}
+		return false
+	})
 	waitFor(t, "stalled", func() bool {
 		st, err := f.srv.FeedStatus("in")
 		return err == nil && st.Stalled
