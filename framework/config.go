@@ -48,6 +48,11 @@ type Config struct {
 	DrainTimeout time.Duration
 	// Logger receives the server's logs. Nil discards them.
 	Logger *slog.Logger
+	// Observer, when set, is told how long each line took its group to
+	// handle (all its processors, retries included). ops.Observer is one.
+	// It is called on the group's goroutine once per line: it must be
+	// cheap and must not block. Nil measures nothing and costs nothing.
+	Observer HandleObserver
 	// Checkpoints is the registry of checkpoint holds. Nil means the server
 	// makes its own; pass one to share it with a store made before the server.
 	Checkpoints *checkpoint.Registry
@@ -272,4 +277,9 @@ type Rejection struct {
 	Line []byte
 	// Err is the last error.
 	Err error
+}
+
+// HandleObserver is told how long a processor group took to handle a line.
+type HandleObserver interface {
+	ObserveHandle(group string, d time.Duration)
 }

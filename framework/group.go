@@ -327,6 +327,7 @@ func (g *group) process(inc *incarnation, q *queue, b *batch) bool {
 	n := q.finished.Load()
 	ok := true
 	feedName := q.f.name
+	obs := g.s.cfg.Observer
 items:
 	for i := range b.items {
 		if q.removed.Load() {
@@ -341,6 +342,10 @@ items:
 			d := dedupe.Delivery{Feed: feedName, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
 			line := b.data[it.off:it.end:it.end]
 			handled := false
+			var start time.Time
+			if obs != nil {
+				start = time.Now()
+			}
 			for _, p := range *q.procs.Load() {
 				if p.removed.Load() {
 					continue
@@ -356,6 +361,9 @@ items:
 				// Every processor left the queue, which is being
 				// removed: the line is not finished, so it stays held.
 				break
+			}
+			if obs != nil {
+				obs.ObserveHandle(g.name, time.Since(start))
 			}
 		}
 		n++
