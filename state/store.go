@@ -110,9 +110,30 @@ type Stats struct {
 // feedKey names the applied position of a feed in a namespace.
 type feedKey struct{ ns, feed string }
 
-// staged is the latest applied position of a feed, staged or durable.
-type staged struct {
-	lin    dedupe.Lineage // TailLen 0: no tail hash known
+// feedState is what the store knows of a feed in a namespace. c.mu guards
+// every field.
+type feedState struct {
+	fk feedKey
+	// latest is the latest applied position, staged or durable (TailLen 0:
+	// no tail hash known), and origin the file it was applied from.
+	latest dedupe.Lineage
+	origin *dedupe.Origin
+	// durable is the latest durable position, if hasDur.
+	durable dedupe.Lineage
+	hasDur  bool
+	// verdict, if cached, tells whether an epoch continues the lineage.
+	verdict verdict
+	cached  bool
+	// stagedIn is the seq of the batch that holds the latest position,
+	// at index idx of its applied records.
+	stagedIn uint64
+	idx      int
+}
+
+// appliedRec is the highest position of a feed in a batch.
+type appliedRec struct {
+	fs     *feedState
+	lin    dedupe.Lineage
 	origin *dedupe.Origin
 }
 
@@ -133,7 +154,8 @@ type entry struct {
 // batch is what the committer writes in one transaction.
 type batch struct {
 	writes  map[string]*entry
-	applied map[feedKey]*staged
+	applied []appliedRec
+	seq     uint64 // 1, 2, ... in the order of the batches
 	outputs map[string][]byte
 	count   int
 	started time.Time // when the first change was staged
@@ -150,10 +172,10 @@ type markOf struct {
 	m  checkpoint.Mark
 }
 
-func newBatch() *batch {
+func newBatch(seq uint64) *batch {
 	return &batch{
+		seq:     seq,
 		writes:  make(map[string]*entry),
-		applied: make(map[feedKey]*staged),
 		outputs: make(map[string][]byte),
 		done:    make(chan struct{}),
 	}
@@ -215,9 +237,9 @@ type core struct {
 	cur      *batch // staging
 	sealed   *batch // cut, being committed
 	changed  chan struct{}
-	latest   map[feedKey]*staged
-	durable  map[feedKey]dedupe.Lineage
-	verdicts map[feedKey]verdict
+	feeds    map[feedKey]*feedState
+	lastFeed *feedState // the one of the last Apply
+	seq      uint64     // of the last batch made
 	binds    []*checkpoint.Checkpoint
 	failed   error
 	closed   bool
@@ -247,11 +269,10 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 		log:      o.logger(),
 		outputs:  make(map[string]*Output),
 		applySem: make(chan struct{}, 1),
-		cur:      newBatch(),
+		cur:      newBatch(1),
+		seq:      1,
 		changed:  make(chan struct{}),
-		latest:   make(map[feedKey]*staged),
-		durable:  make(map[feedKey]dedupe.Lineage),
-		verdicts: make(map[feedKey]verdict),
+		feeds:    make(map[feedKey]*feedState),
 		prefixes: make(map[[2]string][]byte),
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
@@ -288,8 +309,7 @@ func (c *core) load() error {
 			return fmt.Errorf("applied position of feed %q in namespace %q: %w", feed, ns, err)
 		}
 		fk := feedKey{ns, feed}
-		c.durable[fk] = l
-		c.latest[fk] = &staged{lin: l}
+		c.feeds[fk] = &feedState{fk: fk, latest: l, durable: l, hasDur: true}
 		return nil
 	})
 	if err != nil {
@@ -360,7 +380,8 @@ func (c *core) cut() *batch {
 		b.marks[i] = markOf{cp: cp, m: cp.Mark()}
 	}
 	c.sealed = b
-	c.cur = newBatch()
+	c.seq++
+	c.cur = newBatch(c.seq)
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -374,7 +395,6 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 	}
 	defer c.release()
 
-	fk := feedKey{ns, d.Feed}
 	c.mu.Lock()
 	if err := c.unusable(); err != nil {
 		c.mu.Unlock()
@@ -393,15 +413,11 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 			return false, c.applyErr(d, err)
 		}
 	}
-	var last staged
-	if s := c.latest[fk]; s != nil {
-		last = *s
-	}
-	dur, hasDur := c.durable[fk]
-	v, cached := c.verdicts[fk]
+	fs := c.feed(ns, d.Feed)
+	last, dur, hasDur, v, cached := fs.latest, fs.durable, fs.hasDur, fs.verdict, fs.cached
 	c.mu.Unlock()
 
-	if skip, byLineage := c.redelivery(fk, d, last.lin, dur, hasDur, v, cached); skip {
+	if skip, byLineage := c.redelivery(fs, d, last, dur, hasDur, v, cached); skip {
 		c.mu.Lock()
 		c.stats.Skipped++
 		if byLineage {
@@ -436,17 +452,22 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 	}
 	b.count++
 	if d.Epoch != 0 {
-		s := &staged{lin: dedupe.Lineage{Applied: dedupe.Advance(last.lin.Applied, d)}, origin: last.origin}
-		if s.lin.Applied != last.lin.Applied {
-			s.origin = d.Origin
+		// The position is recorded once per feed per batch: the batch
+		// keeps the highest.
+		lin, origin := fs.latest, fs.origin
+		if a := dedupe.Advance(lin.Applied, d); a != lin.Applied {
+			lin, origin = dedupe.Lineage{Applied: a}, d.Origin
 			if d.Origin != nil {
-				s.lin.Identity, s.lin.Fingerprint = d.Origin.Identity, d.Origin.Fingerprint
+				lin.Identity, lin.Fingerprint = d.Origin.Identity, d.Origin.Fingerprint
 			}
-		} else {
-			s.lin = last.lin
 		}
-		c.latest[fk] = s
-		b.applied[fk] = s
+		fs.latest, fs.origin = lin, origin
+		if fs.stagedIn == b.seq {
+			b.applied[fs.idx].lin, b.applied[fs.idx].origin = lin, origin
+		} else {
+			fs.stagedIn, fs.idx = b.seq, len(b.applied)
+			b.applied = append(b.applied, appliedRec{fs: fs, lin: lin, origin: origin})
+		}
 	}
 	c.stats.Applied++
 	if c.opts.Sync {
@@ -466,6 +487,21 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 	}
 	c.mu.Unlock()
 	return true, nil
+}
+
+// feed returns the state of feed in namespace ns. c.mu held.
+func (c *core) feed(ns, feed string) *feedState {
+	if fs := c.lastFeed; fs != nil && fs.fk.feed == feed && fs.fk.ns == ns {
+		return fs
+	}
+	fk := feedKey{ns, feed}
+	fs := c.feeds[fk]
+	if fs == nil {
+		fs = &feedState{fk: fk}
+		c.feeds[fk] = fs
+	}
+	c.lastFeed = fs
+	return fs
 }
 
 // newTx returns a new transaction of ns. The caller holds applySem.
@@ -525,7 +561,7 @@ func (c *core) applyErr(d dedupe.Delivery, err error) error {
 // redelivery decides whether d was applied before: by the recorded
 // position in its epoch, or by the lineage of the recorded epoch when d
 // opens a new epoch on the same, unchanged file.
-func (c *core) redelivery(fk feedKey, d dedupe.Delivery, last, dur dedupe.Lineage, hasDur bool, v verdict, cached bool) (skip, byLineage bool) {
+func (c *core) redelivery(fs *feedState, d dedupe.Delivery, last, dur dedupe.Lineage, hasDur bool, v verdict, cached bool) (skip, byLineage bool) {
 	if d.Epoch == 0 || last.Epoch == 0 {
 		return false, false
 	}
@@ -542,11 +578,11 @@ func (c *core) redelivery(fk feedKey, d dedupe.Delivery, last, dur dedupe.Lineag
 		match := hasDur && dur.Applied == last.Applied && lineageMatches(dur, d.Origin)
 		v = verdict{epoch: d.Epoch, match: match}
 		c.mu.Lock()
-		c.verdicts[fk] = v
+		fs.verdict, fs.cached = v, true
 		c.mu.Unlock()
 		if match {
 			c.log.Info("state: new epoch continues the recorded lineage: lines at or below the recorded position are skipped",
-				"store", c.dir, "feed", fk.feed, "namespace", fk.ns, "epoch", d.Epoch, "recorded_epoch", dur.Epoch, "recorded_position", dur.Position)
+				"store", c.dir, "feed", fs.fk.feed, "namespace", fs.fk.ns, "epoch", d.Epoch, "recorded_epoch", dur.Epoch, "recorded_position", dur.Position)
 		}
 	}
 	return v.match, v.match
@@ -642,8 +678,8 @@ func (c *core) commit(b *batch) {
 		b.err = c.failed
 	} else if !b.empty() {
 		c.stats.Commits++
-		for fk, s := range b.applied {
-			c.durable[fk] = s.lin
+		for _, r := range b.applied {
+			r.fs.durable, r.fs.hasDur = r.lin, true
 		}
 	}
 	c.sealed = nil
@@ -669,23 +705,26 @@ func (c *core) write(b *batch) error {
 	for _, e := range b.writes {
 		ws = append(ws, write{key: e.key, val: e.val, del: e.del})
 	}
-	for fk, s := range b.applied {
+	for i := range b.applied {
 		// The tail hash is read once per feed per batch, for the highest
-		// position. Staged records are copied: Apply may be reading them.
-		lin := s.lin
-		if o := s.origin; o != nil && o.TailHash != nil && lin.TailLen == 0 && lin.Position > 0 {
+		// position. Only the committer touches a sealed batch's records.
+		r := &b.applied[i]
+		lin := r.lin
+		if o := r.origin; o != nil && o.TailHash != nil && lin.TailLen == 0 && lin.Position > 0 {
 			n := int(min(lin.Position, maxTail))
 			if h, err := o.TailHash(lin.Position, n); err == nil {
 				lin.TailLen, lin.TailHash = n, h
+				r.lin = lin
+				// The feed's latest record is this one as long as no
+				// later line moved it: it gets the tail hash too.
+				c.mu.Lock()
+				if fs := r.fs; fs.latest.Applied == lin.Applied && fs.origin == r.origin && fs.latest.TailLen == 0 {
+					fs.latest.TailLen, fs.latest.TailHash = n, h
+				}
+				c.mu.Unlock()
 			}
 		}
-		c.mu.Lock()
-		b.applied[fk] = &staged{lin: lin, origin: s.origin}
-		if cur := c.latest[fk]; cur == s {
-			c.latest[fk] = b.applied[fk]
-		}
-		c.mu.Unlock()
-		ws = append(ws, write{key: appliedKey(fk.ns, fk.feed), val: encodeLineage(lin)})
+		ws = append(ws, write{key: appliedKey(r.fs.fk.ns, r.fs.fk.feed), val: encodeLineage(lin)})
 	}
 	lens := make(map[*Output]int64, len(b.outputs))
 	for name, p := range b.outputs {
@@ -817,8 +856,11 @@ func (s *nsStore) View(fn func(tx *Tx) error) error {
 func (s *nsStore) Applied(feed string) (dedupe.Lineage, bool) {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	l, ok := s.c.durable[feedKey{s.ns, feed}]
-	return l, ok
+	fs := s.c.feeds[feedKey{s.ns, feed}]
+	if fs == nil || !fs.hasDur {
+		return dedupe.Lineage{}, false
+	}
+	return fs.durable, true
 }
 
 func (s *nsStore) Bind(feed string, cp *checkpoint.Checkpoint) error { return s.c.bind(feed, cp) }
