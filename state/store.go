@@ -253,10 +253,11 @@ type core struct {
 
 	// Used only by the holder of applySem (Apply and View): scratch space
 	// that spares a line its allocations.
-	kbuf     []byte               // a full key being looked up
-	prefixes map[[2]string][]byte // namespace, bucket → key prefix
-	txs      []Tx                 // transactions not used yet
-	tw       txWrites             // the write set of the running Apply
+	kbuf    []byte                    // a full key being looked up
+	buckets map[[2]string]*bucketInfo // by namespace and name
+	txs     []Tx                      // transactions not used yet
+	ts      txState                   // the running Apply or View
+	tw      txWrites                  // the write set of the running Apply
 }
 
 func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, error) {
@@ -273,7 +274,7 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 		seq:      1,
 		changed:  make(chan struct{}),
 		feeds:    make(map[feedKey]*feedState),
-		prefixes: make(map[[2]string][]byte),
+		buckets:  make(map[[2]string]*bucketInfo),
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -509,29 +510,31 @@ func (c *core) feed(ns, feed string) *feedState {
 // its function stays done.
 func (c *core) newTx(ns string, d dedupe.Delivery, readOnly bool) *Tx {
 	if len(c.txs) == 0 {
-		c.txs = make([]Tx, 32)
+		c.txs = make([]Tx, 64)
 	}
 	tx := &c.txs[0]
 	c.txs = c.txs[1:]
-	tx.c, tx.ns, tx.d, tx.readOnly = c, ns, d, readOnly
+	ts := &c.ts
+	*ts = txState{c: c, ns: ns, d: d, readOnly: readOnly}
 	if !readOnly {
 		c.tw.reset()
-		tx.w = &c.tw
+		ts.w = &c.tw
 	}
+	tx.txState = ts
 	return tx
 }
 
-// prefix returns the key prefix of bucket b of namespace ns. The caller
-// holds applySem; the slice must not be modified.
-func (c *core) prefix(ns, b string) []byte {
-	if p, ok := c.prefixes[[2]string{ns, b}]; ok {
-		return p
+// bucket returns the name and key prefix of bucket b of namespace ns. The
+// caller holds applySem.
+func (c *core) bucket(ns, b string) *bucketInfo {
+	if bi := c.buckets[[2]string{ns, b}]; bi != nil {
+		return bi
 	}
-	p := dataPrefix(ns, b)
-	if len(c.prefixes) < 1024 {
-		c.prefixes[[2]string{ns, b}] = p
+	bi := &bucketInfo{name: b, prefix: dataPrefix(ns, b)}
+	if len(c.buckets) < 1024 {
+		c.buckets[[2]string{ns, b}] = bi
 	}
-	return p
+	return bi
 }
 
 // acquire takes the token that serializes Apply and View, or gives up when

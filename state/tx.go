@@ -16,25 +16,38 @@ import (
 // staged when the function returns nil, and discarded when it returns an
 // error. A Tx is valid only inside the function and must not be shared
 // with other goroutines. The Tx methods act on the namespace's root bucket.
+//
+// A Tx is a small handle, never reused, so that one kept past its function
+// stays done; what it works with (*txState) is the store's, reused by every
+// Apply and View (they are serialized).
 type Tx struct {
-	c        *core
-	ns       string
-	d        dedupe.Delivery
-	readOnly bool
-	done     bool
-	// w holds the transaction's writes: the store's scratch space, reused
-	// by every Apply (they are serialized). nil in View.
-	w *txWrites
+	*txState
+	done bool
 	// Buckets and output writers handed out, kept here so that a line
 	// that uses a few of them allocates nothing.
-	bk  [3]Bucket
+	bk  [2]Bucket
 	nbk int
 	ow  [1]OutputWriter
 	now int
 }
 
+// txState is the state of the running transaction.
+type txState struct {
+	c        *core
+	ns       string
+	d        dedupe.Delivery
+	readOnly bool
+	// w holds the transaction's writes (nil in View).
+	w *txWrites
+}
+
 // Delivery returns the delivery being applied; the zero Delivery in View.
-func (tx *Tx) Delivery() dedupe.Delivery { return tx.d }
+func (tx *Tx) Delivery() dedupe.Delivery {
+	if tx.done {
+		return dedupe.Delivery{}
+	}
+	return tx.d
+}
 
 // Bucket returns the bucket name of the transaction's namespace: a separate
 // key space. The name "" is the root bucket that the Tx methods use.
@@ -44,19 +57,19 @@ func (tx *Tx) Bucket(name string) *Bucket {
 			return &tx.bk[i]
 		}
 	}
-	var prefix []byte
+	var bi *bucketInfo
 	if tx.done {
 		// A Tx used late: its methods fail; do not touch the store.
-		prefix = dataPrefix(tx.ns, name)
+		bi = &bucketInfo{name: name}
 	} else {
-		prefix = tx.c.prefix(tx.ns, name)
+		bi = tx.c.bucket(tx.ns, name)
 	}
 	if tx.nbk < len(tx.bk) {
-		tx.bk[tx.nbk] = Bucket{tx: tx, name: name, prefix: prefix}
+		tx.bk[tx.nbk] = Bucket{tx: tx, bucketInfo: bi}
 		tx.nbk++
 		return &tx.bk[tx.nbk-1]
 	}
-	return &Bucket{tx: tx, name: name, prefix: prefix}
+	return &Bucket{tx: tx, bucketInfo: bi}
 }
 
 func (tx *Tx) root() *Bucket { return tx.Bucket("") }
@@ -228,7 +241,12 @@ func (w *txWrites) output(name string, o0 int) {
 
 // Bucket is a key space of a namespace, inside one transaction.
 type Bucket struct {
-	tx     *Tx
+	tx *Tx
+	*bucketInfo
+}
+
+// bucketInfo is a bucket's name and key prefix, made once per store.
+type bucketInfo struct {
 	name   string
 	prefix []byte
 }
