@@ -203,6 +203,11 @@ func (b *batch) put(k, v []byte, del bool) {
 		e.key = b.bytes(k)
 		b.writes[string(e.key)] = e
 	}
+	b.update(e, v, del)
+}
+
+// update changes the entry e of b.
+func (b *batch) update(e *entry, v []byte, del bool) {
 	switch {
 	case del:
 		e.val, e.del = nil, true
@@ -233,9 +238,13 @@ type core struct {
 	outMu   sync.Mutex // serializes output declarations
 	outputs map[string]*Output
 
-	mu       sync.Mutex
-	cur      *batch // staging
-	sealed   *batch // cut, being committed
+	mu     sync.Mutex
+	cur    *batch // staging
+	sealed *batch // cut, being committed
+	// recent is the last batch committed, kept as a cache of durable
+	// values: a line that reads a key its batch has not written yet finds
+	// it here rather than in the backend. nil after a failed commit.
+	recent   *batch
 	changed  chan struct{}
 	feeds    map[feedKey]*feedState
 	lastFeed *feedState // the one of the last Apply
@@ -253,11 +262,12 @@ type core struct {
 
 	// Used only by the holder of applySem (Apply and View): scratch space
 	// that spares a line its allocations.
-	kbuf    []byte                    // a full key being looked up
-	buckets map[[2]string]*bucketInfo // by namespace and name
-	txs     []Tx                      // transactions not used yet
-	ts      txState                   // the running Apply or View
-	tw      txWrites                  // the write set of the running Apply
+	kbuf        []byte                    // a full key being looked up
+	buckets     map[[2]string]*bucketInfo // by namespace and name
+	lastBuckets [4]*bucketInfo            // the last ones asked for
+	txs         []Tx                      // transactions not used yet
+	ts          txState                   // the running Apply or View
+	tw          txWrites                  // the write set of the running Apply
 }
 
 func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, error) {
@@ -416,6 +426,7 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 	}
 	fs := c.feed(ns, d.Feed)
 	last, dur, hasDur, v, cached := fs.latest, fs.durable, fs.hasDur, fs.verdict, fs.cached
+	cur, sealed, recent := c.cur, c.sealed, c.recent
 	c.mu.Unlock()
 
 	if skip, byLineage := c.redelivery(fs, d, last, dur, hasDur, v, cached); skip {
@@ -429,6 +440,7 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 	}
 
 	tx := c.newTx(ns, d, false)
+	tx.cur, tx.sealed, tx.recent = cur, sealed, recent
 	err := fn(tx)
 	tx.done = true
 	if err != nil {
@@ -446,7 +458,11 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 	}
 	tw := &c.tw
 	for _, x := range tw.ws {
-		b.put(tw.buf[x.k0:x.k1], tw.buf[x.v0:x.v1], x.del)
+		if x.e != nil && x.seq == b.seq {
+			b.update(x.e, tw.buf[x.v0:x.v1], x.del)
+		} else {
+			b.put(tw.buf[x.k0:x.k1], tw.buf[x.v0:x.v1], x.del)
+		}
 	}
 	for _, o := range tw.outs {
 		b.outputs[o.name] = append(b.outputs[o.name], tw.obuf[o.o0:o.o1]...)
@@ -527,10 +543,17 @@ func (c *core) newTx(ns string, d dedupe.Delivery, readOnly bool) *Tx {
 // bucket returns the name and key prefix of bucket b of namespace ns. The
 // caller holds applySem.
 func (c *core) bucket(ns, b string) *bucketInfo {
-	if bi := c.buckets[[2]string{ns, b}]; bi != nil {
-		return bi
+	for _, bi := range c.lastBuckets {
+		if bi != nil && bi.name == b && bi.ns == ns {
+			return bi
+		}
 	}
-	bi := &bucketInfo{name: b, prefix: dataPrefix(ns, b)}
+	bi := c.buckets[[2]string{ns, b}]
+	if bi == nil {
+		bi = &bucketInfo{ns: ns, name: b, prefix: dataPrefix(ns, b)}
+	}
+	copy(c.lastBuckets[1:], c.lastBuckets[:])
+	c.lastBuckets[0] = bi
 	if len(c.buckets) < 1024 {
 		c.buckets[[2]string{ns, b}] = bi
 	}
@@ -679,11 +702,15 @@ func (c *core) commit(b *batch) {
 	}
 	if c.failed != nil {
 		b.err = c.failed
+		c.recent = nil
 	} else if !b.empty() {
 		c.stats.Commits++
 		for _, r := range b.applied {
 			r.fs.durable, r.fs.hasDur = r.lin, true
 		}
+		// Its values are now those of the backend, until a later batch
+		// commits and takes its place.
+		c.recent = b
 	}
 	c.sealed = nil
 	// A batch that filled up, or grew old, while this one committed is cut
@@ -844,13 +871,15 @@ func (s *nsStore) Apply(ctx context.Context, d dedupe.Delivery, fn func(tx *Tx) 
 func (s *nsStore) View(fn func(tx *Tx) error) error {
 	_ = s.c.acquire(context.Background())
 	defer s.c.release()
+	tx := s.c.newTx(s.ns, dedupe.Delivery{}, true)
 	s.c.mu.Lock()
 	closed := s.c.closed
+	tx.cur, tx.sealed, tx.recent = s.c.cur, s.c.sealed, s.c.recent
 	s.c.mu.Unlock()
 	if closed {
+		tx.done = true
 		return ErrClosed
 	}
-	tx := s.c.newTx(s.ns, dedupe.Delivery{}, true)
 	err := fn(tx)
 	tx.done = true
 	return err

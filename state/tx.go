@@ -39,6 +39,13 @@ type txState struct {
 	readOnly bool
 	// w holds the transaction's writes (nil in View).
 	w *txWrites
+	// The batches and the last committed one as they were when the
+	// transaction started; reads look there without the store's lock.
+	// Nothing changes them while a transaction runs: only Apply, after its
+	// function returned, stages into a batch, and Apply and View are
+	// serialized. A batch that commits meanwhile holds the same values as
+	// the backend.
+	cur, sealed, recent *batch
 }
 
 // Delivery returns the delivery being applied; the zero Delivery in View.
@@ -60,7 +67,7 @@ func (tx *Tx) Bucket(name string) *Bucket {
 	var bi *bucketInfo
 	if tx.done {
 		// A Tx used late: its methods fail; do not touch the store.
-		bi = &bucketInfo{name: name}
+		bi = &bucketInfo{ns: tx.ns, name: name}
 	} else {
 		bi = tx.c.bucket(tx.ns, name)
 	}
@@ -133,6 +140,12 @@ func (tx *Tx) check(write bool) error {
 // one arena, its output bytes in another. The store keeps one and reuses it
 // for every Apply, so that a line allocates nothing for its writes.
 type txWrites struct {
+	// hint is the entry of the current batch that the last read found,
+	// in the batch numbered hintSeq: the write that follows the read of
+	// the same key (AddInt64) updates it without looking it up again.
+	hint    *entry
+	hintSeq uint64
+
 	ws   []txWrite
 	buf  []byte         // keys and values of ws
 	idx  map[string]int // key → index in ws, once ws is large
@@ -144,6 +157,9 @@ type txWrites struct {
 type txWrite struct {
 	k0, k1, v0, v1 int
 	del            bool
+	// e, if not nil, is the key's entry in the batch numbered seq.
+	e   *entry
+	seq uint64
 }
 
 // txOut is bytes staged for an output: obuf[o0:o1].
@@ -157,6 +173,7 @@ type txOut struct {
 const indexAt = 16
 
 func (w *txWrites) reset() {
+	w.hint = nil
 	w.ws = w.ws[:0]
 	w.outs = w.outs[:0]
 	// Do not keep the memory of an unusually large transaction.
@@ -211,7 +228,11 @@ func (w *txWrites) set(k, v []byte, del bool) {
 	if i < 0 {
 		k0 := len(w.buf)
 		w.buf = append(w.buf, k...)
-		w.ws = append(w.ws, txWrite{k0: k0, k1: len(w.buf)})
+		x := txWrite{k0: k0, k1: len(w.buf)}
+		if w.hint != nil && bytes.Equal(w.hint.key, k) {
+			x.e, x.seq = w.hint, w.hintSeq
+		}
+		w.ws = append(w.ws, x)
 		i = len(w.ws) - 1
 		switch {
 		case len(w.ws) == indexAt:
@@ -225,6 +246,7 @@ func (w *txWrites) set(k, v []byte, del bool) {
 			w.idx[string(k)] = i
 		}
 	}
+	w.hint = nil
 	v0 := len(w.buf)
 	w.buf = append(w.buf, v...)
 	w.ws[i].v0, w.ws[i].v1, w.ws[i].del = v0, len(w.buf), del
@@ -247,8 +269,8 @@ type Bucket struct {
 
 // bucketInfo is a bucket's name and key prefix, made once per store.
 type bucketInfo struct {
-	name   string
-	prefix []byte
+	ns, name string
+	prefix   []byte
 }
 
 // key returns the full key of k in the store's scratch buffer, valid until
@@ -269,26 +291,27 @@ func (b *Bucket) Get(key []byte) ([]byte, bool, error) {
 }
 
 func (tx *Tx) get(k []byte) ([]byte, bool, error) {
-	if w := tx.w; w != nil {
+	w := tx.w
+	if w != nil {
+		w.hint = nil
 		if v, exists, ok := w.get(k); ok {
 			return v, exists, nil
 		}
 	}
+	e := tx.cur.writes[string(k)]
+	if e != nil && w != nil {
+		w.hint, w.hintSeq = e, tx.cur.seq
+	}
+	if e == nil && tx.sealed != nil {
+		e = tx.sealed.writes[string(k)]
+	}
+	if e == nil && tx.recent != nil {
+		e = tx.recent.writes[string(k)]
+	}
+	if e != nil {
+		return e.val[:len(e.val):len(e.val)], !e.del, nil
+	}
 	c := tx.c
-	c.mu.Lock()
-	e := c.cur.writes[string(k)]
-	if e == nil && c.sealed != nil {
-		e = c.sealed.writes[string(k)]
-	}
-	var val []byte
-	var del bool
-	if e != nil {
-		val, del = e.val, e.del
-	}
-	c.mu.Unlock()
-	if e != nil {
-		return val[:len(val):len(val)], !del, nil
-	}
 	// Not staged: the durable state holds the latest value. A batch that
 	// commits meanwhile held no change of k, so cannot change it.
 	v, ok, err := c.eng.get(k)
