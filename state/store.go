@@ -265,6 +265,7 @@ type core struct {
 	kbuf        []byte                    // a full key being looked up
 	buckets     map[[2]string]*bucketInfo // by namespace and name
 	lastBuckets [4]*bucketInfo            // the last ones asked for
+	ows         []OutputWriter            // output writers not used yet
 	txs         []Tx                      // transactions not used yet
 	ts          txState                   // the running Apply or View
 	tw          txWrites                  // the write set of the running Apply
@@ -526,12 +527,12 @@ func (c *core) feed(ns, feed string) *feedState {
 // its function stays done.
 func (c *core) newTx(ns string, d dedupe.Delivery, readOnly bool) *Tx {
 	if len(c.txs) == 0 {
-		c.txs = make([]Tx, 64)
+		c.txs = make([]Tx, 128)
 	}
 	tx := &c.txs[0]
 	c.txs = c.txs[1:]
 	ts := &c.ts
-	*ts = txState{c: c, ns: ns, d: d, readOnly: readOnly}
+	ts.c, ts.ns, ts.d, ts.readOnly, ts.w, ts.ow = c, ns, d, readOnly, nil, nil
 	if !readOnly {
 		c.tw.reset()
 		ts.w = &c.tw

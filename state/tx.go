@@ -23,12 +23,10 @@ import (
 type Tx struct {
 	*txState
 	done bool
-	// Buckets and output writers handed out, kept here so that a line
-	// that uses a few of them allocates nothing.
-	bk  [2]Bucket
-	nbk int
-	ow  [1]OutputWriter
-	now int
+	nbk  uint8
+	// The buckets handed out, kept here so that a line that uses one or
+	// two allocates nothing.
+	bk [2]Bucket
 }
 
 // txState is the state of the running transaction.
@@ -46,6 +44,8 @@ type txState struct {
 	// serialized. A batch that commits meanwhile holds the same values as
 	// the backend.
 	cur, sealed, recent *batch
+	// ow is the last output writer handed out.
+	ow *OutputWriter
 }
 
 // Delivery returns the delivery being applied; the zero Delivery in View.
@@ -59,7 +59,7 @@ func (tx *Tx) Delivery() dedupe.Delivery {
 // Bucket returns the bucket name of the transaction's namespace: a separate
 // key space. The name "" is the root bucket that the Tx methods use.
 func (tx *Tx) Bucket(name string) *Bucket {
-	for i := range tx.nbk {
+	for i := range int(tx.nbk) {
 		if tx.bk[i].name == name {
 			return &tx.bk[i]
 		}
@@ -71,7 +71,7 @@ func (tx *Tx) Bucket(name string) *Bucket {
 	} else {
 		bi = tx.c.bucket(tx.ns, name)
 	}
-	if tx.nbk < len(tx.bk) {
+	if int(tx.nbk) < len(tx.bk) {
 		tx.bk[tx.nbk] = Bucket{tx: tx, bucketInfo: bi}
 		tx.nbk++
 		return &tx.bk[tx.nbk-1]
@@ -113,17 +113,24 @@ func (tx *Tx) ForEach(fn func(key, value []byte) error) error { return tx.root()
 // needed). The bytes are appended when the transaction's batch commits,
 // exactly once. Writing inside View fails with [ErrReadOnly].
 func (tx *Tx) Output(name string) *OutputWriter {
-	for i := range tx.now {
-		if tx.ow[i].name == name {
-			return &tx.ow[i]
-		}
+	if tx.done {
+		return &OutputWriter{tx: tx, name: name}
 	}
-	if tx.now < len(tx.ow) {
-		tx.ow[tx.now] = OutputWriter{tx: tx, name: name}
-		tx.now++
-		return &tx.ow[tx.now-1]
+	// The writers of the running transaction are remembered in its
+	// state, and cut from a slab: one kept past its function stays done.
+	ts := tx.txState
+	if w := ts.ow; w != nil && w.tx == tx && w.name == name {
+		return w
 	}
-	return &OutputWriter{tx: tx, name: name}
+	c := tx.c
+	if len(c.ows) == 0 {
+		c.ows = make([]OutputWriter, 64)
+	}
+	w := &c.ows[0]
+	c.ows = c.ows[1:]
+	w.tx, w.name = tx, name
+	ts.ow = w
+	return w
 }
 
 func (tx *Tx) check(write bool) error {
