@@ -303,6 +303,11 @@
 //     source is stopped: the file in between is never opened.
 //   - Lines a writer appends to a rotated-away file after the source has read
 //     it to its end and moved to the new file.
+//   - A rotation noticed while running stores the new file's epoch as soon
+//     as the source opens it, while lines of the old file it delivered may
+//     not be applied yet: a crash then loses them (the pointer names the new
+//     file). Only the input renamed away while stopped waits for its lines
+//     to be committed before the source moves on.
 //   - On platforms without file identities (not Unix), a replacement by
 //     rename is only seen through the size, the fingerprint and the tail
 //     hash.

@@ -117,7 +117,7 @@ func TestRenamedAwayWhileStoppedIsFinished(t *testing.T) {
 			t.Fatalf("moved on before the renamed file's lines were committed: %+v %v", h, err)
 		}
 	}
-	if st := s.Status(); st.State != StateBehind || !strings.Contains(st.Detail, "committed") || st.Epoch != epoch {
+	if st := s.Status(); st.State != StateBehind || !strings.Contains(st.Detail, "to be committed") || st.Epoch != epoch {
 		t.Fatalf("status %+v", st)
 	}
 	if res := loadPointer(t, p); res.Pointer.Identity != oldID || res.Pointer.Epoch != epoch || res.Pointer.Position != 120*32 {
