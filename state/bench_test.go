@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -75,6 +76,8 @@ func BenchmarkApplySync(b *testing.B) {
 // a final Flush made everything durable.
 func benchLedger(b *testing.B, be backend, o *Options) {
 	o.Logger = quietLogger()
+	var co commitTimes
+	o.Observer = &co
 	s, err := be.open(b.TempDir(), o)
 	if err != nil {
 		b.Fatal(err)
@@ -110,8 +113,19 @@ func benchLedger(b *testing.B, be backend, o *Options) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(cpuTime()-cpu0)/float64(n), "cpu-ns/line")
+	if co.n.Load() > 0 {
+		b.ReportMetric(float64(co.ns.Load())/float64(co.n.Load())/1e3, "µs/commit")
+	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "lines/s")
 	b.ReportMetric(float64(s.Stats().Commits), "commits")
+}
+
+// commitTimes adds up the time of the commits.
+type commitTimes struct{ n, ns atomic.Int64 }
+
+func (c *commitTimes) ObserveCommit(_ int, d time.Duration) {
+	c.n.Add(1)
+	c.ns.Add(int64(d))
 }
 
 // cpuTime returns the process's CPU time (user and system, all threads)

@@ -230,8 +230,10 @@ func (w *txWrites) get(k []byte) (val []byte, exists, ok bool) {
 	return w.buf[x.v0:x.v1:x.v1], !x.del, true
 }
 
-func (w *txWrites) set(k, v []byte, del bool) {
-	i := w.find(k)
+func (w *txWrites) set(k, v []byte, del bool) { w.setAt(w.find(k), k, v, del) }
+
+// setAt sets the write of k, at index i of ws or a new one if i < 0.
+func (w *txWrites) setAt(i int, k, v []byte, del bool) {
 	if i < 0 {
 		k0 := len(w.buf)
 		w.buf = append(w.buf, k...)
@@ -298,12 +300,20 @@ func (b *Bucket) Get(key []byte) ([]byte, bool, error) {
 }
 
 func (tx *Tx) get(k []byte) ([]byte, bool, error) {
+	if w := tx.w; w != nil {
+		if v, exists, ok := w.get(k); ok {
+			w.hint = nil
+			return v, exists, nil
+		}
+	}
+	return tx.getStaged(k)
+}
+
+// getStaged returns the value of k as staged in the batches, or durable.
+func (tx *Tx) getStaged(k []byte) ([]byte, bool, error) {
 	w := tx.w
 	if w != nil {
 		w.hint = nil
-		if v, exists, ok := w.get(k); ok {
-			return v, exists, nil
-		}
 	}
 	e := tx.cur.writes[string(k)]
 	if e != nil && w != nil {
@@ -370,6 +380,33 @@ func (b *Bucket) PutInt64(key []byte, v int64) error {
 // AddInt64 adds delta to the int64 at key (0 when absent) and returns the
 // new value: a counter or a balance.
 func (b *Bucket) AddInt64(key []byte, delta int64) (int64, error) {
+	if tx := b.tx; !tx.done && tx.w != nil {
+		// In Apply: the key is made and looked up once.
+		k, w := b.key(key), tx.w
+		i := w.find(k)
+		var v []byte
+		var ok bool
+		if i >= 0 {
+			x := w.ws[i]
+			v, ok = w.buf[x.v0:x.v1], !x.del
+		} else {
+			var err error
+			if v, ok, err = tx.getStaged(k); err != nil {
+				return 0, err
+			}
+		}
+		var n int64
+		if ok {
+			if n, ok = decodeInt64(v); !ok {
+				return 0, fmt.Errorf("key %q of bucket %q: %d bytes: %w", key, b.name, len(v), ErrNotInt64)
+			}
+		}
+		n += delta
+		var a [8]byte
+		binary.BigEndian.PutUint64(a[:], uint64(n))
+		w.setAt(i, k, a[:], false)
+		return n, nil
+	}
 	n, err := b.GetInt64(key)
 	if err != nil {
 		return 0, err
