@@ -202,12 +202,11 @@
 //     epoch: the same position space, its Origin names that file, and
 //     commits move the pointer as usual ([Status] Detail says
 //     [ReasonRenamedAway], and a warning names the file);
-//   - at its end, its unterminated last line (if any) is dropped and
-//     reported, as at a rotation, and the source waits (Poll returns 0,
-//     state behind) until every line it delivered from that file is
-//     committed: only then does it open the file at the path, which is
-//     compared with the file left as at any reopen (a new file: from 0
-//     under a new epoch, stored at once).
+//   - at its end, it moves to the file at the path as at a rotation: the
+//     unterminated last line (if any) is dropped and reported, the file at
+//     the path is compared with the file left (a new file: from 0 under a
+//     new epoch, stored at once), and the source first waits until every
+//     line it delivered from the renamed file is committed.
 //
 // A source started while the path names no file (the new file not created
 // yet) looks for the renamed file once, at its first Poll: it finishes it
@@ -218,12 +217,7 @@
 // committed, so a crash while finishing it finds it again at the next start
 // and goes on from the last commit; once the source has moved on, the
 // pointer names the file at the path, and the renamed file is not read
-// again. Waiting for the commits keeps a crash at the switch from
-// re-applying lines: the store records one (epoch, position) per feed, and
-// the renamed file's lines, read again after lines of the new epoch were
-// applied, would look new to it. A consumer that does not commit until it
-// sees more lines would wait forever: commit what is processed (the
-// framework does, every duty cycle).
+// again.
 //
 // Limits: a folder of more than 4096 entries is not scanned (warning); a
 // file deleted, or moved to another folder, while the source was stopped
@@ -266,6 +260,21 @@
 //     lines there are new.
 //   - An unterminated last line of the old file is not delivered: it is
 //     counted (Status.PartialDropped), logged and passed to OnReject.
+//   - Committed only: when the file at the path would start a new epoch (or
+//     there is none) and lines delivered from the old file (rotated or
+//     replaced, not truncated) are not committed yet, the source waits: Poll
+//     returns 0, state behind, detail "<reason>: waiting for the lines read
+//     from the old file to be committed", and it moves on at the first Poll
+//     after the commit of the last of them. The new epoch is stored as soon
+//     as the source moves on; were it stored while old lines are still being
+//     processed, a crash would skip them (the pointer would name the new
+//     file), and a crash after lines of the new epoch are applied would make
+//     the old lines, read again, look new to a store. Killed while it waits,
+//     the pointer still names the old file, which the next start finds by
+//     its identity (see "An input renamed away while stopped"). A copy
+//     renamed over the path (the same epoch goes on) does not wait. A
+//     consumer must commit what it has processed without waiting for more
+//     lines (the framework commits every duty cycle).
 //   - A path with no file (a rotation in progress) is not a change: the open
 //     file is read on, and the source reports caught up.
 //
@@ -303,11 +312,6 @@
 //     source is stopped: the file in between is never opened.
 //   - Lines a writer appends to a rotated-away file after the source has read
 //     it to its end and moved to the new file.
-//   - A rotation noticed while running stores the new file's epoch as soon
-//     as the source opens it, while lines of the old file it delivered may
-//     not be applied yet: a crash then loses them (the pointer names the new
-//     file). Only the input renamed away while stopped waits for its lines
-//     to be committed before the source moves on.
 //   - On platforms without file identities (not Unix), a replacement by
 //     rename is only seen through the size, the fingerprint and the tail
 //     hash.

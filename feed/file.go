@@ -465,40 +465,13 @@ func (s *FileSource) read(items []Item) (int, error) {
 				s.setState(StateBehind, s.reopenReason)
 				return n, nil
 			}
-			if s.waitCommits() {
-				return 0, nil
-			}
 			reopened = true
-			if err := s.reopen(); err != nil || s.in == nil {
-				return 0, err
+			if err := s.reopen(); err != nil || s.in == nil || s.reopenReason != "" {
+				return 0, err // an error, waiting for the path, or for commits
 			}
 			checked = false
 		}
 	}
-}
-
-// waitCommits reports whether a reopen must wait: the file being left is
-// the input renamed away while the source was stopped, and lines delivered
-// from it are not committed. The reopen stores a new epoch at once when
-// the file at the path is a new one; were the source killed before those
-// lines are applied, the pointer would have passed them (a gap), and were
-// it killed after lines of the new epoch are applied, the renamed file's
-// lines, read again, would look new to a store. So the source leaves it
-// only once the pointer names the end of what it delivered from it;
-// meanwhile Poll returns 0, behind, and commits land as usual.
-//
-// A rotation noticed while running (ReasonReplaced) does not wait yet: see
-// the package documentation, "What is not detected".
-func (s *FileSource) waitCommits() bool {
-	if s.pf == nil || s.lastDelivered <= s.committed || s.reopenReason != ReasonRenamedAway {
-		return false
-	}
-	s.retryCommit()
-	if s.lastDelivered <= s.committed {
-		return false
-	}
-	s.setState(StateBehind, s.reopenReason+": waiting for the lines read from the old file to be committed")
-	return true
 }
 
 // noteRead keeps the last (up to 64) bytes read, b being the bytes just
@@ -612,12 +585,70 @@ func (s *FileSource) startReopen(reason string) {
 // the path again.
 func (s *FileSource) reopen() error {
 	reason := s.reopenReason
+	c := s.leaving(reason)
+	if s.pf != nil && !c.forceNew && s.lastDelivered > s.committed && s.startsNewEpoch(c) {
+		// The file at the path would start a new epoch, stored at once,
+		// while lines delivered from the file left are not committed: were
+		// the source killed before they are applied, the pointer would
+		// have passed them (a gap); killed after lines of the new epoch
+		// are applied, the left file's lines, read again (an input
+		// renamed away), would look new to a store. So the source leaves
+		// the file only once its delivered lines are committed; meanwhile
+		// Poll returns 0, behind, and commits land as usual.
+		s.retryCommit()
+		if s.lastDelivered > s.committed {
+			s.setState(StateBehind, reason+": waiting for the lines read from the old file to be committed")
+			return nil
+		}
+	}
 	s.reopenReason = ""
 	if reason == ReasonRenamedAway {
 		s.log.Info("feed: finished the input renamed away while the source was stopped: opening the file at the path",
 			"path", s.path, "renamed", s.renamed, "epoch", s.epoch, "position", s.fr.position())
 		s.renamed = ""
 	}
+	s.mu.Lock()
+	s.reopens[reason]++
+	s.lastReopenReason = reason
+	s.lastReopenAt = s.now()
+	s.mu.Unlock()
+	err := s.in.close()
+	s.in = nil
+	s.cont = c
+	if err != nil {
+		s.log.Warn("feed: closing the old input failed", "path", s.path, "err", err)
+	}
+	return s.open(false)
+}
+
+// startsNewEpoch reports whether the file at the path, compared with the
+// file left (c), would be read under a new epoch: another file, or none,
+// or one that cannot be read. It opens and reads the path's file, and
+// closes it.
+func (s *FileSource) startsNewEpoch(c *continuation) bool {
+	if !c.ok {
+		return true
+	}
+	f, err := s.fs.Open(s.path)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return true
+	}
+	h := &inputFile{f: f, name: s.path}
+	size := fi.Size()
+	head, err := s.readHead(h, size)
+	if err != nil {
+		return true
+	}
+	return s.sameContent(h, size, head, c.end, c.fp, c.tailLen, c.tailHash) != ""
+}
+
+// leaving describes the open file as a reopen for reason leaves it.
+func (s *FileSource) leaving(reason string) *continuation {
 	c := &continuation{
 		forceNew: reason == ReasonTruncated || reason == ReasonRewritten,
 		pos:      s.fr.position(),
@@ -640,18 +671,7 @@ func (s *FileSource) reopen() error {
 		c.tailHash = th
 		c.ok = terr == nil && n == len(head) && (herr == nil || errors.Is(herr, io.EOF))
 	}
-	s.mu.Lock()
-	s.reopens[reason]++
-	s.lastReopenReason = reason
-	s.lastReopenAt = s.now()
-	s.mu.Unlock()
-	err := s.in.close()
-	s.in = nil
-	s.cont = c
-	if err != nil {
-		s.log.Warn("feed: closing the old input failed", "path", s.path, "err", err)
-	}
-	return s.open(false)
+	return c
 }
 
 // dropPartial reports the unterminated last line of the file a reopen left,

@@ -439,3 +439,57 @@ func TestRenamedAwayPathMissingNothingLeft(t *testing.T) {
 		t.Fatalf("%+v", g)
 	}
 }
+
+// TestRotationWaitsForOldLinesCommitted: a rotation noticed while running
+// opens the new file (and stores its epoch) only once the lines delivered
+// from the old file are committed. Killed while it waits, the pointer still
+// names the old file: the restart finds it renamed and delivers its
+// uncommitted lines again before the new file; nothing is skipped.
+func TestRotationWaitsForOldLinesCommitted(t *testing.T) {
+	a, b := genLines("a", 0, 50), genLines("b", 0, 10)
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			p := input(t, a)
+			oldID := identityOf(t, p)
+			s := open(t, p, Config{})
+			g := s.drain()
+			epoch := g[0].Epoch
+			if err := s.Commit(epoch, g[19].Position); err != nil {
+				t.Fatal(err)
+			}
+			rename(t, p, p+".1")
+			write(t, p, b)
+			for range 3 {
+				if h, err := s.poll(); len(h) != 0 || err != nil {
+					t.Fatalf("the new file was read before the old lines were committed: %+v %v", h, err)
+				}
+			}
+			if st := s.Status(); st.State != StateBehind || !strings.Contains(st.Detail, "to be committed") {
+				t.Fatalf("status %+v", st)
+			}
+			if res := loadPointer(t, p); res.Pointer.Identity != oldID || res.Pointer.Epoch != epoch || res.Pointer.Position != 20*32 {
+				t.Fatalf("pointer %+v", res.Pointer)
+			}
+			if !crash {
+				if err := s.Commit(epoch, g[49].Position); err != nil {
+					t.Fatal(err)
+				}
+				if e := wantLines(t, "new file", s.takeCommit(10), b, 0); e <= epoch {
+					t.Fatalf("new file in epoch %d", e)
+				}
+				return
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = open(t, p, Config{})
+			g = s.takeCommit(30 + 10)
+			if wantLines(t, "renamed file", g[:30], a, 20*32) != epoch {
+				t.Fatalf("epoch %d, want %d", g[0].Epoch, epoch)
+			}
+			if e := wantLines(t, "new file", g[30:], b, 0); e <= epoch {
+				t.Fatalf("new file in epoch %d", e)
+			}
+		})
+	}
+}

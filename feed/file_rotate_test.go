@@ -204,19 +204,27 @@ func TestRotationWriteTempAndRename(t *testing.T) {
 
 // TestRotationReadsOldFileToItsEnd: lines the writer appended to the old
 // file before the new one appeared are read first; the unterminated last
-// line of the old file is dropped, counted, logged and rejected; commits of
+// line of the old file is dropped, counted, logged and rejected; the new
+// file is opened once the old file's lines are committed; later commits of
 // the old epoch are ignored.
 func TestRotationReadsOldFileToItsEnd(t *testing.T) {
 	p := input(t, "a\n")
 	s := open(t, p, Config{})
 	g := s.drain()
 	old := g[0].Epoch
+	if err := s.Commit(old, 2); err != nil {
+		t.Fatal(err)
+	}
 	appendTo(t, p, "b\npart")
 	if err := os.Rename(p, p+".1"); err != nil {
 		t.Fatal(err)
 	}
 	write(t, p, "n\n")
 	g = s.drain()
+	if err := s.Commit(old, 4); err != nil {
+		t.Fatal(err)
+	}
+	g = append(g, s.drain()...)
 	if fmt.Sprint(lines(g)) != "[b n]" || g[0].Epoch != old || g[0].Position != 4 || g[1].Epoch <= old || g[1].Position != 2 {
 		t.Fatalf("%+v", g)
 	}
@@ -261,6 +269,9 @@ func TestRotationGapWithNoFile(t *testing.T) {
 	if st := s.Status(); st.State != StateCaughtUp || len(st.Reopens) != 0 {
 		t.Fatalf("status %+v", st)
 	}
+	if err := s.Commit(old, g[0].Position); err != nil {
+		t.Fatal(err)
+	}
 	write(t, p, "new\n")
 	g = s.drain()
 	if fmt.Sprint(lines(g)) != "[new]" || g[0].Epoch <= old {
@@ -274,6 +285,9 @@ func TestReplacedByRenameNoticedWithinOneIdlePoll(t *testing.T) {
 	p := input(t, "one\ntwo\n")
 	s := open(t, p, Config{})
 	old := s.drain()[0].Epoch
+	if err := s.Commit(old, 8); err != nil {
+		t.Fatal(err)
+	}
 	replaceByRename(t, p, "three\n")
 	g, err := s.poll()
 	if err != nil || fmt.Sprint(lines(g)) != "[three]" || g[0].Epoch <= old || g[0].Position != 6 {
@@ -549,6 +563,9 @@ func TestOriginConcurrentWithRotation(t *testing.T) {
 	if n, err := s.Poll(ctx, s.items); n != 1 || err != nil {
 		t.Fatal(n, err)
 	}
+	if err := s.Commit(s.items[0].Epoch, s.items[0].Position); err != nil {
+		t.Fatal(err)
+	}
 	var origins atomic.Pointer[dedupe.Origin]
 	origins.Store(s.items[0].Origin)
 	stop := make(chan struct{})
@@ -569,6 +586,9 @@ func TestOriginConcurrentWithRotation(t *testing.T) {
 		g, err := s.poll()
 		if err != nil || len(g) != 1 {
 			t.Fatalf("round %d: %+v %v", i, g, err)
+		}
+		if err := s.Commit(g[0].Epoch, g[0].Position); err != nil {
+			t.Fatal(err)
 		}
 		origins.Store(s.items[0].Origin)
 	}
@@ -670,6 +690,11 @@ func TestRotationGapConcurrentWriter(t *testing.T) {
 		}
 		all = append(all, g...)
 		seen.Store(int64(len(all)))
+		if len(g) > 0 {
+			if err := s.Commit(g[len(g)-1].Epoch, g[len(g)-1].Position); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if len(g) == 0 {
 			if st := s.Status(); st.State == StateWaiting {
 				t.Fatalf("a path with no file for a moment is not a reason to wait: %+v", st)
