@@ -174,9 +174,10 @@ func (s *syncBuffer) String() string {
 // hub carries the applied count of whichever child runs now to a writer
 // that paces itself by the ledger's progress.
 type hub struct {
-	mu      sync.Mutex
-	applied int64
-	changed chan struct{}
+	mu       sync.Mutex
+	applied  int64
+	restarts int64 // children started
+	changed  chan struct{}
 }
 
 func newHub() *hub { return &hub{changed: make(chan struct{})} }
@@ -189,11 +190,31 @@ func (h *hub) set(n int64) {
 	h.mu.Unlock()
 }
 
+func (h *hub) started() {
+	h.mu.Lock()
+	h.restarts++
+	close(h.changed)
+	h.changed = make(chan struct{})
+	h.mu.Unlock()
+}
+
+func (h *hub) startedCount() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.restarts
+}
+
 // wait waits until applied >= n, or stop is closed (false).
 func (h *hub) wait(n int64, stop <-chan struct{}) bool {
+	return h.waitOrRestart(n, -1, stop)
+}
+
+// waitOrRestart waits until applied >= n or more than restarts children
+// were started (restarts < 0: only the first), or stop is closed (false).
+func (h *hub) waitOrRestart(n, restarts int64, stop <-chan struct{}) bool {
 	for {
 		h.mu.Lock()
-		ok, ch := h.applied >= n, h.changed
+		ok, ch := h.applied >= n || (restarts >= 0 && h.restarts > restarts), h.changed
 		h.mu.Unlock()
 		if ok {
 			return true
@@ -245,6 +266,9 @@ func startHub(t *testing.T, logDir string, h *hub, args ...string) *child {
 	}
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	if h != nil {
+		h.started()
 	}
 	go c.follow(stdout, lw, lf)
 	t.Cleanup(func() {

@@ -2,11 +2,16 @@ package torture
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/tidemark-go/tidemark/feed"
 )
 
 // TestRotationUnderKills is scenario 2: a writer appends steadily (paced by
@@ -18,8 +23,11 @@ import (
 // follows with --follow and is killed at random moments chosen by
 // progress. Every line of every generation is applied exactly once.
 //
-// A file is renamed away only once its lines are durable in the store: see
-// TestRenamedAwayWhileDown for the lines of a file renamed away unread.
+// A file is renamed away once its lines are durable in the store. With
+// TIDEMARK_KNOWN_BUGS=1 it is renamed away as soon as the pointer names it,
+// read to its end or not, which shows open defect D4 (RELIABILITY.md). The
+// writer never rotates twice before the feed has opened the file in
+// between: that file would be skipped, a documented limit.
 func TestRotationUnderKills(t *testing.T) {
 	track(t)
 	rng := newRand(t)
@@ -54,8 +62,20 @@ func TestRotationUnderKills(t *testing.T) {
 			var written int64
 			for g, b := range genLines {
 				if g > 0 {
-					// Rotate once the old file's lines are durable.
-					if !h.wait(written, stop) {
+					if knownBugs {
+						// Rotate as soon as the pointer names the
+						// current file, without waiting for the
+						// reader to finish it: a kill now leaves
+						// lines of the renamed file unread or not yet
+						// durable. Open defect D4: lines delivered
+						// from the old file and not yet durable when
+						// the feed moves to the new file are lost at
+						// a kill (the new epoch is stored at once).
+						if !waitPointerNames(input, h, stop) {
+							return nil
+						}
+					} else if !h.wait(written, stop) {
+						// Rotate once the old file's lines are durable.
 						return nil
 					}
 					rotated := fmt.Sprintf("%s.%d", input, g)
@@ -65,8 +85,11 @@ func TestRotationUnderKills(t *testing.T) {
 					rotations++
 					if g%2 == 0 {
 						// A gap: the path has no file until the
-						// ledger has been seen at the old end again.
-						if !h.wait(written, stop) {
+						// ledger has read everything written so far,
+						// or has been restarted (a feed started while
+						// its path is missing waits for the file, and
+						// only then finds the renamed one).
+						if !h.waitOrRestart(written, h.startedCount(), stop) {
 							return nil
 						}
 					}
@@ -111,12 +134,14 @@ func TestRotationUnderKills(t *testing.T) {
 		applied = c.lastDurable()["applied"]
 	}
 	c := startHub(t, dir, h, runArgs(input, data, "--follow")...)
-	if !c.waitApplied(total) {
-		c.stop()
-		t.Fatalf("the ledger did not reach %d applied lines: %v\n%s", total, c.lastDurable(), tail(c.stderr.String()))
-	}
 	if err := <-writerDone; err != nil {
 		t.Fatal(err)
+	}
+	// All applied, or (lines lost) the last file read to its end.
+	last := int64(len(genLines[len(genLines)-1]))
+	if !c.waitFor(func(d map[string]int64, _ int) bool { return d["applied"] >= total || d["position"] == last }) {
+		c.stop()
+		t.Fatalf("the ledger did not reach %d applied lines: %v\n%s", total, c.lastDurable(), tail(c.stderr.String()))
 	}
 	if err := c.stop(); err != nil {
 		t.Fatal(err)
@@ -200,4 +225,51 @@ func appendByCopy(path string, b []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// waitPointerNames waits until the newest valid record of input's pointer
+// file names the file now at input (its inode), polling the pointer file
+// each time the ledger reports progress; false when stop is closed.
+func waitPointerNames(input string, h *hub, stop <-chan struct{}) bool {
+	for {
+		fi, err := os.Stat(input)
+		if err != nil {
+			return false
+		}
+		want := fi.Sys().(*syscall.Stat_t).Ino
+		if p, ok := newestPointer(input + feed.PointerSuffix); ok && p.Identity.Ino == want {
+			return true
+		}
+		h.mu.Lock()
+		ch := h.changed
+		h.mu.Unlock()
+		select {
+		case <-ch:
+		case <-stop:
+			return false
+		case <-time.After(50 * time.Millisecond): // the commit may follow the last durable event
+		}
+	}
+}
+
+// newestPointer decodes the valid record of a pointer file with the higher
+// write sequence, without the pointer file's writer knowing.
+func newestPointer(path string) (feed.Pointer, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return feed.Pointer{}, false
+	}
+	var best feed.Pointer
+	var bestSeq uint64
+	found := false
+	for off := 0; off+feed.PointerRecordSize <= len(b) && off <= feed.PointerSlotSize; off += feed.PointerSlotSize {
+		p, err := feed.DecodePointer(b[off:])
+		if err != nil {
+			continue
+		}
+		if seq := binary.LittleEndian.Uint64(b[off+8:]); !found || seq > bestSeq {
+			best, bestSeq, found = p, seq, true
+		}
+	}
+	return best, found
 }
