@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidemark-go/tidemark/checkpoint"
@@ -233,7 +234,10 @@ type core struct {
 	eng       engine
 	log       *slog.Logger
 
-	applySem chan struct{} // a token: serializes Apply and View
+	// The token that serializes Apply and View (see acquire).
+	applyTok     atomic.Bool
+	applyWaiters atomic.Int32
+	applyFree    chan struct{}
 
 	outMu   sync.Mutex // serializes output declarations
 	outputs map[string]*Output
@@ -260,7 +264,7 @@ type core struct {
 	closeErr error
 	once     sync.Once
 
-	// Used only by the holder of applySem (Apply and View): scratch space
+	// Used only by the holder of the token (Apply and View): scratch space
 	// that spares a line its allocations.
 	kbuf        []byte                    // a full key being looked up
 	buckets     map[[2]string]*bucketInfo // by namespace and name
@@ -273,22 +277,22 @@ type core struct {
 
 func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, error) {
 	c := &core{
-		kind:     kind,
-		dir:      dir,
-		opts:     *o,
-		fsys:     fsys,
-		eng:      eng,
-		log:      o.logger(),
-		outputs:  make(map[string]*Output),
-		applySem: make(chan struct{}, 1),
-		cur:      newBatch(1),
-		seq:      1,
-		changed:  make(chan struct{}),
-		feeds:    make(map[feedKey]*feedState),
-		buckets:  make(map[[2]string]*bucketInfo),
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		stopped:  make(chan struct{}),
+		kind:      kind,
+		dir:       dir,
+		opts:      *o,
+		fsys:      fsys,
+		eng:       eng,
+		log:       o.logger(),
+		outputs:   make(map[string]*Output),
+		applyFree: make(chan struct{}, 1),
+		cur:       newBatch(1),
+		seq:       1,
+		changed:   make(chan struct{}),
+		feeds:     make(map[feedKey]*feedState),
+		buckets:   make(map[[2]string]*bucketInfo),
+		wake:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		stopped:   make(chan struct{}),
 	}
 	c.stats.Backend, c.stats.Sync = kind, o.Sync
 	if err := c.load(); err != nil {
@@ -522,7 +526,7 @@ func (c *core) feed(ns, feed string) *feedState {
 	return fs
 }
 
-// newTx returns a new transaction of ns. The caller holds applySem.
+// newTx returns a new transaction of ns. The caller holds the token.
 // Transactions are cut from a slab and never reused, so that one kept past
 // its function stays done.
 func (c *core) newTx(ns string, d dedupe.Delivery, readOnly bool) *Tx {
@@ -542,7 +546,7 @@ func (c *core) newTx(ns string, d dedupe.Delivery, readOnly bool) *Tx {
 }
 
 // bucket returns the name and key prefix of bucket b of namespace ns. The
-// caller holds applySem.
+// caller holds the token.
 func (c *core) bucket(ns, b string) *bucketInfo {
 	for _, bi := range c.lastBuckets {
 		if bi != nil && bi.name == b && bi.ns == ns {
@@ -565,21 +569,39 @@ func (c *core) bucket(ns, b string) *bucketInfo {
 // ctx is done.
 // ctx only matters when Apply has to wait: a cancelled context does not fail
 // an Apply that can run at once (a drain at stop may run under one).
+//
+// The token is an atomic flag, cheaper than a channel on the path of every
+// line. A goroutine that finds it held counts itself in applyWaiters before
+// it tries again, and then waits for a wake-up on applyFree; release clears
+// the flag before it looks at applyWaiters. So either the waiter's new try
+// sees the flag cleared, or release sees the waiter and leaves a wake-up.
 func (c *core) acquire(ctx context.Context) error {
-	select {
-	case c.applySem <- struct{}{}:
+	if c.applyTok.CompareAndSwap(false, true) {
 		return nil
-	default:
 	}
-	select {
-	case c.applySem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	c.applyWaiters.Add(1)
+	defer c.applyWaiters.Add(-1)
+	for {
+		if c.applyTok.CompareAndSwap(false, true) {
+			return nil
+		}
+		select {
+		case <-c.applyFree:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
-func (c *core) release() { <-c.applySem }
+func (c *core) release() {
+	c.applyTok.Store(false)
+	if c.applyWaiters.Load() > 0 {
+		select {
+		case c.applyFree <- struct{}{}:
+		default: // a wake-up is pending already
+		}
+	}
+}
 
 func (c *core) applyErr(d dedupe.Delivery, err error) error {
 	return fmt.Errorf("apply feed %q epoch %d position %d in store %s: %w", d.Feed, d.Epoch, d.Position, c.dir, err)
