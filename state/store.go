@@ -241,6 +241,7 @@ type core struct {
 
 	outMu   sync.Mutex // serializes output declarations
 	outputs map[string]*Output
+	outFree map[string][]byte // c.mu: output buffers of committed batches
 
 	mu     sync.Mutex
 	cur    *batch // staging
@@ -284,6 +285,7 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 		eng:       eng,
 		log:       o.logger(),
 		outputs:   make(map[string]*Output),
+		outFree:   make(map[string][]byte),
 		applyFree: make(chan struct{}, 1),
 		cur:       newBatch(1),
 		seq:       1,
@@ -470,7 +472,13 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 		}
 	}
 	for _, o := range tw.outs {
-		b.outputs[o.name] = append(b.outputs[o.name], tw.obuf[o.o0:o.o1]...)
+		p := b.outputs[o.name]
+		if p == nil {
+			// The buffer of an earlier batch, written and committed.
+			p = c.outFree[o.name]
+			c.outFree[o.name] = nil
+		}
+		b.outputs[o.name] = append(p, tw.obuf[o.o0:o.o1]...)
 	}
 	b.count++
 	if d.Epoch != 0 {
@@ -734,6 +742,13 @@ func (c *core) commit(b *batch) {
 		// Its values are now those of the backend, until a later batch
 		// commits and takes its place.
 		c.recent = b
+		// Its output bytes are in the files: the buffers serve again.
+		for name, p := range b.outputs {
+			if cap(p) <= maxOutputBuffer {
+				c.outFree[name] = p[:0]
+			}
+		}
+		b.outputs = nil
 	}
 	c.sealed = nil
 	// A batch that filled up, or grew old, while this one committed is cut
@@ -802,6 +817,9 @@ func (c *core) write(b *batch) error {
 	}
 	return nil
 }
+
+// maxOutputBuffer is the largest output buffer kept for the next batch.
+const maxOutputBuffer = 16 << 20
 
 // maxTail is the most bytes a lineage's tail hash covers.
 const maxTail = 64
