@@ -184,6 +184,9 @@ func newBatch(seq uint64) *batch {
 
 // bytes returns a copy of p in the batch's arena.
 func (b *batch) bytes(p []byte) []byte {
+	if len(p) == 0 {
+		return []byte{} // not nil: an empty value, as written
+	}
 	if cap(b.arena)-len(b.arena) < len(p) {
 		b.arena = make([]byte, 0, max(len(p), min(max(2*cap(b.arena), 1024), 64<<10)))
 	}
