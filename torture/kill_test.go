@@ -13,7 +13,7 @@ import (
 // and the pointer never seen ahead of the durable state.
 func TestRandomKills(t *testing.T) {
 	track(t)
-	lines := 200_000
+	lines := pick(100_000, 200_000)
 	kills := pick(10, 100)
 	for _, store := range []string{"bbolt", "pebble"} {
 		t.Run(store, func(t *testing.T) {

@@ -224,13 +224,9 @@ func copyTree(t *testing.T, src, dst string) {
 
 // TestPointerLostAfterCopy: the input is replaced by a byte-identical copy
 // (another inode: restored from a backup, moved across file systems) and
-// its pointer file is lost. Open defect D3 (RELIABILITY.md): the feed
-// treats a copy as the same file when it has the pointer (position kept),
-// but with the pointer lost it reads from 0 under a new epoch, and the
-// store's lineage rule, which demands the same identity, does not
-// recognise the lines it applied: every line is applied again. Runs with
-// TIDEMARK_KNOWN_BUGS=1; without it, the test pins today's outcome (every
-// line applied twice, nothing lost).
+// its pointer file is lost. Defect D3 (RELIABILITY.md, fixed in 7ace409):
+// the store's lineage rule demanded the same identity, so every line was
+// applied again. Nothing may be applied twice.
 func TestPointerLostAfterCopy(t *testing.T) {
 	track(t)
 	rng := newRand(t)
@@ -244,22 +240,15 @@ func TestPointerLostAfterCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(input); err != nil {
+	// The copy is written while the original exists, so it cannot get
+	// the original's inode.
+	writeFile(t, input+".copy", b)
+	if err := os.Rename(input+".copy", input); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(input + feed.PointerSuffix); err != nil {
 		t.Fatal(err)
 	}
-	filler := filepath.Join(dir, "filler") // keep the old inode in use
-	writeFile(t, filler, []byte("x"))
-	writeFile(t, input, b)
 	runToEnd(t, dir, runArgs(input, data)...)
-	if knownBugs {
-		checkExact(t, data, input)
-		return
-	}
-	r := check(t, data, input)
-	if lost, twice := r.lostAndTwice(); lost != 0 || twice != 1000 {
-		t.Fatalf("expected today's outcome (0 lost, 1000 applied twice), got %d lost, %d twice: D3 fixed? enable the exact check\n%s", lost, twice, r.out)
-	}
+	checkExact(t, data, input)
 }
