@@ -3,7 +3,6 @@ package torture
 import (
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 )
 
@@ -23,27 +22,28 @@ func TestPointerAheadUnderLoad(t *testing.T) {
 	gen(t, input, 40_000, 11, 1, 997)
 	figures.inputs.Add(1)
 	for r := range rounds {
-		var wg sync.WaitGroup
-		for i := range par {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				sub := filepath.Join(dir, fmt.Sprintf("r%d-%d", r, i))
-				in := filepath.Join(sub, "ledger.csv")
-				copyFile(t, input, in)
-				data := filepath.Join(sub, "data")
-				store := []string{"bbolt", "pebble"}[i%2]
-				c := start(t, sub, runArgs(in, data, "--store", store, "--batch", "1000")...)
-				if !c.waitFor(func(d map[string]int64, aheads int) bool { return d["applied"] >= 20_000 || aheads > 0 }) {
-					c.wait()
-					return
-				}
-				c.kill()
-				checkPointerOnDisk(t, in, data)
-				runToEnd(t, sub, runArgs(in, data)...)
-				checkExact(t, data, in)
-			}()
-		}
-		wg.Wait()
+		t.Run(fmt.Sprintf("round %d", r), func(t *testing.T) {
+			for i := range par {
+				t.Run(fmt.Sprintf("ledger %d", i), func(t *testing.T) {
+					t.Parallel() // the round waits for its six ledgers
+					sub := filepath.Join(dir, fmt.Sprintf("r%d-%d", r, i))
+					in := filepath.Join(sub, "ledger.csv")
+					copyFile(t, input, in)
+					data := filepath.Join(sub, "data")
+					store := []string{"bbolt", "pebble"}[i%2]
+					c := start(t, sub, runArgs(in, data, "--store", store, "--batch", "1000")...)
+					if !c.waitFor(func(d map[string]int64, aheads int) bool { return d["applied"] >= 20_000 || aheads > 0 }) {
+						if err := c.wait(); err != nil {
+							t.Fatalf("the run ended first: %v\n%s", err, tail(c.stderr.String()))
+						}
+						return
+					}
+					c.kill()
+					checkPointerOnDisk(t, in, data)
+					runToEnd(t, sub, runArgs(in, data)...)
+					checkExact(t, data, in)
+				})
+			}
+		})
 	}
 }
