@@ -173,10 +173,11 @@ type markOf struct {
 	m  checkpoint.Mark
 }
 
-func newBatch(seq uint64) *batch {
+// newBatch returns an empty batch, room made for keys changes.
+func newBatch(seq uint64, keys int) *batch {
 	return &batch{
 		seq:     seq,
-		writes:  make(map[string]*entry),
+		writes:  make(map[string]*entry, keys),
 		outputs: make(map[string][]byte),
 		done:    make(chan struct{}),
 	}
@@ -290,7 +291,7 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 		outputs:   make(map[string]*Output),
 		outFree:   make(map[string][]byte),
 		applyFree: make(chan struct{}, 1),
-		cur:       newBatch(1),
+		cur:       newBatch(1, 0),
 		seq:       1,
 		changed:   make(chan struct{}),
 		feeds:     make(map[feedKey]*feedState),
@@ -402,7 +403,8 @@ func (c *core) cut() *batch {
 	}
 	c.sealed = b
 	c.seq++
-	c.cur = newBatch(c.seq)
+	// The next batch likely changes as many keys as this one.
+	c.cur = newBatch(c.seq, min(len(b.writes), 1<<16))
 	select {
 	case c.wake <- struct{}{}:
 	default:
