@@ -2,6 +2,7 @@ package framework_test
 
 import (
 	"context"
+	"github.com/stretchr/testify/require"
 	"strings"
 	"sync"
 	"testing"

@@ -3,6 +3,7 @@ package framework_test
 import (
 	"context"
 	"fmt"
+	"github.com/stretchr/testify/require"
 	"os"
 	"path/filepath"
 	"strings"

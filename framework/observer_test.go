@@ -1,6 +1,7 @@
 package framework_test
 
 import (
+	"github.com/stretchr/testify/require"
 	"sync"
 	"testing"
 	"time"

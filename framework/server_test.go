@@ -3,6 +3,7 @@ package framework_test
 import (
 	"context"
 	"errors"
+	"github.com/stretchr/testify/require"
 	"slices"
 	"sync/atomic"
 	"testing"

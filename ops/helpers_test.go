@@ -3,6 +3,7 @@ package ops_test
 import (
 	"context"
 	"fmt"
+	"github.com/stretchr/testify/require"
 	"io"
 	"net/http"
 	"os"

@@ -2,6 +2,7 @@ package ops_test
 
 import (
 	"context"
+	"github.com/stretchr/testify/require"
 	"log/slog"
 	"strings"
 	"sync"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"github.com/stretchr/testify/require"
 	"os"
 	"path/filepath"
 	"strings"
