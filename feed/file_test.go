@@ -685,7 +685,10 @@ func TestIdleSyncsPendingCommit(t *testing.T) {
 		}
 		return nil
 	})
-	s := open(t, p, Config{FS: fsys, Sync: SyncInterval, SyncInterval: 100 * time.Millisecond})
+	// The interval is long enough that two commits a few microseconds
+	// apart (SyncInterval commits only write) never both sync, even on a
+	// loaded machine, and short enough for the idle polls to reach it.
+	s := open(t, p, Config{FS: fsys, Sync: SyncInterval, SyncInterval: 2 * time.Second})
 	g := s.drain()
 	pending := false
 	for _, x := range g {
@@ -699,7 +702,7 @@ func TestIdleSyncsPendingCommit(t *testing.T) {
 		}
 	}
 	if !pending {
-		t.Skip("every commit synced at once: the machine is too slow for a 100 ms interval")
+		t.Fatalf("every one of %d commits was synced at once under a 2 s SyncInterval", len(g))
 	}
 	before := syncs.Load()
 	waitUntil(t, "an idle poll to sync the pending commit", func() bool {
