@@ -254,7 +254,11 @@
 //     hash of the first up to 4096 bytes, and of the 64 bytes before the end
 //     of what was read): a writer that appends by writing a copy and
 //     renaming it over the path. Otherwise (a new file after a rotation), it
-//     is read from 0 under a new epoch.
+//     is read from 0 under a new epoch. Committed only: when the epoch goes
+//     on in a file of another identity (here, or at the start), the pointer
+//     is stored again at the committed position naming that file before any
+//     of its lines is handed out (Poll returns 0 while that write fails), so
+//     that a restart after the file is renamed away finds it by its identity.
 //   - A truncated (or rewritten in place) file is always read from 0 under a
 //     new epoch, even when it has grown back past the old position: the
 //     lines there are new.

@@ -146,8 +146,15 @@ type FileSource struct {
 	fp        dedupe.Fingerprint // of the epoch's file, refreshed while < 4096 bytes
 	storedFP  int                // Fingerprint.Len in the pointer file for epoch
 	committed int64              // the position stored in the pointer file for epoch
-	seq       uint64
-	size      int64 // last size seen by stat
+	// storedID is the identity in the pointer record last stored (or
+	// loaded) for the epoch; idStale is set while the epoch is read on from
+	// a file of another identity (a copy renamed over the path) and the
+	// pointer still names the old one, freed by the rename (D5): no line of
+	// the file is handed out until the pointer names it.
+	storedID dedupe.Identity
+	idStale  bool
+	seq      uint64
+	size     int64 // last size seen by stat
 
 	polled         bool // Poll was called before
 	started        bool // the input was opened once
@@ -401,6 +408,9 @@ func (s *FileSource) Poll(ctx context.Context, items []Item) (int, error) {
 
 // read fills items from the open input; see Poll.
 func (s *FileSource) read(items []Item) (int, error) {
+	if !s.nameOpenFile() {
+		return 0, nil
+	}
 	n := 0
 	checked, reopened := false, false
 	for {
@@ -469,6 +479,9 @@ func (s *FileSource) read(items []Item) (int, error) {
 			if err := s.reopen(); err != nil || s.in == nil || s.reopenReason != "" {
 				return 0, err // an error, waiting for the path, or for commits
 			}
+			if !s.nameOpenFile() {
+				return 0, nil
+			}
 			checked = false
 		}
 	}
@@ -514,6 +527,28 @@ func (s *FileSource) readBytes(off int64, n int) ([]byte, bool) {
 	}
 	i := int(off - first)
 	return f.buf[i : i+n], true
+}
+
+// nameOpenFile makes the pointer name the file being read when the epoch is
+// read on from a file of another identity (a copy renamed over the path, at
+// a reopen or at the start): the same epoch and committed position, the new
+// file's identity. Were the pointer left naming the old file, freed by the
+// rename, a restart after the copy is renamed away could not find the copy
+// by its identity (or would find an unrelated file that reused the inode),
+// and the copy's unread lines would be lost (D5). It reports whether lines
+// may be handed out: not while that store fails (the failure is counted in
+// Status like a failed commit, and the next Poll retries).
+func (s *FileSource) nameOpenFile() bool {
+	if !s.idStale || s.pf == nil || s.in == nil {
+		return true
+	}
+	if err := s.store(s.committed); err != nil {
+		s.setState(StateBehind, "pointer write failed: waiting to store the pointer naming the file being read")
+		return false
+	}
+	// Stored, or not stored because the file was rewritten in place (a
+	// reopen under a new epoch is due, and nothing more is read from it).
+	return true
 }
 
 // retryCommit stores again a commit whose pointer write failed.
@@ -819,8 +854,13 @@ func (s *FileSource) begin(h *inputFile, size int64, fp dedupe.Fingerprint, d de
 		s.committed = 0
 		s.storedFP = 0
 		s.lastDelivered, s.asked = 0, 0
+		s.idStale = false
 	} else {
 		s.committed = d.committed
+		// The epoch goes on in h: the pointer must name it before its
+		// lines are handed out (see nameOpenFile). A pending legacy
+		// migration stores its record, naming h, once the resync completes.
+		s.idStale = h.hasID && h.id != s.storedID && !d.migrate
 	}
 	if d.newEpoch || s.origin == nil {
 		if s.ef != nil {
@@ -931,6 +971,7 @@ func (s *FileSource) decidePointer(h *inputFile, size int64, fp dedupe.Fingerpri
 						"path", s.path, "renamed", r.in.name, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position, "size", r.size, "reason", why)
 					s.epoch = p.Epoch
 					s.storedFP = p.Fingerprint.Len
+					s.storedID = p.Identity
 					return decision{start: p.Position, committed: p.Position, renamed: r}, nil
 				}
 				s.log.Info("feed: the input renamed away while the source was stopped was read to its end",
@@ -951,6 +992,7 @@ func (s *FileSource) decidePointer(h *inputFile, size int64, fp dedupe.Fingerpri
 	}
 	s.epoch = p.Epoch
 	s.storedFP = p.Fingerprint.Len
+	s.storedID = p.Identity
 	return decision{start: p.Position, committed: p.Position}, nil
 }
 
@@ -980,6 +1022,7 @@ func (s *FileSource) decideMissing() (decision, error) {
 		"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "size", r.size)
 	s.epoch = p.Epoch
 	s.storedFP = p.Fingerprint.Len
+	s.storedID = p.Identity
 	return decision{start: p.Position, committed: p.Position, renamed: r}, nil
 }
 
@@ -1219,6 +1262,7 @@ func (s *FileSource) store(position int64) error {
 	}
 	s.committed = position
 	s.storedFP = p.Fingerprint.Len
+	s.storedID, s.idStale = p.Identity, false
 	s.lastCommitErr = ""
 	s.publish()
 	return nil
