@@ -39,8 +39,6 @@ import (
 // long reports whether the long versions run (TIDEMARK_TORTURE=1).
 var long = os.Getenv("TIDEMARK_TORTURE") == "1"
 
-// knownBugs enables the tests of open defects (TIDEMARK_KNOWN_BUGS=1).
-var knownBugs = os.Getenv("TIDEMARK_KNOWN_BUGS") == "1"
 
 // ledgerExe is the ledger program, built once by TestMain.
 var ledgerExe string

@@ -62,23 +62,15 @@ func TestRotationUnderKills(t *testing.T) {
 			var written int64
 			for g, b := range genLines {
 				if g > 0 {
-					if knownBugs {
-						// Rotate as soon as the pointer names the
-						// current file, without waiting for the
-						// reader to finish it: a kill now leaves
-						// lines of the renamed file unread or not yet
-						// durable. D4 (fixed in b79ec73) lost the
-						// lines not yet durable at the switch. Open
-						// defect D5: after an append by copy and
-						// rename, the pointer can name the replaced
-						// copy's inode; the file renamed away is then
-						// not found at a restart and its unread lines
-						// are lost.
-						if !waitPointerNames(input, h, stop) {
-							return nil
-						}
-					} else if !h.wait(written, stop) {
-						// Rotate once the old file's lines are durable.
+					// Rotate as soon as the pointer names the current
+					// file, without waiting for the reader to finish it:
+					// a kill now leaves lines of the renamed file unread
+					// or not yet durable. D4 lost the lines not yet
+					// durable at the switch; D5 lost the unread lines of
+					// a file renamed away after an append by copy and
+					// rename (the pointer named the replaced copy's
+					// inode). Both are fixed; this checks they stay so.
+					if !waitPointerNames(input, h, stop) {
 						return nil
 					}
 					rotated := fmt.Sprintf("%s.%d", input, g)
