@@ -23,10 +23,9 @@ import (
 // follows with --follow and is killed at random moments chosen by
 // progress. Every line of every generation is applied exactly once.
 //
-// A file is renamed away once its lines are durable in the store. With
-// TIDEMARK_KNOWN_BUGS=1 it is renamed away as soon as the pointer names it,
-// read to its end or not, which shows open defect D5 (RELIABILITY.md). The
-// writer never rotates twice before the feed has opened the file in
+// A file is renamed away as soon as the pointer names it, read to its end
+// or not (the case of defects D4 and D5, RELIABILITY.md). The writer never
+// rotates twice before the feed has opened the file in
 // between: that file would be skipped, a documented limit.
 func TestRotationUnderKills(t *testing.T) {
 	track(t)
