@@ -39,7 +39,6 @@ import (
 // long reports whether the long versions run (TIDEMARK_TORTURE=1).
 var long = os.Getenv("TIDEMARK_TORTURE") == "1"
 
-
 // ledgerExe is the ledger program, built once by TestMain.
 var ledgerExe string
 
