@@ -63,9 +63,6 @@ func TestFileSourceKill(t *testing.T) {
 		sourceChild(v)
 		return
 	}
-	if testing.Short() {
-		t.Skip("starts child processes")
-	}
 	const total = 20000
 	p := filepath.Join(t.TempDir(), "in.log")
 	var b strings.Builder

@@ -48,9 +48,6 @@ func TestPointerKill(t *testing.T) {
 		pointerChild(path, SyncPolicy(n))
 		return
 	}
-	if testing.Short() {
-		t.Skip("starts child processes")
-	}
 	for _, policy := range []SyncPolicy{SyncEveryCommit, SyncInterval, SyncNever} {
 		t.Run(policy.String(), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "in"+PointerSuffix)

@@ -181,18 +181,12 @@ func child(t *testing.T, dir, mode, run, proc string) *exec.Cmd {
 // of what the processor had made durable, and the next run re-delivers every
 // line after the pointer, so that no line is ever missed.
 func TestKill9PointerNeverAheadAndRestartRedelivers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash test")
-	}
 	kill9(t, "sync", 3000)
 }
 
 // The same with a processor that saves asynchronously in batches of 50 and
 // holds the feed's commits with a checkpoint until each batch is synced.
 func TestKill9BatchedSavesWithCheckpoint(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash test")
-	}
 	kill9(t, "batch", 20000) // faster: more lines, so that the kill lands before the end
 }
 

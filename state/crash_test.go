@@ -70,7 +70,7 @@ func (c crashConfig) env(dir string) []string {
 // TestCrashChild is the child; it does nothing in a normal run.
 func TestCrashChild(t *testing.T) {
 	if os.Getenv(envCrashChild) == "" {
-		t.Skip("child of the crash tests")
+		return // the crash tests run this as their child process
 	}
 	dir := os.Getenv("CRASH_DIR")
 	o := &Options{Logger: quietLogger(), BatchSize: 64, BatchInterval: 2 * time.Millisecond}
@@ -270,9 +270,6 @@ func checkOutput(t *testing.T, out []byte, n int64) {
 }
 
 func TestCrashMidBatch(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash test")
-	}
 	for _, cfg := range []crashConfig{
 		{backend: Bolt}, {backend: Pebble},
 		{backend: Bolt, sync: true}, {backend: Pebble, sync: true},
@@ -320,9 +317,6 @@ func TestCrashMidBatch(t *testing.T) {
 // durable: they are lost, the pointer is behind them, and the restart
 // applies them once.
 func TestCrashWithBatchesStaged(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash test")
-	}
 	for _, be := range []string{Bolt, Pebble} {
 		t.Run(be, func(t *testing.T) {
 			t.Parallel()
@@ -355,9 +349,6 @@ func TestCrashWithBatchesStaged(t *testing.T) {
 // recognises the lines it applied through the lineage (same file, same
 // bytes before the recorded position), so none is applied or written twice.
 func TestCrashThenLostPointer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash test")
-	}
 	for _, be := range []string{Bolt, Pebble} {
 		t.Run(be, func(t *testing.T) {
 			t.Parallel()
@@ -397,9 +388,6 @@ func TestCrashThenLostPointer(t *testing.T) {
 // committed length. After the restart they are cut off, and the replay
 // writes every line exactly once.
 func TestCrashBetweenOutputAndSave(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash test")
-	}
 	for _, be := range []string{Bolt, Pebble} {
 		t.Run(be, func(t *testing.T) {
 			t.Parallel()
