@@ -302,12 +302,7 @@ func TestCrashMidBatch(t *testing.T) {
 			if cfg.sync {
 				return // the batched runs finish the file
 			}
-			if !runChild(t, cfg, dir, nil) {
-				t.Fatal("the last run did not finish")
-			}
-			if n := checkAgree(t, dir); n != crashLines {
-				t.Fatalf("after the last run %d lines applied, want %d", n, crashLines)
-			}
+			finishAndCheck(t, cfg, dir, "last run")
 		})
 	}
 }
@@ -334,12 +329,7 @@ func TestCrashWithBatchesStaged(t *testing.T) {
 			}
 			t.Logf("killed with the commit held: %d lines recorded, %d reported applied", n, progressed)
 			cfg.holdCommitAt = 0
-			if !runChild(t, cfg, dir, nil) {
-				t.Fatal("the restart did not finish")
-			}
-			if n := checkAgree(t, dir); n != crashLines {
-				t.Fatalf("after the restart %d lines applied, want %d", n, crashLines)
-			}
+			finishAndCheck(t, cfg, dir, "restart")
 		})
 	}
 }
@@ -411,12 +401,20 @@ func TestCrashBetweenOutputAndSave(t *testing.T) {
 			n := checkAgree(t, dir)
 			t.Logf("killed with %d output bytes past the committed %d; %d lines recorded", int64(len(out))-committed, committed, n)
 			cfg.stopAfterOutput = 0
-			if !runChild(t, cfg, dir, nil) {
-				t.Fatal("the restart did not finish")
-			}
-			if n := checkAgree(t, dir); n != crashLines {
-				t.Fatalf("after the restart %d lines applied, want %d", n, crashLines)
-			}
+			finishAndCheck(t, cfg, dir, "restart")
 		})
+	}
+}
+
+// finishAndCheck runs the child to the end of the input (what names the
+// run: "restart", "last run") and checks that every line was applied once
+// and the recorded position agrees with the state.
+func finishAndCheck(t *testing.T, cfg crashConfig, dir, what string) {
+	t.Helper()
+	if !runChild(t, cfg, dir, nil) {
+		t.Fatalf("the %s did not finish", what)
+	}
+	if n := checkAgree(t, dir); n != crashLines {
+		t.Fatalf("after the %s %d lines applied, want %d", what, n, crashLines)
 	}
 }
