@@ -167,22 +167,7 @@ func TestRotationWriteTempAndRename(t *testing.T) {
 			return nil
 		}()
 	}()
-	var all []got
-	end := time.Now().Add(deadline)
-	for len(all) < rounds*perRound {
-		if time.Now().After(end) {
-			t.Fatalf("got %d lines; status %+v", len(all), s.Status())
-		}
-		g, err := s.poll()
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, g...)
-		seen.Store(int64(len(all)))
-		if len(g) == 0 {
-			time.Sleep(time.Millisecond)
-		}
-	}
+	all := s.waitLinesSeen(rounds*perRound, &seen)
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
@@ -396,22 +381,7 @@ func TestTruncateConcurrentWriter(t *testing.T) {
 			return nil
 		}()
 	}()
-	var all []got
-	end := time.Now().Add(deadline)
-	for len(all) < rounds*perRound {
-		if time.Now().After(end) {
-			t.Fatalf("got %d lines; status %+v", len(all), s.Status())
-		}
-		g, err := s.poll()
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, g...)
-		seen.Store(int64(len(all)))
-		if len(g) == 0 {
-			time.Sleep(time.Millisecond)
-		}
-	}
+	all := s.waitLinesSeen(rounds*perRound, &seen)
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}

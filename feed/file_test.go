@@ -146,6 +146,14 @@ func (ts *tsrc) drain() []got {
 // waitLines polls until n lines have arrived (backing off on empty polls).
 func (ts *tsrc) waitLines(n int) []got {
 	ts.t.Helper()
+	return ts.waitLinesSeen(n, nil)
+}
+
+// waitLinesSeen is waitLines that also stores how many lines have arrived
+// in seen after each poll, for a concurrent writer that paces itself by
+// the reader.
+func (ts *tsrc) waitLinesSeen(n int, seen *atomic.Int64) []got {
+	ts.t.Helper()
 	var all []got
 	end := time.Now().Add(deadline)
 	for len(all) < n {
@@ -157,6 +165,9 @@ func (ts *tsrc) waitLines(n int) []got {
 			ts.t.Fatalf("poll: %v", err)
 		}
 		all = append(all, g...)
+		if seen != nil {
+			seen.Store(int64(len(all)))
+		}
 		if len(g) == 0 {
 			time.Sleep(time.Millisecond)
 		}
