@@ -302,6 +302,15 @@ func (s *Server) group(name string) (*group, error) {
 	return g, nil
 }
 
+// runningGroup returns the named group of a running server. s.mu must be
+// held.
+func (s *Server) runningGroup(name string) (*group, error) {
+	if err := s.running(); err != nil {
+		return nil, err
+	}
+	return s.group(name)
+}
+
 // Checkpoint takes the hold of group on feed (see package checkpoint), for
 // the host: the same hold a processor of the group gets from
 // [Context.Checkpoint].
@@ -360,10 +369,7 @@ func (s *Server) Unsubscribe(feedName, groupName string) error {
 func (s *Server) RemoveProcessor(ctx context.Context, groupName, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.running(); err != nil {
-		return err
-	}
-	g, err := s.group(groupName)
+	g, err := s.runningGroup(groupName)
 	if err != nil {
 		return err
 	}
@@ -435,10 +441,7 @@ func (s *Server) LiftFence(groupName string) error {
 func (s *Server) RestartGroup(ctx context.Context, groupName string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.running(); err != nil {
-		return err
-	}
-	g, err := s.group(groupName)
+	g, err := s.runningGroup(groupName)
 	if err != nil {
 		return err
 	}
@@ -482,10 +485,7 @@ func (s *Server) RestartGroup(ctx context.Context, groupName string) error {
 func (s *Server) RemoveGroup(ctx context.Context, groupName string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.running(); err != nil {
-		return err
-	}
-	g, err := s.group(groupName)
+	g, err := s.runningGroup(groupName)
 	if err != nil {
 		return err
 	}
