@@ -90,6 +90,25 @@ func (r *Registry) Bind(feed, group string, progress Progress) {
 	c.mu.Unlock()
 }
 
+// OnAdvance sets fn to be called after each [Checkpoint.DurableThrough] of
+// group on feed that moves the durable mark forward, on the goroutine that
+// declared it and with no lock held; nil removes it. The framework sets one
+// so that it commits as soon as a hold lets it, not at its next duty cycle.
+// fn must be quick and must not block.
+func (r *Registry) OnAdvance(feed, group string, fn func()) {
+	r.mu.Lock()
+	k := key{feed, group}
+	c := r.holds[k]
+	if c == nil {
+		c = &Checkpoint{feed: feed, group: group}
+		r.holds[k] = c
+	}
+	r.mu.Unlock()
+	c.mu.Lock()
+	c.advanced = fn
+	c.mu.Unlock()
+}
+
 // Checkpoint is the hold of one processor group on one feed. Its methods are
 // safe for concurrent use: DurableThrough may be called from any goroutine.
 type Checkpoint struct {
@@ -100,6 +119,7 @@ type Checkpoint struct {
 	gen      uint64
 	progress Progress
 	durable  Mark
+	advanced func()
 }
 
 // Feed returns the name of the feed the checkpoint holds.
@@ -129,11 +149,16 @@ func (c *Checkpoint) Mark() Mark {
 // subscribed again, is ignored.
 func (c *Checkpoint) DurableThrough(m Mark) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if m.gen != c.gen || m.Count <= c.durable.Count {
+		c.mu.Unlock()
 		return
 	}
 	c.durable = m
+	fn := c.advanced
+	c.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
 }
 
 // Release ends the hold: the group's queue counts as processed again when

@@ -164,3 +164,44 @@ func TestDurableThroughConcurrent(t *testing.T) {
 		t.Fatalf("durable %d, highest declared %d", d.Count, highest.Load())
 	}
 }
+
+// OnAdvance's function runs once per mark that moves the durable mark
+// forward, never for one that does not, and can call back into the
+// checkpoint (no lock is held).
+func TestOnAdvanceCalledOnlyWhenDurableMoves(t *testing.T) {
+	r := checkpoint.NewRegistry()
+	c := r.Hold("orders", "g")
+	var q counter
+	r.Bind("orders", "g", q.progress)
+	calls := 0
+	r.OnAdvance("orders", "g", func() {
+		calls++
+		c.Durable() // would deadlock if called under the checkpoint's lock
+	})
+	q.n.Store(3)
+	m3 := c.Mark()
+	q.n.Store(5)
+	m5 := c.Mark()
+	c.DurableThrough(m5)
+	c.DurableThrough(m3) // older: ignored
+	c.DurableThrough(m5) // the same: ignored
+	if calls != 1 {
+		t.Fatalf("calls after one advance and two stale marks: %d, want 1", calls)
+	}
+	r.Bind("orders", "g", q.progress) // a new subscription: m5 is stale
+	c.DurableThrough(m5)
+	if calls != 1 {
+		t.Fatalf("a mark of an earlier binding called the function: %d calls", calls)
+	}
+	q.n.Store(7)
+	c.DurableThrough(c.Mark())
+	if calls != 2 {
+		t.Fatalf("calls after a second advance: %d, want 2", calls)
+	}
+	r.OnAdvance("orders", "g", nil)
+	q.n.Store(8)
+	c.DurableThrough(c.Mark())
+	if calls != 2 {
+		t.Fatalf("a removed function was called: %d calls", calls)
+	}
+}

@@ -362,6 +362,10 @@ func (f *feedRunner) send(q *queue, b *batch, stop <-chan struct{}) int {
 			return sentRemoved
 		case <-stop:
 			return sentStopped
+		case <-f.wake:
+			// A consumer finished a batch, or a hold advanced: commit
+			// what every queue has finished while still waiting.
+			_ = f.commit()
 		case <-t.C:
 			if f.policy == DropAfterSpin {
 				f.drop(q, b)
@@ -402,23 +406,7 @@ func (f *feedRunner) drop(q *queue, b *batch) {
 // retries.
 func (f *feedRunner) commit() error {
 	f.mu.Lock()
-	target := f.lastHanded
-	for _, q := range f.live {
-		if p, c := q.bound(); c {
-			target = minPoint(target, p)
-		}
-	}
-	kept := f.ghosts[:0]
-	for _, q := range f.ghosts {
-		if p, c := q.bound(); c {
-			target = minPoint(target, p)
-			kept = append(kept, q)
-		} else {
-			f.log.Info("removed consumer finished what it was given: its hold ends", "group", q.g.name)
-		}
-	}
-	clear(f.ghosts[len(kept):])
-	f.ghosts = kept
+	target := f.targetLocked(true)
 	if target.seq <= f.committed.seq {
 		f.mu.Unlock()
 		return nil
@@ -436,6 +424,39 @@ func (f *feedRunner) commit() error {
 	f.committed = target
 	f.mu.Unlock()
 	return nil
+}
+
+// targetLocked returns the highest line that every live queue has finished
+// and every hold has declared durable, and that no removed consumer still
+// holds: what the feed may commit. With prune, removed consumers that hold
+// nothing any more are forgotten. Under f.mu.
+func (f *feedRunner) targetLocked(prune bool) point {
+	target := f.lastHanded
+	for _, q := range f.live {
+		if p, c := q.bound(); c {
+			target = minPoint(target, p)
+		}
+	}
+	if !prune {
+		for _, q := range f.ghosts {
+			if p, c := q.bound(); c {
+				target = minPoint(target, p)
+			}
+		}
+		return target
+	}
+	kept := f.ghosts[:0]
+	for _, q := range f.ghosts {
+		if p, c := q.bound(); c {
+			target = minPoint(target, p)
+			kept = append(kept, q)
+		} else {
+			f.log.Info("removed consumer finished what it was given: its hold ends", "group", q.g.name)
+		}
+	}
+	clear(f.ghosts[len(kept):])
+	f.ghosts = kept
+	return target
 }
 
 // addQueue makes q a live consumer of the feed.

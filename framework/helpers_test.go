@@ -65,6 +65,9 @@ type memSource struct {
 	// failCommits and failPolls make that many calls fail.
 	failCommits int
 	failPolls   int
+	// commitBlock, when set, makes Commit wait until it is closed before
+	// it records anything (without holding mu: Status still answers).
+	commitBlock chan struct{}
 }
 
 func newMemSource(n int) *memSource {
@@ -140,6 +143,11 @@ func (s *memSource) Poll(_ context.Context, items []feed.Item) (int, error) {
 
 func (s *memSource) Commit(epoch uint64, position int64) error {
 	s.mu.Lock()
+	if b := s.commitBlock; b != nil {
+		s.mu.Unlock()
+		<-b
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	if s.traceOn {
 		s.trace = append(s.trace, "commit")

@@ -184,8 +184,9 @@ func (q *queue) depth() uint64 {
 // bound returns the last line the feed may commit for this queue, and
 // whether the queue constrains the commit at all. A queue constrains when
 // it has unfinished items, or when its checkpoint is held and behind what
-// it finished. Only the feed runner calls it while the queue is live (it
-// writes sent); anyone may call it for a removed queue.
+// it finished. It reads only atomics and locked state: the feed runner
+// calls it to commit, and FeedStatus (under the feed's lock) to report the
+// commit lag.
 func (q *queue) bound() (point, bool) {
 	sent := q.sent.Load()
 	m := q.progress()

@@ -23,6 +23,11 @@ type FeedStatus struct {
 	Consumers int
 	// PendingAcks counts lines handed to the queues and not yet committed.
 	PendingAcks uint64
+	// ProcessedPending counts lines that every live consumer has finished
+	// (and every hold has declared durable) and that the feed has not
+	// committed yet: the commit lag. The feed commits them at its next duty
+	// cycle, or as soon as a consumer finishes a batch or a hold advances.
+	ProcessedPending uint64
 	// ReadPending counts items (lines, and status events) read from the
 	// source and not yet handed to every live queue: non-zero while a full
 	// queue pauses the feed, or while a batch waits for a consumer.
@@ -115,6 +120,9 @@ func (s *Server) FeedStatus(name string) (FeedStatus, error) {
 	}
 	if f.lastHanded.seq > f.committed.seq {
 		st.PendingAcks = f.lastHanded.seq - f.committed.seq
+	}
+	if t := f.targetLocked(false); t.seq > f.committed.seq {
+		st.ProcessedPending = t.seq - f.committed.seq
 	}
 	st.ReadPending = uint64(f.pending)
 	busy := f.pending > 0
