@@ -189,7 +189,7 @@ func open(kind, dir string, opts *Options) (Store, error) {
 	if err != nil {
 		return nil, errors.Join(err, eng.close())
 	}
-	return &nsStore{c: c}, nil
+	return newNS(c, ""), nil
 }
 
 // readStoreFile returns the backend recorded in dir/STORE.

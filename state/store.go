@@ -234,6 +234,7 @@ func (b *batch) empty() bool {
 type core struct {
 	kind, dir string
 	opts      Options
+	bsize     int // opts.batchSize()
 	fsys      vfs.FS
 	eng       engine
 	log       *slog.Logger
@@ -271,13 +272,12 @@ type core struct {
 
 	// Used only by the holder of the token (Apply and View): scratch space
 	// that spares a line its allocations.
-	kbuf        []byte                    // a full key being looked up
-	buckets     map[[2]string]*bucketInfo // by namespace and name
-	lastBuckets [4]*bucketInfo            // the last ones asked for
-	ows         []OutputWriter            // output writers not used yet
-	txs         []Tx                      // transactions not used yet
-	ts          txState                   // the running Apply or View
-	tw          txWrites                  // the write set of the running Apply
+	kbuf    []byte                    // a full key being looked up
+	buckets map[[2]string]*bucketInfo // by namespace and name
+	ows     []OutputWriter            // output writers not used yet
+	txs     []Tx                      // transactions not used yet
+	ts      txState                   // the running Apply or View
+	tw      txWrites                  // the write set of the running Apply
 }
 
 func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, error) {
@@ -285,6 +285,7 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 		kind:      kind,
 		dir:       dir,
 		opts:      *o,
+		bsize:     o.batchSize(),
 		fsys:      fsys,
 		eng:       eng,
 		log:       o.logger(),
@@ -412,47 +413,39 @@ func (c *core) cut() *batch {
 	return b
 }
 
-func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(tx *Tx) error) (bool, error) {
-	if err := c.acquire(ctx); err != nil {
-		return false, fmt.Errorf("apply feed %q epoch %d position %d: waiting for another Apply: %w", d.Feed, d.Epoch, d.Position, err)
+func (c *core) apply(ctx context.Context, ns *nsStore, d dedupe.Delivery, fn func(tx *Tx) error) (bool, error) {
+	if !c.applyTok.CompareAndSwap(false, true) {
+		if err := c.acquire(ctx); err != nil {
+			return false, fmt.Errorf("apply feed %q epoch %d position %d: waiting for another Apply: %w", d.Feed, d.Epoch, d.Position, err)
+		}
 	}
 	defer c.release()
 
 	c.mu.Lock()
-	if err := c.unusable(); err != nil {
-		c.mu.Unlock()
-		return false, c.applyErr(d, err)
-	}
-	if !c.opts.Sync && c.cur.count >= c.opts.batchSize() && c.sealed != nil {
-		c.stats.BackPressure++
-		for c.cur.count >= c.opts.batchSize() && c.sealed != nil && c.unusable() == nil {
-			if err := c.wait(ctx); err != nil {
-				c.mu.Unlock()
-				return false, fmt.Errorf("apply feed %q epoch %d position %d: waiting for a batch to commit: %w", d.Feed, d.Epoch, d.Position, err)
-			}
-		}
-		if err := c.unusable(); err != nil {
+	if c.closed || c.failed != nil || (c.cur.count >= c.bsize && c.sealed != nil && !c.opts.Sync) {
+		if err := c.beforeApply(ctx, d); err != nil {
 			c.mu.Unlock()
-			return false, c.applyErr(d, err)
+			return false, err
 		}
 	}
-	fs := c.feed(ns, d.Feed)
-	last, dur, hasDur, v, cached := fs.latest, fs.durable, fs.hasDur, fs.verdict, fs.cached
-	cur, sealed, recent := c.cur, c.sealed, c.recent
+	fs := c.feed(ns.ns, d.Feed)
+	// Most lines are past the recorded position: decided here, under the
+	// lock. A line at or below it in another epoch needs the lineage.
+	if d.Epoch != 0 && fs.latest.Epoch != 0 && d.Position <= fs.latest.Position {
+		if d.Epoch == fs.latest.Epoch {
+			c.stats.Skipped++
+			c.mu.Unlock()
+			return false, nil
+		}
+		if c.otherEpoch(fs, d) {
+			return false, nil
+		}
+		c.mu.Lock()
+	}
+	tx := c.newTx(ns, d, false)
+	tx.cur, tx.sealed, tx.recent = c.cur, c.sealed, c.recent
 	c.mu.Unlock()
 
-	if skip, byLineage := c.redelivery(fs, d, last, dur, hasDur, v, cached); skip {
-		c.mu.Lock()
-		c.stats.Skipped++
-		if byLineage {
-			c.stats.SkippedByLineage++
-		}
-		c.mu.Unlock()
-		return false, nil
-	}
-
-	tx := c.newTx(ns, d, false)
-	tx.cur, tx.sealed, tx.recent = cur, sealed, recent
 	err := fn(tx)
 	tx.done = true
 	if err != nil {
@@ -460,7 +453,8 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 	}
 
 	c.mu.Lock()
-	if err := c.unusable(); err != nil {
+	if c.closed || c.failed != nil {
+		err := c.unusable()
 		c.mu.Unlock()
 		return false, c.applyErr(d, err)
 	}
@@ -468,12 +462,95 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 	if b.count == 0 {
 		b.started = time.Now()
 	}
+	c.stage(b)
+	b.count++
+	if d.Epoch != 0 {
+		// The position is recorded once per feed per batch: the batch
+		// keeps the highest.
+		if fs.stagedIn != b.seq {
+			fs.stagedIn, fs.idx = b.seq, len(b.applied)
+			b.applied = append(b.applied, appliedRec{fs: fs, lin: fs.latest, origin: fs.origin})
+		}
+		if d.Epoch != fs.latest.Epoch || d.Position > fs.latest.Position {
+			// Field by field, here and in the batch's record: a copy of
+			// the record just written would wait for the stores.
+			r := &b.applied[fs.idx]
+			setLineage(&fs.latest, &d)
+			setLineage(&r.lin, &d)
+			fs.origin, r.origin = d.Origin, d.Origin
+		}
+	}
+	c.stats.Applied++
+	if c.opts.Sync {
+		return c.applySync(d)
+	}
+	if b.count >= c.bsize && c.sealed == nil {
+		c.cut()
+	}
+	c.mu.Unlock()
+	return true, nil
+}
+
+// setLineage sets l to the position of d, with the identity and
+// fingerprint of its origin, and no tail hash yet.
+func setLineage(l *dedupe.Lineage, d *dedupe.Delivery) {
+	l.Epoch, l.Position = d.Epoch, d.Position
+	if o := d.Origin; o != nil {
+		l.Identity.Dev, l.Identity.Ino = o.Identity.Dev, o.Identity.Ino
+		l.Fingerprint.Len, l.Fingerprint.Hash = o.Fingerprint.Len, o.Fingerprint.Hash
+	} else {
+		l.Identity.Dev, l.Identity.Ino, l.Fingerprint.Len, l.Fingerprint.Hash = 0, 0, 0, 0
+	}
+	l.TailLen, l.TailHash = 0, 0
+}
+
+// beforeApply returns why an Apply cannot stage, or waits while a full
+// batch waits for the previous one to commit (back-pressure). c.mu held.
+func (c *core) beforeApply(ctx context.Context, d dedupe.Delivery) error {
+	if err := c.unusable(); err != nil {
+		return c.applyErr(d, err)
+	}
+	if !c.opts.Sync && c.cur.count >= c.bsize && c.sealed != nil {
+		c.stats.BackPressure++
+		for c.cur.count >= c.bsize && c.sealed != nil && c.unusable() == nil {
+			if err := c.wait(ctx); err != nil {
+				return fmt.Errorf("apply feed %q epoch %d position %d: waiting for a batch to commit: %w", d.Feed, d.Epoch, d.Position, err)
+			}
+		}
+		if err := c.unusable(); err != nil {
+			return c.applyErr(d, err)
+		}
+	}
+	return nil
+}
+
+// otherEpoch decides whether d, at or below the recorded position of fs in
+// another epoch, was applied before: it releases c.mu, and returns with it
+// held only when d is to be applied.
+func (c *core) otherEpoch(fs *feedState, d dedupe.Delivery) (skip bool) {
+	last, dur, hasDur, v, cached := fs.latest, fs.durable, fs.hasDur, fs.verdict, fs.cached
+	c.mu.Unlock()
+	skip, byLineage := c.redelivery(fs, d, last, dur, hasDur, v, cached)
+	if skip {
+		c.mu.Lock()
+		c.stats.Skipped++
+		if byLineage {
+			c.stats.SkippedByLineage++
+		}
+		c.mu.Unlock()
+	}
+	return skip
+}
+
+// stage moves the write set of the running Apply into b. c.mu held.
+func (c *core) stage(b *batch) {
 	tw := &c.tw
-	for _, x := range tw.ws {
+	for i := range tw.ws {
+		x := &tw.ws[i]
 		if x.e != nil && x.seq == b.seq {
 			b.update(x.e, tw.buf[x.v0:x.v1], x.del)
 		} else {
-			b.put(tw.buf[x.k0:x.k1], tw.buf[x.v0:x.v1], x.del)
+			b.put(tw.key(i), tw.buf[x.v0:x.v1], x.del)
 		}
 	}
 	for _, o := range tw.outs {
@@ -485,42 +562,20 @@ func (c *core) apply(ctx context.Context, ns string, d dedupe.Delivery, fn func(
 		}
 		b.outputs[o.name] = append(p, tw.obuf[o.o0:o.o1]...)
 	}
-	b.count++
-	if d.Epoch != 0 {
-		// The position is recorded once per feed per batch: the batch
-		// keeps the highest.
-		lin, origin := fs.latest, fs.origin
-		if a := dedupe.Advance(lin.Applied, d); a != lin.Applied {
-			lin, origin = dedupe.Lineage{Applied: a}, d.Origin
-			if d.Origin != nil {
-				lin.Identity, lin.Fingerprint = d.Origin.Identity, d.Origin.Fingerprint
-			}
-		}
-		fs.latest, fs.origin = lin, origin
-		if fs.stagedIn == b.seq {
-			b.applied[fs.idx].lin, b.applied[fs.idx].origin = lin, origin
-		} else {
-			fs.stagedIn, fs.idx = b.seq, len(b.applied)
-			b.applied = append(b.applied, appliedRec{fs: fs, lin: lin, origin: origin})
-		}
+}
+
+// applySync cuts the batch of the Apply that just staged and waits until
+// it is durable. c.mu held; released on return.
+func (c *core) applySync(d dedupe.Delivery) (bool, error) {
+	for c.sealed != nil {
+		_ = c.wait(context.Background())
 	}
-	c.stats.Applied++
-	if c.opts.Sync {
-		for c.sealed != nil {
-			_ = c.wait(context.Background())
-		}
-		sb := c.cut()
-		c.mu.Unlock()
-		<-sb.done
-		if sb.err != nil {
-			return false, c.applyErr(d, sb.err)
-		}
-		return true, nil
-	}
-	if b.count >= c.opts.batchSize() && c.sealed == nil {
-		c.cut()
-	}
+	sb := c.cut()
 	c.mu.Unlock()
+	<-sb.done
+	if sb.err != nil {
+		return false, c.applyErr(d, sb.err)
+	}
 	return true, nil
 }
 
@@ -539,41 +594,46 @@ func (c *core) feed(ns, feed string) *feedState {
 	return fs
 }
 
-// newTx returns a new transaction of ns. The caller holds the token.
-// Transactions are cut from a slab and never reused, so that one kept past
-// its function stays done.
-func (c *core) newTx(ns string, d dedupe.Delivery, readOnly bool) *Tx {
+// newTx returns a new transaction of the namespace ns. The caller holds
+// the token. Transactions are cut from a slab and never reused, so that one
+// kept past its function stays done.
+func (c *core) newTx(ns *nsStore, d dedupe.Delivery, readOnly bool) *Tx {
 	if len(c.txs) == 0 {
 		c.txs = make([]Tx, 128)
 	}
 	tx := &c.txs[0]
 	c.txs = c.txs[1:]
 	ts := &c.ts
-	ts.c, ts.ns, ts.d, ts.readOnly, ts.w, ts.ow = c, ns, d, readOnly, nil, nil
+	ts.c, ts.ns, ts.nss, ts.readOnly, ts.w, ts.ow = c, ns.ns, ns, readOnly, nil, nil
+	// Field by field: a copy of d would wait for the stores of the caller.
+	ts.d.Feed, ts.d.Epoch, ts.d.Position, ts.d.Seq, ts.d.Origin = d.Feed, d.Epoch, d.Position, d.Seq, d.Origin
 	if !readOnly {
 		c.tw.reset()
 		ts.w = &c.tw
 	}
 	tx.txState = ts
+	// The root bucket is always the first.
+	tx.bk[0] = Bucket{tx: tx, bucketInfo: ns.root}
+	tx.nbk = 1
 	return tx
 }
 
 // bucket returns the name and key prefix of bucket b of namespace ns. The
 // caller holds the token.
-func (c *core) bucket(ns, b string) *bucketInfo {
-	for _, bi := range c.lastBuckets {
-		if bi != nil && bi.name == b && bi.ns == ns {
+func (c *core) bucket(ns *nsStore, b string) *bucketInfo {
+	for _, bi := range ns.last {
+		if bi != nil && bi.name == b {
 			return bi
 		}
 	}
-	bi := c.buckets[[2]string{ns, b}]
+	bi := c.buckets[[2]string{ns.ns, b}]
 	if bi == nil {
-		bi = &bucketInfo{ns: ns, name: b, prefix: dataPrefix(ns, b)}
+		bi = &bucketInfo{ns: ns.ns, name: b, prefix: dataPrefix(ns.ns, b)}
 	}
-	copy(c.lastBuckets[1:], c.lastBuckets[:])
-	c.lastBuckets[0] = bi
+	copy(ns.last[1:], ns.last[:])
+	ns.last[0] = bi
 	if len(c.buckets) < 1024 {
-		c.buckets[[2]string{ns, b}] = bi
+		c.buckets[[2]string{ns.ns, b}] = bi
 	}
 	return bi
 }
@@ -906,18 +966,26 @@ func (c *core) statsNow() Stats {
 
 // nsStore is a namespace of a store; it implements Store.
 type nsStore struct {
-	c  *core
-	ns string
+	c    *core
+	ns   string
+	root *bucketInfo // the root bucket
+	// The buckets last asked for in this namespace, used only by the
+	// holder of the token.
+	last [4]*bucketInfo
+}
+
+func newNS(c *core, ns string) *nsStore {
+	return &nsStore{c: c, ns: ns, root: &bucketInfo{ns: ns, prefix: dataPrefix(ns, "")}}
 }
 
 func (s *nsStore) Apply(ctx context.Context, d dedupe.Delivery, fn func(tx *Tx) error) (bool, error) {
-	return s.c.apply(ctx, s.ns, d, fn)
+	return s.c.apply(ctx, s, d, fn)
 }
 
 func (s *nsStore) View(fn func(tx *Tx) error) error {
 	_ = s.c.acquire(context.Background())
 	defer s.c.release()
-	tx := s.c.newTx(s.ns, dedupe.Delivery{}, true)
+	tx := s.c.newTx(s, dedupe.Delivery{}, true)
 	s.c.mu.Lock()
 	closed := s.c.closed
 	tx.cur, tx.sealed, tx.recent = s.c.cur, s.c.sealed, s.c.recent
@@ -942,7 +1010,7 @@ func (s *nsStore) Applied(feed string) (dedupe.Lineage, bool) {
 }
 
 func (s *nsStore) Bind(feed string, cp *checkpoint.Checkpoint) error { return s.c.bind(feed, cp) }
-func (s *nsStore) Namespace(name string) Store                       { return &nsStore{c: s.c, ns: name} }
+func (s *nsStore) Namespace(name string) Store                       { return newNS(s.c, name) }
 func (s *nsStore) Output(name string) (*Output, error)               { return s.c.output(name) }
 func (s *nsStore) Flush(ctx context.Context) error                   { return s.c.flush(ctx) }
 func (s *nsStore) Close() error                                      { return s.c.close() }

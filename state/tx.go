@@ -33,6 +33,7 @@ type Tx struct {
 type txState struct {
 	c        *core
 	ns       string
+	nss      *nsStore
 	d        dedupe.Delivery
 	readOnly bool
 	// w holds the transaction's writes (nil in View).
@@ -69,7 +70,7 @@ func (tx *Tx) Bucket(name string) *Bucket {
 		// A Tx used late: its methods fail; do not touch the store.
 		bi = &bucketInfo{ns: tx.ns, name: name}
 	} else {
-		bi = tx.c.bucket(tx.ns, name)
+		bi = tx.c.bucket(tx.nss, name)
 	}
 	if int(tx.nbk) < len(tx.bk) {
 		tx.bk[tx.nbk] = Bucket{tx: tx, bucketInfo: bi}
@@ -79,7 +80,8 @@ func (tx *Tx) Bucket(name string) *Bucket {
 	return &Bucket{tx: tx, bucketInfo: bi}
 }
 
-func (tx *Tx) root() *Bucket { return tx.Bucket("") }
+// root returns the root bucket, which newTx puts first.
+func (tx *Tx) root() *Bucket { return &tx.bk[0] }
 
 // Get returns the value of key in the root bucket and whether it exists. See
 // [Bucket.Get].
@@ -160,13 +162,14 @@ type txWrites struct {
 	obuf []byte // output bytes of outs
 }
 
-// txWrite is one staged change: buf[k0:k1] is the key, buf[v0:v1] the value.
+// txWrite is one staged change: buf[v0:v1] is the value, and the key is
+// e.key when e is not nil, else buf[k0:k1].
 type txWrite struct {
+	// e, if not nil, is the key's entry in the batch numbered seq.
+	e              *entry
+	seq            uint64
 	k0, k1, v0, v1 int
 	del            bool
-	// e, if not nil, is the key's entry in the batch numbered seq.
-	e   *entry
-	seq uint64
 }
 
 // txOut is bytes staged for an output: obuf[o0:o1].
@@ -201,7 +204,13 @@ func (w *txWrites) reset() {
 	}
 }
 
-func (w *txWrites) key(i int) []byte { return w.buf[w.ws[i].k0:w.ws[i].k1] }
+func (w *txWrites) key(i int) []byte {
+	x := &w.ws[i]
+	if x.e != nil {
+		return x.e.key
+	}
+	return w.buf[x.k0:x.k1]
+}
 
 // find returns the index of key's write, or -1.
 func (w *txWrites) find(k []byte) int {
@@ -234,31 +243,54 @@ func (w *txWrites) set(k, v []byte, del bool) { w.setAt(w.find(k), k, v, del) }
 
 // setAt sets the write of k, at index i of ws or a new one if i < 0.
 func (w *txWrites) setAt(i int, k, v []byte, del bool) {
-	if i < 0 {
-		k0 := len(w.buf)
-		w.buf = append(w.buf, k...)
-		x := txWrite{k0: k0, k1: len(w.buf)}
-		if w.hint != nil && bytes.Equal(w.hint.key, k) {
-			x.e, x.seq = w.hint, w.hintSeq
-		}
-		w.ws = append(w.ws, x)
-		i = len(w.ws) - 1
-		switch {
-		case len(w.ws) == indexAt:
-			if w.idx == nil {
-				w.idx = make(map[string]int, 2*indexAt)
-			}
-			for j := range w.ws {
-				w.idx[string(w.key(j))] = j
-			}
-		case len(w.ws) > indexAt:
-			w.idx[string(k)] = i
-		}
+	if i >= 0 {
+		w.hint = nil
+		x := &w.ws[i]
+		x.v0 = len(w.buf)
+		w.buf = append(w.buf, v...)
+		x.v1, x.del = len(w.buf), del
+		return
 	}
+	var e *entry
+	if w.hint != nil && bytes.Equal(w.hint.key, k) {
+		e = w.hint
+	}
+	w.add(k, e, w.hintSeq, v, del)
+}
+
+// add adds a write of k, which has no write yet. e, if not nil, is k's
+// entry in the batch numbered seq: its key serves, k is not copied.
+func (w *txWrites) add(k []byte, e *entry, seq uint64, v []byte, del bool) {
 	w.hint = nil
-	v0 := len(w.buf)
+	// The fields are set in place: a txWrite built aside and copied in
+	// costs a stalled store per line.
+	n := len(w.ws)
+	if n < cap(w.ws) {
+		w.ws = w.ws[:n+1]
+	} else {
+		w.ws = append(w.ws, txWrite{})
+	}
+	x := &w.ws[n]
+	x.e, x.seq, x.k0, x.k1 = e, seq, 0, 0
+	if e == nil {
+		x.k0 = len(w.buf)
+		w.buf = append(w.buf, k...)
+		x.k1 = len(w.buf)
+	}
+	x.v0 = len(w.buf)
 	w.buf = append(w.buf, v...)
-	w.ws[i].v0, w.ws[i].v1, w.ws[i].del = v0, len(w.buf), del
+	x.v1, x.del = len(w.buf), del
+	switch n := len(w.ws); {
+	case n == indexAt:
+		if w.idx == nil {
+			w.idx = make(map[string]int, 2*indexAt)
+		}
+		for j := range w.ws {
+			w.idx[string(w.key(j))] = j
+		}
+	case n > indexAt:
+		w.idx[string(k)] = n - 1
+	}
 }
 
 // output records the bytes obuf[o0:] appended for the output name.
@@ -316,10 +348,20 @@ func (tx *Tx) getStaged(k []byte) ([]byte, bool, error) {
 		w.hint = nil
 	}
 	e := tx.cur.writes[string(k)]
-	if e != nil && w != nil {
+	if e == nil {
+		return tx.getOlder(k)
+	}
+	if w != nil {
 		w.hint, w.hintSeq = e, tx.cur.seq
 	}
-	if e == nil && tx.sealed != nil {
+	return e.val[:len(e.val):len(e.val)], !e.del, nil
+}
+
+// getOlder returns the value of k, which the current batch does not hold,
+// as staged in the sealed batch, or durable.
+func (tx *Tx) getOlder(k []byte) ([]byte, bool, error) {
+	var e *entry
+	if tx.sealed != nil {
 		e = tx.sealed.writes[string(k)]
 	}
 	if e == nil && tx.recent != nil {
@@ -381,31 +423,7 @@ func (b *Bucket) PutInt64(key []byte, v int64) error {
 // new value: a counter or a balance.
 func (b *Bucket) AddInt64(key []byte, delta int64) (int64, error) {
 	if tx := b.tx; !tx.done && tx.w != nil {
-		// In Apply: the key is made and looked up once.
-		k, w := b.key(key), tx.w
-		i := w.find(k)
-		var v []byte
-		var ok bool
-		if i >= 0 {
-			x := w.ws[i]
-			v, ok = w.buf[x.v0:x.v1], !x.del
-		} else {
-			var err error
-			if v, ok, err = tx.getStaged(k); err != nil {
-				return 0, err
-			}
-		}
-		var n int64
-		if ok {
-			if n, ok = decodeInt64(v); !ok {
-				return 0, fmt.Errorf("key %q of bucket %q: %d bytes: %w", key, b.name, len(v), ErrNotInt64)
-			}
-		}
-		n += delta
-		var a [8]byte
-		binary.BigEndian.PutUint64(a[:], uint64(n))
-		w.setAt(i, k, a[:], false)
-		return n, nil
+		return tx.addInt64(b.bucketInfo, key, delta)
 	}
 	n, err := b.GetInt64(key)
 	if err != nil {
@@ -413,6 +431,44 @@ func (b *Bucket) AddInt64(key []byte, delta int64) (int64, error) {
 	}
 	n += delta
 	return n, b.PutInt64(key, n)
+}
+
+// addInt64 is AddInt64 in Apply: the key is made and looked up once, and
+// a key the current batch holds is not copied.
+func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, error) {
+	c, w := tx.c, tx.w
+	c.kbuf = append(append(c.kbuf[:0], bi.prefix...), key...)
+	k := c.kbuf
+	var v []byte
+	var ok bool
+	var e *entry
+	i := w.find(k)
+	if i >= 0 {
+		x := &w.ws[i]
+		v, ok = w.buf[x.v0:x.v1], !x.del
+	} else if e = tx.cur.writes[string(k)]; e != nil {
+		v, ok = e.val, !e.del
+	} else {
+		var err error
+		if v, ok, err = tx.getOlder(k); err != nil {
+			return 0, err
+		}
+	}
+	var n int64
+	if ok {
+		if n, ok = decodeInt64(v); !ok {
+			return 0, fmt.Errorf("key %q of bucket %q: %d bytes: %w", key, bi.name, len(v), ErrNotInt64)
+		}
+	}
+	n += delta
+	var a [8]byte
+	binary.BigEndian.PutUint64(a[:], uint64(n))
+	if i >= 0 {
+		w.setAt(i, k, a[:], false)
+	} else {
+		w.add(k, e, tx.cur.seq, a[:], false)
+	}
+	return n, nil
 }
 
 // ForEach calls fn for every key of the bucket in key order, as the
