@@ -322,56 +322,27 @@ func (g *group) callDrained(inc *incarnation) {
 
 // process hands the items of b to the processors. It reports false when
 // the incarnation is stopping.
+//
+// The hot loop is runItems, with one recover for the whole batch rather
+// than one per line.
 func (g *group) process(inc *incarnation, q *queue, b *batch) bool {
 	inc.busy <- struct{}{}
 	q.beginBatch(b)
-	n := q.finished.Load()
-	ok := true
-	feedName := q.f.name
-	obs := g.s.cfg.Observer
-items:
-	for i := range b.items {
-		if q.removed.Load() {
+	c := cursor{n: q.finished.Load(), ok: true}
+	for {
+		perr := g.runItems(inc, q, b, &c)
+		if perr == nil {
 			break
 		}
-		it := &b.items[i]
-		if it.ev != nil {
-			if !g.deliverStatus(inc, q, it.ev) {
-				break // no processor left: the queue is being removed
-			}
-		} else {
-			d := dedupe.Delivery{Feed: feedName, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
-			line := b.data[it.off:it.end:it.end]
-			handled := false
-			var start time.Time
-			if obs != nil {
-				start = time.Now()
-			}
-			for _, p := range *q.procs.Load() {
-				if p.removed.Load() {
-					continue
-				}
-				handled = true
-				err := callHandle(inc.ctx, p.p, d, line)
-				if err != nil && !g.deliver(inc, q, p, d, line, err) {
-					ok = false
-					break items
-				}
-			}
-			if !handled {
-				// Every processor left the queue, which is being
-				// removed: the line is not finished, so it stays held.
-				break
-			}
-			if obs != nil {
-				obs.ObserveHandle(g.name, time.Since(start))
-			}
+		// Processor c.j panicked on item c.i: the panic goes through the
+		// failure policy as the processor's error.
+		it := &b.items[c.i]
+		d := dedupe.Delivery{Feed: q.f.name, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
+		if !g.deliver(inc, q, c.procs[c.j], d, b.data[it.off:it.end:it.end], perr) {
+			c.ok = false
+			break
 		}
-		n++
-		q.finished.Store(n)
-		if it.ev != nil {
-			q.events.Add(1) // after finished: processed never goes below 0
-		}
+		c.j++
 	}
 	q.endBatch()
 	<-inc.busy
@@ -380,7 +351,93 @@ items:
 	// at its next duty cycle or pause tick: the commit lag stays within
 	// about one batch.
 	q.f.signal()
-	return ok
+	return c.ok
+}
+
+// cursor is where process is in a batch: runItems resumes from it after a
+// processor's panic.
+type cursor struct {
+	i, j     int          // the item, and the processor of it, to run next
+	procs    []*procEntry // the processors of item i
+	n        uint64       // items of the queue finished
+	handled  bool         // a processor took item i
+	inHandle bool         // a processor's Handle is running
+	start    time.Time    // when item i's handling began (with an Observer)
+	ok       bool         // false once the incarnation is stopping
+}
+
+// runItems runs items from c until the batch ends, and returns nil; or it
+// returns the panic of processor c.j on item c.i as a *PanicError. A panic
+// outside a processor's Handle (an Observer's, say) is not recovered.
+func (g *group) runItems(inc *incarnation, q *queue, b *batch, c *cursor) (perr error) {
+	defer func() {
+		if !c.inHandle {
+			return
+		}
+		c.inHandle = false
+		r := recover()
+		perr = &PanicError{Value: r, Stack: debug.Stack()}
+		if r == nil {
+			// panic(nil) arrives as a *runtime.PanicNilError; recover
+			// never returns nil for a panic since Go 1.21.
+			perr = &PanicError{Value: "panic with nil value", Stack: debug.Stack()}
+		}
+	}()
+	feedName := q.f.name
+	obs := g.s.cfg.Observer
+	for ; c.i < len(b.items); c.i, c.j, c.handled = c.i+1, 0, false {
+		if q.removed.Load() {
+			return nil
+		}
+		it := &b.items[c.i]
+		if it.ev != nil {
+			if !g.deliverStatus(inc, q, it.ev) {
+				return nil // no processor left: the queue is being removed
+			}
+		} else {
+			d := dedupe.Delivery{Feed: feedName, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
+			line := b.data[it.off:it.end:it.end]
+			if c.j == 0 {
+				c.procs = *q.procs.Load()
+				if obs != nil {
+					c.start = time.Now()
+				}
+			}
+			for ; c.j < len(c.procs); c.j++ {
+				p := c.procs[c.j]
+				if p.removed.Load() {
+					continue
+				}
+				c.handled = true
+				c.inHandle = true
+				err := p.p.Handle(inc.ctx, d, line)
+				c.inHandle = false
+				if err != nil {
+					if !g.deliver(inc, q, p, d, line, err) {
+						c.ok = false
+						return nil
+					}
+				}
+			}
+			if !c.handled {
+				// Every processor left the queue, which is being
+				// removed: the line is not finished, so it stays held.
+				return nil
+			}
+			if obs != nil {
+				obs.ObserveHandle(g.name, time.Since(c.start))
+			}
+		}
+		// Every line's count is published as it finishes: a processor
+		// that blocks on a line leaves the lines before it committable,
+		// and a checkpoint mark taken inside Handle counts them.
+		c.n++
+		q.finished.Store(c.n)
+		if it.ev != nil {
+			q.events.Add(1) // after finished: processed never goes below 0
+		}
+	}
+	return nil
 }
 
 func callHandle(ctx context.Context, p Processor, d dedupe.Delivery, line []byte) (err error) {
