@@ -60,7 +60,6 @@ type childArgs struct {
 	sync    bool
 	seconds float64
 	ops     int
-	alt     bool
 	qcap    int
 }
 
@@ -104,10 +103,8 @@ func measureCase(name string, a childArgs) (r result, err error) {
 		r, err = caseBare(a, bench.BarePebble)
 	case "fsync4k":
 		r, err = caseFsync(a, 4096, 4096)
-	case "fsync-small":
-		r, err = caseFsync(a, feed.PointerRecordSize, feed.PointerFileSize)
-	case "pointer":
-		r, err = casePointer(a)
+	case "pointer-ab":
+		r, err = casePointerAB(a)
 	case "idle":
 		r, err = caseIdle(a)
 	case "restart-setup":
@@ -237,11 +234,16 @@ func caseSource(a childArgs) (result, error) {
 		Extra: map[string]float64{"commits": float64(commits)}}, nil
 }
 
-// lagSampler samples a feed's PendingAcks while a run goes on (row 9).
+// lagSampler samples a feed's commit lag while a run goes on (row 9):
+// FeedStatus.ProcessedPending, the lines every consumer finished (and every
+// hold declared durable) that are not committed yet; and, for comparison,
+// PendingAcks, the lines handed to the queues and not committed (those
+// waiting in a queue included).
 type lagSampler struct {
 	stop    chan struct{}
 	done    chan struct{}
 	samples []float64
+	handed  []float64
 }
 
 func sampleLag(s *framework.Server, every time.Duration) *lagSampler {
@@ -257,7 +259,8 @@ func sampleLag(s *framework.Server, every time.Duration) *lagSampler {
 			case <-t.C:
 				st, err := s.FeedStatus(feedName)
 				if err == nil {
-					l.samples = append(l.samples, float64(st.PendingAcks))
+					l.samples = append(l.samples, float64(st.ProcessedPending))
+					l.handed = append(l.handed, float64(st.PendingAcks))
 				}
 			}
 		}
@@ -269,15 +272,18 @@ func sampleLag(s *framework.Server, every time.Duration) *lagSampler {
 func (l *lagSampler) finish(extra map[string]float64) {
 	close(l.stop)
 	<-l.done
-	s := l.samples
-	if len(s) == 0 {
-		return
+	stats := func(prefix string, s []float64) {
+		if len(s) == 0 {
+			return
+		}
+		slices.Sort(s)
+		extra[prefix+"_samples"] = float64(len(s))
+		extra[prefix+"_p50"] = s[len(s)/2]
+		extra[prefix+"_p99"] = s[min(len(s)-1, len(s)*99/100)]
+		extra[prefix+"_max"] = s[len(s)-1]
 	}
-	slices.Sort(s)
-	extra["lag_samples"] = float64(len(s))
-	extra["lag_p50"] = s[len(s)/2]
-	extra["lag_p99"] = s[min(len(s)-1, len(s)*99/100)]
-	extra["lag_max"] = s[len(s)-1]
+	stats("lag", l.samples)
+	stats("handed", l.handed)
 }
 
 // serve runs a server over a.file with the processors of groups (one
@@ -542,11 +548,7 @@ func caseFsync(a childArgs, size, fileSize int) (result, error) {
 	start := time.Now()
 	for i := range a.ops {
 		buf[0] = byte(i)
-		off := int64(0)
-		if a.alt && i%2 == 1 {
-			off = int64(fileSize / 2)
-		}
-		if _, err := f.WriteAt(buf[:size], off); err != nil {
+		if _, err := f.WriteAt(buf[:size], 0); err != nil {
 			return result{}, err
 		}
 		if err := syscall.Fdatasync(fd); err != nil {
@@ -556,31 +558,64 @@ func caseFsync(a childArgs, size, fileSize int) (result, error) {
 	return result{Lines: int64(a.ops), Seconds: time.Since(start).Seconds()}, nil
 }
 
-// casePointer is row 8: PointerFile.Store under SyncEveryCommit, a.ops
-// times, each a new position.
-func casePointer(a childArgs) (result, error) {
+// casePointerAB is row 8 with its baseline in one process, interleaved: ten
+// rounds, each a.ops/10 writes of 80 bytes at offset 0 of a file of 8 KiB
+// and fdatasync (the baseline), then as many PointerFile.Store calls under
+// SyncEveryCommit. Seconds is the pointer's total, Extra["base_seconds"] the
+// baseline's: a drift of the disk's speed touches both alike.
+func casePointerAB(a childArgs) (result, error) {
 	dir, err := os.MkdirTemp(a.work, "pointer-")
 	if err != nil {
 		return result{}, err
 	}
 	defer os.RemoveAll(dir)
+	bf, err := os.Create(filepath.Join(dir, "baseline"))
+	if err != nil {
+		return result{}, err
+	}
+	defer bf.Close()
+	buf := make([]byte, feed.PointerFileSize)
+	if _, err := bf.Write(buf); err != nil {
+		return result{}, err
+	}
+	if err := bf.Sync(); err != nil {
+		return result{}, err
+	}
 	pf := feed.OpenPointerFile(filepath.Join(dir, "input"+feed.PointerSuffix), feed.PointerFileOptions{Sync: feed.SyncEveryCommit, Logger: discard})
 	if _, err := pf.Load(); err != nil {
 		return result{}, err
 	}
 	p := feed.Pointer{Epoch: 1, Position: 1}
 	if err := pf.Store(p); err != nil { // creates the file: not timed
-		return result{}, err
+		return result{}, errors.Join(err, pf.Close())
 	}
-	start := time.Now()
-	for i := range a.ops {
-		p.Position = int64(i+2) * 37
-		if err := pf.Store(p); err != nil {
-			return result{}, errors.Join(err, pf.Close())
+	const rounds = 10
+	per := max(1, a.ops/rounds)
+	fd := int(bf.Fd())
+	var base, ptr time.Duration
+	for r := range rounds {
+		start := time.Now()
+		for i := range per {
+			buf[0] = byte(i)
+			if _, err := bf.WriteAt(buf[:feed.PointerRecordSize], 0); err != nil {
+				return result{}, errors.Join(err, pf.Close())
+			}
+			if err := syscall.Fdatasync(fd); err != nil {
+				return result{}, errors.Join(err, pf.Close())
+			}
 		}
+		base += time.Since(start)
+		start = time.Now()
+		for i := range per {
+			p.Position = int64(r*per+i+2) * 37
+			if err := pf.Store(p); err != nil {
+				return result{}, errors.Join(err, pf.Close())
+			}
+		}
+		ptr += time.Since(start)
 	}
-	el := time.Since(start).Seconds()
-	return result{Lines: int64(a.ops), Seconds: el}, pf.Close()
+	n := int64(rounds * per)
+	return result{Lines: n, Seconds: ptr.Seconds(), Extra: map[string]float64{"base_seconds": base.Seconds()}}, pf.Close()
 }
 
 // caseIdle is row 11: a server tailing a file it has read to the end, with

@@ -43,7 +43,6 @@ func main() {
 	flag.Float64Var(&a.seconds, "seconds", 1, "child: seconds of idle")
 	flag.IntVar(&a.ops, "ops", 1000, "child: operations")
 	flag.IntVar(&a.qcap, "qcap", 0, "child: subscriber queue capacity (0: the framework's default)")
-	flag.BoolVar(&a.alt, "alt", false, "child: fsync-small alternates between the two halves of the file, as the pointer file's slots do")
 	cpuprofile := flag.String("cpuprofile", "", "child: write a CPU profile of the measurement to `file`")
 	flag.Parse()
 	if *child != "" {

@@ -39,8 +39,7 @@ func TestCases(t *testing.T) {
 		{name: "bare-bbolt", lines: lines},
 		{name: "bare-pebble", lines: lines},
 		{name: "fsync4k", lines: 3},
-		{name: "fsync-small", lines: 3},
-		{name: "pointer", lines: 3},
+		{name: "pointer-ab", lines: 10}, // ten rounds of at least one
 		{name: "idle"},
 		{name: "restart-setup", edit: func(a *childArgs) { a.lines = 1000 }},
 		{name: "restart", lines: 1},
@@ -58,6 +57,9 @@ func TestCases(t *testing.T) {
 		}
 		if v, ok := r.Extra["pointer_at_end"]; ok && v != 1 {
 			t.Errorf("%s: after a clean stop the pointer is at %v, not at the end", tc.name, r.Extra["committed_position"])
+		}
+		if tc.name == "pointer-ab" && (r.Seconds <= 0 || r.Extra["base_seconds"] <= 0) {
+			t.Errorf("pointer-ab: %v s against a baseline of %v s", r.Seconds, r.Extra["base_seconds"])
 		}
 		if tc.name == "restart" && r.Extra["first_position"] < 1 {
 			t.Errorf("restart: first delivery at %v", r.Extra["first_position"])
