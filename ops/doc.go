@@ -42,7 +42,7 @@
 //	per feed (label feed)
 //	  tidemark_feed_read_position_bytes, _pointer_position_bytes,
 //	  _committed_position_bytes, _epoch, _file_size_bytes, _behind_bytes,
-//	  _pending_acks, _consumers, _stalled (0/1), _settled (0/1),
+//	  _pending_acks, _commit_lag_lines, _consumers, _stalled (0/1), _settled (0/1),
 //	  _state{state} (1 for the current state),
 //	  _lines_read_total, _lines_delivered_total, _lines_dropped_total,
 //	  _lines_failed_total, _lines_skipped_total, _lines_oversize_total,

@@ -125,6 +125,7 @@ func TestMetricsOfFeedsAndQueues(t *testing.T) {
 		`tidemark_feed_lines_failed_total{feed="in"}`:                  "0",
 		`tidemark_feed_lines_skipped_total{feed="in"}`:                 "0",
 		`tidemark_feed_pending_acks{feed="in"}`:                        "0",
+		`tidemark_feed_commit_lag_lines{feed="in"}`:                    "0",
 		`tidemark_feed_stalled{feed="in"}`:                             "0",
 		`tidemark_feed_settled{feed="in"}`:                             "1",
 		`tidemark_feed_consumers{feed="in"}`:                           "2",

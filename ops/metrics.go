@@ -141,6 +141,7 @@ var (
 	dPollErr    = desc("tidemark_feed_poll_errors_total", "Failed reads of the source.", lFeed)
 	dCommitErr  = desc("tidemark_feed_commit_errors_total", "Failed commits (pointer writes).", lFeed)
 	dPending    = desc("tidemark_feed_pending_acks", "Lines handed to the queues and not yet committed.", lFeed)
+	dCommitLag  = desc("tidemark_feed_commit_lag_lines", "Lines every consumer finished (and every hold declared durable) that are not committed yet.", lFeed)
 	dConsumers  = desc("tidemark_feed_consumers", "Live subscriber queues.", lFeed)
 	dStalled    = desc("tidemark_feed_stalled", "1 when the feed holds its pointer for a reason that waiting does not clear (see /status for the reason).", lFeed)
 	dSettled    = desc("tidemark_feed_settled", "1 when the feed is at the end of its input and every consumer finished every line.", lFeed)
@@ -166,7 +167,7 @@ var (
 	dScrapeErr  = desc("tidemark_ops_status_errors", "Feeds whose status could not be read at this scrape.", nil)
 	allDescs    = []*prometheus.Desc{
 		dReadPos, dPointerPos, dCommitPos, dEpoch, dFileSize, dBehind, dLinesRead, dDelivered, dDropped,
-		dFailed, dSkipped, dOversize, dPartDrop, dReleased, dPollErr, dCommitErr, dPending, dConsumers,
+		dFailed, dSkipped, dOversize, dPartDrop, dReleased, dPollErr, dCommitErr, dPending, dCommitLag, dConsumers,
 		dStalled, dSettled, dState, dReopens, dDepth, dProcessed, dQFailures, dQSkipped, dQDropped,
 		dFenced, dHeld, dCommits, dFailedCmt, dStoreFail, dApplied, dRedeliv, dByLineage, dStaged,
 		dBackPress, dDurPos, dDurEpoch, dScrapeErr,
@@ -233,6 +234,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(dPollErr, f.PollErrors, name)
 		counter(dCommitErr, f.CommitErrors, name)
 		gauge(dPending, float64(f.PendingAcks), name)
+		gauge(dCommitLag, float64(f.CommitLag), name)
 		gauge(dConsumers, float64(f.Consumers), name)
 		gauge(dStalled, b2f(f.Stalled), name)
 		gauge(dSettled, b2f(f.Settled), name)

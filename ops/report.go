@@ -59,6 +59,9 @@ type FeedReport struct {
 
 	Consumers   int    `json:"consumers"`
 	PendingAcks uint64 `json:"pendingAcks"`
+	// CommitLag counts lines finished by every consumer and not yet
+	// committed (FeedStatus.ProcessedPending).
+	CommitLag   uint64 `json:"commitLag"`
 	Settled     bool   `json:"settled"`
 	Stalled     bool   `json:"stalled"`
 	StallReason string `json:"stallReason,omitempty"`
@@ -144,6 +147,7 @@ func NewFeedReport(st framework.FeedStatus) FeedReport {
 		LastPointerError:   st.LastCommitError,
 		Consumers:          st.Consumers,
 		PendingAcks:        st.PendingAcks,
+		CommitLag:          st.ProcessedPending,
 		Settled:            st.Settled,
 		Stalled:            st.Stalled,
 		StallReason:        st.StallReason,
