@@ -13,7 +13,8 @@
 //	               group goroutine ─► Processor.Handle(ctx, delivery, line)
 //	                 │ failure policy: retry with back-off, then Skip or Quarantine
 //	                 ▼
-//	               finished count + checkpoint holds ─► next duty cycle's commit
+//	               finished count + checkpoint holds ─► commit (next duty cycle,
+//	                                                     or at once when woken)
 //
 // A [Server] is made from a [Config] (Go, or YAML through [LoadConfig]) and a
 // [Registry] that binds processor names to [Processor] values. Each processor
@@ -25,8 +26,12 @@
 // A group counts a line as finished when its processors' Handle returned, or
 // when the failure policy decided its fate (skipped). At the start of each
 // duty cycle the feed commits the highest line that every live subscriber
-// queue has finished, capped by checkpoint holds (package checkpoint). The
-// pointer follows the slowest group and never moves back. A line dropped for
+// queue has finished, capped by checkpoint holds (package checkpoint); a
+// group that finishes a batch, and a hold declared durable, wake the feed to
+// commit at once, also while it waits idle or for room in a full queue.
+// [FeedStatus].ProcessedPending is the commit lag: the lines finished and
+// not yet committed. The pointer follows the slowest group and never moves
+// back. A line dropped for
 // a full DropAfterSpin queue is committed past.
 //
 // After a crash the source re-delivers every line after the pointer:
