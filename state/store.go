@@ -150,11 +150,15 @@ type verdict struct {
 type entry struct {
 	key, val []byte
 	del      bool
+	h        uint64 // hashKey(key)
 }
 
 // batch is what the committer writes in one transaction.
 type batch struct {
-	writes  map[string]*entry
+	// writes are the keys changed, in the order of their first change,
+	// found by key through idx.
+	writes  []*entry
+	idx     index
 	applied []appliedRec
 	seq     uint64 // 1, 2, ... in the order of the batches
 	outputs map[string][]byte
@@ -177,7 +181,8 @@ type markOf struct {
 func newBatch(seq uint64, keys int) *batch {
 	return &batch{
 		seq:     seq,
-		writes:  make(map[string]*entry, keys),
+		writes:  make([]*entry, 0, keys),
+		idx:     newIndex(keys),
 		outputs: make(map[string][]byte),
 		done:    make(chan struct{}),
 	}
@@ -196,17 +201,22 @@ func (b *batch) bytes(p []byte) []byte {
 	return b.arena[n:len(b.arena):len(b.arena)]
 }
 
-// put stages a change of key k: a new value v, or a deletion.
-func (b *batch) put(k, v []byte, del bool) {
-	e := b.writes[string(k)]
+// get returns the entry of key k, whose hash is h, or nil.
+func (b *batch) get(h uint64, k []byte) *entry { return b.idx.get(h, k) }
+
+// put stages a change of key k, whose hash is h: a new value v, or a
+// deletion.
+func (b *batch) put(h uint64, k, v []byte, del bool) {
+	e := b.idx.get(h, k)
 	if e == nil {
 		if len(b.ents) == 0 {
 			b.ents = make([]entry, 64)
 		}
 		e = &b.ents[0]
 		b.ents = b.ents[1:]
-		e.key = b.bytes(k)
-		b.writes[string(e.key)] = e
+		e.key, e.h = b.bytes(k), h
+		b.idx.insert(e)
+		b.writes = append(b.writes, e)
 	}
 	b.update(e, v, del)
 }
@@ -275,6 +285,7 @@ type core struct {
 	kbuf    []byte                    // a full key being looked up
 	buckets map[[2]string]*bucketInfo // by namespace and name
 	ows     []OutputWriter            // output writers not used yet
+	bks     []Bucket                  // bucket handles not used yet
 	txs     []Tx                      // transactions not used yet
 	ts      txState                   // the running Apply or View
 	tw      txWrites                  // the write set of the running Apply
@@ -550,7 +561,7 @@ func (c *core) stage(b *batch) {
 		if x.e != nil && x.seq == b.seq {
 			b.update(x.e, tw.buf[x.v0:x.v1], x.del)
 		} else {
-			b.put(tw.key(i), tw.buf[x.v0:x.v1], x.del)
+			b.put(x.h, tw.key(i), tw.buf[x.v0:x.v1], x.del)
 		}
 	}
 	for _, o := range tw.outs {
@@ -612,9 +623,6 @@ func (c *core) newTx(ns *nsStore, d dedupe.Delivery, readOnly bool) *Tx {
 		ts.w = &c.tw
 	}
 	tx.txState = ts
-	// The root bucket is always the first.
-	tx.bk[0] = Bucket{tx: tx, bucketInfo: ns.root}
-	tx.nbk = 1
 	return tx
 }
 

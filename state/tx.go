@@ -23,10 +23,10 @@ import (
 type Tx struct {
 	*txState
 	done bool
-	nbk  uint8
-	// The buckets handed out, kept here so that a line that uses one or
-	// two allocates nothing.
-	bk [2]Bucket
+	// The first bucket handed out, kept here so that a line that uses one
+	// allocates nothing. The methods of Tx use the root bucket without a
+	// handle.
+	bk Bucket
 }
 
 // txState is the state of the running transaction.
@@ -47,6 +47,8 @@ type txState struct {
 	cur, sealed, recent *batch
 	// ow is the last output writer handed out.
 	ow *OutputWriter
+	// bks are the last buckets handed out past Tx.bk.
+	bks [4]*Bucket
 }
 
 // Delivery returns the delivery being applied; the zero Delivery in View.
@@ -60,55 +62,96 @@ func (tx *Tx) Delivery() dedupe.Delivery {
 // Bucket returns the bucket name of the transaction's namespace: a separate
 // key space. The name "" is the root bucket that the Tx methods use.
 func (tx *Tx) Bucket(name string) *Bucket {
-	for i := range int(tx.nbk) {
-		if tx.bk[i].name == name {
-			return &tx.bk[i]
-		}
+	if tx.bk.bucketInfo != nil && tx.bk.name == name {
+		return &tx.bk
 	}
 	var bi *bucketInfo
-	if tx.done {
+	switch {
+	case tx.done:
 		// A Tx used late: its methods fail; do not touch the store.
 		bi = &bucketInfo{ns: tx.ns, name: name}
-	} else {
+	case name == "":
+		bi = tx.nss.root
+	default:
 		bi = tx.c.bucket(tx.nss, name)
 	}
-	if int(tx.nbk) < len(tx.bk) {
-		tx.bk[tx.nbk] = Bucket{tx: tx, bucketInfo: bi}
-		tx.nbk++
-		return &tx.bk[tx.nbk-1]
+	if tx.bk.bucketInfo == nil {
+		tx.bk = Bucket{tx: tx, bucketInfo: bi}
+		return &tx.bk
 	}
-	return &Bucket{tx: tx, bucketInfo: bi}
+	if tx.done {
+		return &Bucket{tx: tx, bucketInfo: bi}
+	}
+	// More buckets: cut from a slab, and remembered for this transaction.
+	ts := tx.txState
+	for _, b := range ts.bks {
+		if b != nil && b.tx == tx && b.name == name {
+			return b
+		}
+	}
+	c := tx.c
+	if len(c.bks) == 0 {
+		c.bks = make([]Bucket, 64)
+	}
+	b := &c.bks[0]
+	c.bks = c.bks[1:]
+	b.tx, b.bucketInfo = tx, bi
+	copy(ts.bks[1:], ts.bks[:])
+	ts.bks[0] = b
+	return b
 }
 
-// root returns the root bucket, which newTx puts first.
-func (tx *Tx) root() *Bucket { return &tx.bk[0] }
+// root returns a handle of the root bucket, to use and drop.
+func (tx *Tx) root() Bucket { return Bucket{tx: tx, bucketInfo: tx.nss.root} }
 
 // Get returns the value of key in the root bucket and whether it exists. See
 // [Bucket.Get].
-func (tx *Tx) Get(key []byte) ([]byte, bool, error) { return tx.root().Get(key) }
+func (tx *Tx) Get(key []byte) ([]byte, bool, error) {
+	b := tx.root()
+	return b.Get(key)
+}
 
 // Put sets key to value in the root bucket. See [Bucket.Put].
-func (tx *Tx) Put(key, value []byte) error { return tx.root().Put(key, value) }
+func (tx *Tx) Put(key, value []byte) error {
+	b := tx.root()
+	return b.Put(key, value)
+}
 
 // Delete removes key from the root bucket. See [Bucket.Delete].
-func (tx *Tx) Delete(key []byte) error { return tx.root().Delete(key) }
+func (tx *Tx) Delete(key []byte) error {
+	b := tx.root()
+	return b.Delete(key)
+}
 
 // GetInt64 returns the int64 at key in the root bucket, 0 if absent. See
 // [Bucket.GetInt64].
-func (tx *Tx) GetInt64(key []byte) (int64, error) { return tx.root().GetInt64(key) }
+func (tx *Tx) GetInt64(key []byte) (int64, error) {
+	b := tx.root()
+	return b.GetInt64(key)
+}
 
 // PutInt64 sets key in the root bucket to v. See [Bucket.PutInt64].
-func (tx *Tx) PutInt64(key []byte, v int64) error { return tx.root().PutInt64(key, v) }
+func (tx *Tx) PutInt64(key []byte, v int64) error {
+	b := tx.root()
+	return b.PutInt64(key, v)
+}
 
 // AddInt64 adds delta to the int64 at key in the root bucket and returns
 // the new value. See [Bucket.AddInt64].
 func (tx *Tx) AddInt64(key []byte, delta int64) (int64, error) {
-	return tx.root().AddInt64(key, delta)
+	if !tx.done && tx.w != nil {
+		return tx.addInt64(tx.nss.root, key, delta)
+	}
+	b := tx.root()
+	return b.AddInt64(key, delta)
 }
 
 // ForEach calls fn for every key of the root bucket in key order. See
 // [Bucket.ForEach].
-func (tx *Tx) ForEach(fn func(key, value []byte) error) error { return tx.root().ForEach(fn) }
+func (tx *Tx) ForEach(fn func(key, value []byte) error) error {
+	b := tx.root()
+	return b.ForEach(fn)
+}
 
 // Output returns a writer that stages bytes for the end of the output file
 // name in the store's directory (declaring it with [Store.Output] if
@@ -168,6 +211,7 @@ type txWrite struct {
 	// e, if not nil, is the key's entry in the batch numbered seq.
 	e              *entry
 	seq            uint64
+	h              uint64 // hashKey of the key
 	k0, k1, v0, v1 int
 	del            bool
 }
@@ -212,8 +256,8 @@ func (w *txWrites) key(i int) []byte {
 	return w.buf[x.k0:x.k1]
 }
 
-// find returns the index of key's write, or -1.
-func (w *txWrites) find(k []byte) int {
+// find returns the index of the write of key k, whose hash is h, or -1.
+func (w *txWrites) find(h uint64, k []byte) int {
 	if len(w.ws) >= indexAt {
 		if i, ok := w.idx[string(k)]; ok {
 			return i
@@ -221,28 +265,32 @@ func (w *txWrites) find(k []byte) int {
 		return -1
 	}
 	for i := len(w.ws) - 1; i >= 0; i-- {
-		if bytes.Equal(w.key(i), k) {
+		if w.ws[i].h == h && bytes.Equal(w.key(i), k) {
 			return i
 		}
 	}
 	return -1
 }
 
-// get returns the value of key's write, if any. The value is not changed
-// later: a new write of key appends its value.
-func (w *txWrites) get(k []byte) (val []byte, exists, ok bool) {
-	i := w.find(k)
+// get returns the value of the write of k, whose hash is h, if any. The
+// value is not changed later: a new write of key appends its value.
+func (w *txWrites) get(h uint64, k []byte) (val []byte, exists, ok bool) {
+	i := w.find(h, k)
 	if i < 0 {
 		return nil, false, false
 	}
-	x := w.ws[i]
+	x := &w.ws[i]
 	return w.buf[x.v0:x.v1:x.v1], !x.del, true
 }
 
-func (w *txWrites) set(k, v []byte, del bool) { w.setAt(w.find(k), k, v, del) }
+func (w *txWrites) set(k, v []byte, del bool) {
+	h := hashKey(k)
+	w.setAt(w.find(h, k), h, k, v, del)
+}
 
-// setAt sets the write of k, at index i of ws or a new one if i < 0.
-func (w *txWrites) setAt(i int, k, v []byte, del bool) {
+// setAt sets the write of k, whose hash is h, at index i of ws or a new
+// one if i < 0.
+func (w *txWrites) setAt(i int, h uint64, k, v []byte, del bool) {
 	if i >= 0 {
 		w.hint = nil
 		x := &w.ws[i]
@@ -255,12 +303,13 @@ func (w *txWrites) setAt(i int, k, v []byte, del bool) {
 	if w.hint != nil && bytes.Equal(w.hint.key, k) {
 		e = w.hint
 	}
-	w.add(k, e, w.hintSeq, v, del)
+	w.add(h, k, e, w.hintSeq, v, del)
 }
 
-// add adds a write of k, which has no write yet. e, if not nil, is k's
-// entry in the batch numbered seq: its key serves, k is not copied.
-func (w *txWrites) add(k []byte, e *entry, seq uint64, v []byte, del bool) {
+// add adds a write of k, whose hash is h, which has no write yet. e, if
+// not nil, is k's entry in the batch numbered seq: its key serves, k is
+// not copied.
+func (w *txWrites) add(h uint64, k []byte, e *entry, seq uint64, v []byte, del bool) {
 	w.hint = nil
 	// The fields are set in place: a txWrite built aside and copied in
 	// costs a stalled store per line.
@@ -271,7 +320,7 @@ func (w *txWrites) add(k []byte, e *entry, seq uint64, v []byte, del bool) {
 		w.ws = append(w.ws, txWrite{})
 	}
 	x := &w.ws[n]
-	x.e, x.seq, x.k0, x.k1 = e, seq, 0, 0
+	x.e, x.seq, x.h, x.k0, x.k1 = e, seq, h, 0, 0
 	if e == nil {
 		x.k0 = len(w.buf)
 		w.buf = append(w.buf, k...)
@@ -332,24 +381,26 @@ func (b *Bucket) Get(key []byte) ([]byte, bool, error) {
 }
 
 func (tx *Tx) get(k []byte) ([]byte, bool, error) {
+	h := hashKey(k)
 	if w := tx.w; w != nil {
-		if v, exists, ok := w.get(k); ok {
+		if v, exists, ok := w.get(h, k); ok {
 			w.hint = nil
 			return v, exists, nil
 		}
 	}
-	return tx.getStaged(k)
+	return tx.getStaged(h, k)
 }
 
-// getStaged returns the value of k as staged in the batches, or durable.
-func (tx *Tx) getStaged(k []byte) ([]byte, bool, error) {
+// getStaged returns the value of k, whose hash is h, as staged in the
+// batches, or durable.
+func (tx *Tx) getStaged(h uint64, k []byte) ([]byte, bool, error) {
 	w := tx.w
 	if w != nil {
 		w.hint = nil
 	}
-	e := tx.cur.writes[string(k)]
+	e := tx.cur.get(h, k)
 	if e == nil {
-		return tx.getOlder(k)
+		return tx.getOlder(h, k)
 	}
 	if w != nil {
 		w.hint, w.hintSeq = e, tx.cur.seq
@@ -357,15 +408,15 @@ func (tx *Tx) getStaged(k []byte) ([]byte, bool, error) {
 	return e.val[:len(e.val):len(e.val)], !e.del, nil
 }
 
-// getOlder returns the value of k, which the current batch does not hold,
-// as staged in the sealed batch, or durable.
-func (tx *Tx) getOlder(k []byte) ([]byte, bool, error) {
+// getOlder returns the value of k, whose hash is h, which the current
+// batch does not hold, as staged in the sealed batch, or durable.
+func (tx *Tx) getOlder(h uint64, k []byte) ([]byte, bool, error) {
 	var e *entry
 	if tx.sealed != nil {
-		e = tx.sealed.writes[string(k)]
+		e = tx.sealed.get(h, k)
 	}
 	if e == nil && tx.recent != nil {
-		e = tx.recent.writes[string(k)]
+		e = tx.recent.get(h, k)
 	}
 	if e != nil {
 		return e.val[:len(e.val):len(e.val)], !e.del, nil
@@ -439,18 +490,19 @@ func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, error) {
 	c, w := tx.c, tx.w
 	c.kbuf = append(append(c.kbuf[:0], bi.prefix...), key...)
 	k := c.kbuf
+	h := hashKey(k)
 	var v []byte
 	var ok bool
 	var e *entry
-	i := w.find(k)
+	i := w.find(h, k)
 	if i >= 0 {
 		x := &w.ws[i]
 		v, ok = w.buf[x.v0:x.v1], !x.del
-	} else if e = tx.cur.writes[string(k)]; e != nil {
+	} else if e = tx.cur.get(h, k); e != nil {
 		v, ok = e.val, !e.del
 	} else {
 		var err error
-		if v, ok, err = tx.getOlder(k); err != nil {
+		if v, ok, err = tx.getOlder(h, k); err != nil {
 			return 0, err
 		}
 	}
@@ -464,9 +516,9 @@ func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, error) {
 	var a [8]byte
 	binary.BigEndian.PutUint64(a[:], uint64(n))
 	if i >= 0 {
-		w.setAt(i, k, a[:], false)
+		w.setAt(i, h, k, a[:], false)
 	} else {
-		w.add(k, e, tx.cur.seq, a[:], false)
+		w.add(h, k, e, tx.cur.seq, a[:], false)
 	}
 	return n, nil
 }
@@ -485,9 +537,9 @@ func (b *Bucket) ForEach(fn func(key, value []byte) error) error {
 	// values. Nothing newer can reach the backend meanwhile: the caller
 	// holds the token that serializes Apply, so no change is staged.
 	c.mu.Lock()
-	staged := []map[string]*entry{c.cur.writes}
+	staged := [][]*entry{c.cur.writes}
 	if c.sealed != nil {
-		staged = []map[string]*entry{c.sealed.writes, c.cur.writes}
+		staged = [][]*entry{c.sealed.writes, c.cur.writes}
 	}
 	c.mu.Unlock()
 	all := make(map[string][]byte)
@@ -510,8 +562,8 @@ func (b *Bucket) ForEach(fn func(key, value []byte) error) error {
 		}
 	}
 	for _, ws := range staged {
-		for k, e := range ws {
-			set(k, e.val, e.del)
+		for _, e := range ws {
+			set(string(e.key), e.val, e.del)
 		}
 	}
 	if w := b.tx.w; w != nil {
