@@ -102,6 +102,31 @@ type Config struct {
 	OnReject func(Reject)
 	// Now is the clock for new epochs; nil means time.Now.
 	Now func() time.Time
+	// GroupCommit (Committed only) makes Commit hand the pointer record to
+	// a writer goroutine instead of writing it itself: Commit computes the
+	// record as without it (fingerprint, tail hash, the rewrite-in-place
+	// check) and returns without waiting for the write and its sync. The
+	// writer writes one record at a time (write and sync per Sync, so the
+	// two-slot scheme is unchanged); the commits that arrive during a write
+	// coalesce, and only the newest is written next. Commits are no longer
+	// capped by the disk's sync rate: a file is read at close to the speed
+	// of its page cache under SyncEveryCommit.
+	//
+	// Only a record that moves the position within the epoch, on the same
+	// file (identity and fingerprint), goes to the writer. Every other
+	// store (a new epoch, another identity, a longer fingerprint) first
+	// waits for the writer's pending write, then is written as without
+	// GroupCommit: the pointer moves in the same order.
+	//
+	// What it costs: a kill -9, a power loss or an operating system crash
+	// also loses the commits not yet written when it happens, at most those
+	// handed during one write and sync. Their lines are delivered again
+	// after the restart, never skipped. A failed write is counted in Status,
+	// logged, and returned by the next Commit; the next Commit, Flush or
+	// Close retries it. Status.CommittedPosition is the position written;
+	// Status.AskedPosition the newest position Commit accepted. Call
+	// [FileSource.Flush] to wait for the writer; Close flushes.
+	GroupCommit bool
 }
 
 // Reject describes a line the source did not deliver.
@@ -136,16 +161,26 @@ type FileSource struct {
 	now    func() time.Time
 	reject func(Reject)
 	pf     *PointerFile // nil unless Committed
+	sync   SyncPolicy
+	group  bool         // Config.GroupCommit, Committed only
+	gw     *groupWriter // GroupCommit's writer; nil until the first record handed to it
+	// lastRec is the last pointer record stored, or handed to the writer;
+	// a record that differs from it by its position only goes to the
+	// writer (GroupCommit).
+	lastRec Pointer
+	haveRec bool
 
 	fr *framer
 	in *inputFile // the open input; nil while waiting for it
 
-	epoch     uint64
-	origin    *dedupe.Origin     // shared by the items of the epoch in this run
-	ef        *epochFile         // the file the origin's TailHash reads
-	fp        dedupe.Fingerprint // of the epoch's file, refreshed while < 4096 bytes
-	storedFP  int                // Fingerprint.Len in the pointer file for epoch
-	committed int64              // the position stored in the pointer file for epoch
+	epoch    uint64
+	origin   *dedupe.Origin     // shared by the items of the epoch in this run
+	ef       *epochFile         // the file the origin's TailHash reads
+	fp       dedupe.Fingerprint // of the epoch's file, refreshed while < 4096 bytes
+	storedFP int                // Fingerprint.Len in the pointer file for epoch
+	// committed is the position stored in the pointer file for epoch, or
+	// under GroupCommit handed to the writer (written once it is idle).
+	committed int64
 	// storedID is the identity in the pointer record last stored (or
 	// loaded) for the epoch; idStale is set while the epoch is read on from
 	// a file of another identity (a copy renamed over the path) and the
@@ -167,8 +202,6 @@ type FileSource struct {
 	done, closed   bool
 
 	lines, bytes, oversize, partialDropped uint64
-	commitErrors                           uint64
-	lastCommitErr                          string
 	state                                  State
 	detail                                 string
 
@@ -191,11 +224,19 @@ type FileSource struct {
 	// the pointer names.
 	renamedTried bool
 
-	mu               sync.Mutex // guards st, reopens and the reopen facts
+	mu               sync.Mutex // guards st, reopens, the reopen facts and the commit facts
 	st               Status
 	reopens          map[string]uint64
 	lastReopenReason string
 	lastReopenAt     time.Time
+	// The commit facts, written by the source and by GroupCommit's writer:
+	// written is the position in the pointer file for the epoch
+	// (Status.CommittedPosition); commitErrors counts failed pointer writes
+	// and syncs, lastCommitErr is the last one's message, "" once a write
+	// succeeds.
+	written       int64
+	commitErrors  uint64
+	lastCommitErr string
 }
 
 var _ Source = (*FileSource)(nil)
@@ -306,6 +347,7 @@ func NewFileSource(cfg Config) (*FileSource, error) {
 		reject:  cfg.OnReject,
 		reopens: map[string]uint64{},
 		maxScan: maxRenamedScan,
+		sync:    cfg.Sync,
 	}
 	if s.fs == nil {
 		s.fs = vfs.Default()
@@ -321,6 +363,7 @@ func NewFileSource(cfg Config) (*FileSource, error) {
 		s.pf = OpenPointerFile(cfg.Path+PointerSuffix, PointerFileOptions{
 			FS: s.fs, Sync: cfg.Sync, SyncInterval: cfg.SyncInterval, Logger: s.log,
 		})
+		s.group = cfg.GroupCommit || groupCommitAll
 	}
 	s.publish()
 	return s, nil
@@ -374,12 +417,11 @@ func (s *FileSource) Poll(ctx context.Context, items []Item) (int, error) {
 		}
 	}
 	n, err := s.read(items)
-	if n == 0 && err == nil && s.pf != nil && s.state == StateCaughtUp {
+	if n == 0 && err == nil && s.pf != nil && s.sync == SyncInterval && s.state == StateCaughtUp {
 		// Idle: make a commit pending under SyncInterval durable now
 		// rather than at the next commit (no system call otherwise).
 		if serr := s.pf.SyncIfDue(); serr != nil {
-			s.commitErrors++
-			s.lastCommitErr = serr.Error()
+			s.commitFailed(serr)
 			s.log.Warn("feed: pointer sync failed; the next commit retries", "path", s.path, "pointer", s.pf.Path(), "err", serr)
 		}
 	}
@@ -553,7 +595,7 @@ func (s *FileSource) nameOpenFile() bool {
 
 // retryCommit stores again a commit whose pointer write failed.
 func (s *FileSource) retryCommit() {
-	if s.asked > s.committed && s.lastCommitErr != "" {
+	if s.asked > s.committed && s.commitFailing() {
 		_ = s.store(s.asked)
 	}
 }
@@ -619,6 +661,13 @@ func (s *FileSource) startReopen(reason string) {
 // reopen closes the open file, dropping an unterminated last line, and opens
 // the path again.
 func (s *FileSource) reopen() error {
+	if s.gw != nil {
+		// Leave the file with the writer idle: the pointer and Status
+		// move in order from here to the store of the file opened. A
+		// failed write stays pending (counted and logged by the writer);
+		// the next store retries it before anything else.
+		_ = s.gw.flush()
+	}
 	reason := s.reopenReason
 	c := s.leaving(reason)
 	if s.pf != nil && !c.forceNew && s.lastDelivered > s.committed && s.startsNewEpoch(c) {
@@ -819,6 +868,7 @@ func (s *FileSource) open(first bool) error {
 // begin makes h the open input, read from where d says.
 func (s *FileSource) begin(h *inputFile, size int64, fp dedupe.Fingerprint, d decision) error {
 	f := h.f
+	first := !s.started
 	if _, err := f.Seek(d.start, io.SeekStart); err != nil {
 		return errors.Join(fmt.Errorf("feed: seek input %s to %d: %w", h.name, d.start, err), f.Close())
 	}
@@ -852,11 +902,15 @@ func (s *FileSource) begin(h *inputFile, size int64, fp dedupe.Fingerprint, d de
 	if d.newEpoch {
 		s.epoch = NewEpoch(d.prev, s.now())
 		s.committed = 0
+		s.setWritten(0)
 		s.storedFP = 0
 		s.lastDelivered, s.asked = 0, 0
 		s.idStale = false
 	} else {
 		s.committed = d.committed
+		if first {
+			s.setWritten(d.committed) // as loaded from the pointer file
+		}
 		// The epoch goes on in h: the pointer must name it before its
 		// lines are handed out (see nameOpenFile). A pending legacy
 		// migration stores its record, naming h, once the resync completes.
@@ -1185,11 +1239,19 @@ func (s *FileSource) rejectLine(r Reject) {
 // wrapping ErrCommitAhead. A failed pointer write returns its error, is
 // counted in Status, and is retried by the next Commit. Strategies without a
 // pointer ignore every commit.
+//
+// Under Config.GroupCommit, a commit that only moves the position is handed
+// to the writer goroutine and Commit returns at once: it returns the error
+// of the writer's last write when that write failed (nil once one
+// succeeds), and an ignored commit makes the writer retry a failed write.
 func (s *FileSource) Commit(epoch uint64, position int64) error {
 	if s.closed {
 		return ErrClosed
 	}
 	if s.pf == nil || s.in == nil || epoch != s.epoch || position <= s.committed {
+		if s.gw != nil {
+			return s.gw.retry()
+		}
 		return nil
 	}
 	if read := s.fr.position(); position > read {
@@ -1200,7 +1262,25 @@ func (s *FileSource) Commit(epoch uint64, position int64) error {
 	return s.store(position)
 }
 
-// store writes the pointer of the current epoch at position.
+// Flush waits until every commit handed to the GroupCommit writer is
+// written (and synced, per the sync policy). When the last write failed it
+// tries once more, and returns that write's error, naming the input, the
+// epoch and the position: the record stays pending, and the next Commit,
+// Flush or Close retries it. Without GroupCommit it returns nil at once:
+// Commit has written already. It returns ErrClosed after Close.
+func (s *FileSource) Flush() error {
+	if s.closed && s.group {
+		return ErrClosed
+	}
+	if s.gw == nil {
+		return nil
+	}
+	return s.gw.flush()
+}
+
+// store writes the pointer of the current epoch at position; under
+// GroupCommit a record that only moves the position is handed to the
+// writer instead.
 func (s *FileSource) store(position int64) error {
 	p := Pointer{Epoch: s.epoch, Position: position, Identity: s.in.id, Fingerprint: s.fp}
 	fromFile := false // bytes were read back from the file for this pointer
@@ -1236,8 +1316,7 @@ func (s *FileSource) store(position int64) error {
 		// bytes to the pointer.
 		same, err := s.unchanged()
 		if err != nil {
-			s.commitErrors++
-			s.lastCommitErr = err.Error()
+			s.commitFailed(err)
 			s.publish()
 			return fmt.Errorf("feed: commit position %d of epoch %d of input %s: %w", position, s.epoch, s.path, err)
 		}
@@ -1251,34 +1330,106 @@ func (s *FileSource) store(position int64) error {
 			return nil
 		}
 	}
+	if s.group && s.haveRec && !s.idStale && position >= s.lastRec.Position && p.Epoch == s.lastRec.Epoch &&
+		p.Identity == s.lastRec.Identity && p.Fingerprint == s.lastRec.Fingerprint {
+		// Only the position moves: the writer writes it.
+		if s.gw == nil {
+			s.gw = newGroupWriter(s.pf, s.path, s.wroteInBackground, s.failedInBackground)
+		}
+		s.lastRec = p
+		s.committed = position
+		err := s.gw.hand(p)
+		s.publish()
+		return err
+	}
+	if s.gw != nil {
+		// Anything else is stored in order after the pending write.
+		if err := s.gw.flush(); err != nil {
+			s.publish()
+			return fmt.Errorf("feed: store the pointer of input %s at position %d of epoch %d: the pointer write before it failed and is retried first: %w",
+				s.path, position, s.epoch, err)
+		}
+	}
 	s.fp = p.Fingerprint
 	if err := s.pf.Store(p); err != nil {
-		s.commitErrors++
-		s.lastCommitErr = err.Error()
+		s.commitFailed(err)
 		s.log.Warn("feed: pointer write failed; the next commit retries",
 			"path", s.path, "pointer", s.pf.Path(), "epoch", s.epoch, "position", position, "err", err)
 		s.publish()
 		return fmt.Errorf("feed: commit position %d of epoch %d of input %s: %w", position, s.epoch, s.path, err)
 	}
+	s.lastRec, s.haveRec = p, true
 	s.committed = position
 	s.storedFP = p.Fingerprint.Len
 	s.storedID, s.idStale = p.Identity, false
-	s.lastCommitErr = ""
+	s.wroteAt(position)
 	s.publish()
 	return nil
 }
 
-// Close closes the input and the pointer file (making a pending pointer
-// write durable). It does not commit. Closing twice returns nil.
+// commitFailed counts a failed pointer write or sync in Status.
+func (s *FileSource) commitFailed(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.commitErrors++
+	s.lastCommitErr = err.Error()
+	s.st.CommitErrors, s.st.LastCommitError = s.commitErrors, s.lastCommitErr
+}
+
+// wroteAt records a pointer write at position that succeeded.
+func (s *FileSource) wroteAt(position int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.written = position
+	s.lastCommitErr = ""
+	s.st.CommittedPosition, s.st.LastCommitError = position, ""
+}
+
+// setWritten records position as the position in the pointer file for a
+// new epoch (0), or as loaded at the start.
+func (s *FileSource) setWritten(position int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.written = position
+	s.st.CommittedPosition = position
+}
+
+// commitFailing reports whether the last pointer write failed.
+func (s *FileSource) commitFailing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastCommitErr != ""
+}
+
+// wroteInBackground is the GroupCommit writer's report of a record written.
+func (s *FileSource) wroteInBackground(p Pointer) { s.wroteAt(p.Position) }
+
+// failedInBackground is the GroupCommit writer's report of a failed write:
+// counted and logged (the next Commit returns it).
+func (s *FileSource) failedInBackground(p Pointer, err error) {
+	s.commitFailed(err)
+	s.log.Warn("feed: pointer write failed; the next commit retries",
+		"path", s.path, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "err", err, "group_commit", true)
+}
+
+// Close waits for the GroupCommit writer's pending write (see Flush) and
+// stops it, then closes the input and the pointer file (making a pending
+// pointer write durable). It does not commit. Closing twice returns nil.
 func (s *FileSource) Close() error {
 	if s.closed {
 		return nil
 	}
 	s.closed = true
 	var err error
+	if s.gw != nil {
+		if ferr := s.gw.flush(); ferr != nil {
+			err = fmt.Errorf("feed: close input %s: the last commits are not in the pointer file, their lines will be delivered again: %w", s.path, ferr)
+		}
+		s.gw.close()
+	}
 	if s.in != nil {
 		if cerr := s.in.close(); cerr != nil {
-			err = fmt.Errorf("feed: close input %s: %w", s.path, cerr)
+			err = errors.Join(err, fmt.Errorf("feed: close input %s: %w", s.path, cerr))
 		}
 		s.in = nil
 	}
@@ -1305,7 +1456,8 @@ func (s *FileSource) publish() {
 		Detail:            s.detail,
 		Epoch:             s.epoch,
 		ReadPosition:      s.fr.position(),
-		CommittedPosition: s.committed,
+		CommittedPosition: s.written,
+		AskedPosition:     max(s.asked, s.committed),
 		FileSize:          max(s.size, s.fr.off),
 		LinesRead:         s.lines,
 		BytesRead:         s.bytes,
@@ -1320,11 +1472,163 @@ func (s *FileSource) publish() {
 }
 
 // Status returns the source's facts as of the end of the last Poll, Commit
-// or Close. It is safe to call from any goroutine.
+// or Close, and under GroupCommit of the writer's last write. It is safe to
+// call from any goroutine.
 func (s *FileSource) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.st
 	st.Reopens = maps.Clone(s.reopens)
 	return st
+}
+
+// groupCommitAll makes every Committed source use GroupCommit; tests set
+// it to run suites written for Commit's synchronous writes with it on.
+var groupCommitAll = false
+
+// groupWriter is the GroupCommit writer: a goroutine that writes the
+// records the source hands it, one write (and sync, per the policy) at a
+// time. A record handed during a write replaces the one handed before it:
+// only the newest is written next. A failed write stays pending and is
+// retried when asked (the next record handed, retry, flush), never on its
+// own.
+type groupWriter struct {
+	pf     *PointerFile
+	input  string // the input's path, for errors
+	wrote  func(Pointer)
+	failed func(Pointer, error)
+
+	mu   sync.Mutex
+	cond sync.Cond
+	next Pointer // the newest record handed and not written yet
+	has  bool    // next is set
+	gen  uint64  // counts the records handed
+	wake bool    // a write of next is asked for
+	busy bool    // a write is in progress
+	err  error   // the last write's error; nil once one succeeds
+	stop bool
+	// flushing counts the flushes waiting (tests look at it).
+	flushing int
+	done     chan struct{}
+}
+
+// newGroupWriter starts a writer of pf's records.
+func newGroupWriter(pf *PointerFile, input string, wrote func(Pointer), failed func(Pointer, error)) *groupWriter {
+	w := &groupWriter{pf: pf, input: input, wrote: wrote, failed: failed, done: make(chan struct{})}
+	w.cond.L = &w.mu
+	go w.run()
+	return w
+}
+
+func (w *groupWriter) run() {
+	defer close(w.done)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		for !w.wake && !w.stop {
+			w.cond.Wait()
+		}
+		if !w.wake {
+			return
+		}
+		w.wake = false
+		if !w.has {
+			w.cond.Broadcast()
+			continue
+		}
+		p, gen := w.next, w.gen
+		w.busy = true
+		w.mu.Unlock()
+		err := w.pf.Store(p)
+		w.mu.Lock()
+		w.err = nil
+		if err != nil {
+			w.err = fmt.Errorf("feed: commit position %d of epoch %d of input %s (written by the group commit writer): %w",
+				p.Position, p.Epoch, w.input, err)
+		}
+		w.mu.Unlock()
+		// Reported after the error is set (a Commit that follows a
+		// success in Status returns nil) and while still busy (a flush
+		// returns after the report).
+		if err != nil {
+			w.failed(p, err)
+		} else {
+			w.wrote(p)
+		}
+		w.mu.Lock()
+		w.busy = false
+		if err == nil && w.gen == gen {
+			w.has = false
+		}
+		w.cond.Broadcast()
+	}
+}
+
+// hand makes p the next record to write, and returns the error of the last
+// write when it failed.
+func (w *groupWriter) hand(p Pointer) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.next, w.has, w.wake = p, true, true
+	w.gen++
+	w.cond.Broadcast()
+	return w.err
+}
+
+// retry asks for a failed pending record to be written again, and returns
+// the error of the last write when it failed.
+func (w *groupWriter) retry() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil && w.has && !w.busy && !w.stop {
+		w.wake = true
+		w.cond.Broadcast()
+	}
+	return w.err
+}
+
+// idle waits until the writer has no write in progress or asked for.
+func (w *groupWriter) idle() {
+	w.flushing++
+	for w.busy || w.wake {
+		w.cond.Wait()
+	}
+	w.flushing--
+}
+
+// waiting reports whether a flush waits for the writer.
+func (w *groupWriter) waiting() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.flushing > 0
+}
+
+// flush waits until the records handed are written. A record still pending
+// after that (its write failed) is tried once more; flush returns that
+// write's error.
+func (w *groupWriter) flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.idle()
+	if !w.has {
+		return nil
+	}
+	if !w.stop {
+		w.wake = true
+		w.cond.Broadcast()
+		w.idle()
+	}
+	if w.has {
+		return w.err
+	}
+	return nil
+}
+
+// close stops the writer and waits for its goroutine to end.
+func (w *groupWriter) close() {
+	w.mu.Lock()
+	w.stop = true
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	<-w.done
 }

@@ -86,15 +86,23 @@ type Status struct {
 	State    State
 	// Detail says more about State: "partial line pending", "waiting for
 	// <path>", the reason of a reopen.
-	Detail            string
-	Epoch             uint64
-	ReadPosition      int64 // offset just after the last line read
-	CommittedPosition int64 // position in the pointer file
-	FileSize          int64
-	LinesRead         uint64
-	BytesRead         uint64
-	OversizeSkipped   uint64
-	PartialPending    bool
+	Detail       string
+	Epoch        uint64
+	ReadPosition int64 // offset just after the last line read
+	// CommittedPosition is the position in the pointer file for Epoch: of
+	// the last pointer record written successfully (under GroupCommit, by
+	// the writer goroutine, so it lags the commits while a write is in
+	// progress).
+	CommittedPosition int64
+	// AskedPosition is the newest position of Epoch that Commit accepted.
+	// It is ahead of CommittedPosition while a GroupCommit write is pending
+	// and after a failed pointer write; equal to it otherwise.
+	AskedPosition   int64
+	FileSize        int64
+	LinesRead       uint64
+	BytesRead       uint64
+	OversizeSkipped uint64
+	PartialPending  bool
 	// PartialDropped counts unterminated last lines of rotated-away files.
 	PartialDropped   uint64
 	Reopens          map[string]uint64 // by reason
