@@ -103,6 +103,8 @@ func measureCase(name string, a childArgs) (r result, err error) {
 		r, err = caseBare(a, bench.BarePebble)
 	case "fsync4k":
 		r, err = caseFsync(a, 4096, 4096)
+	case "fsync4k-append":
+		r, err = caseFsyncAppend(a, 4096)
 	case "pointer-ab":
 		r, err = casePointerAB(a)
 	case "idle":
@@ -549,6 +551,31 @@ func caseFsync(a childArgs, size, fileSize int) (result, error) {
 	for i := range a.ops {
 		buf[0] = byte(i)
 		if _, err := f.WriteAt(buf[:size], 0); err != nil {
+			return result{}, err
+		}
+		if err := syscall.Fdatasync(fd); err != nil {
+			return result{}, err
+		}
+	}
+	return result{Lines: int64(a.ops), Seconds: time.Since(start).Seconds()}, nil
+}
+
+// caseFsyncAppend appends size bytes to a new file and fdatasyncs it, a.ops
+// times: the durable write rate of a growing file, as a log (a write-ahead
+// log, bbolt's file as it grows) writes (row 7, for comparison).
+func caseFsyncAppend(a childArgs, size int) (result, error) {
+	f, err := os.CreateTemp(a.work, "fsync-append-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, size)
+	fd := int(f.Fd())
+	start := time.Now()
+	for i := range a.ops {
+		buf[0] = byte(i)
+		if _, err := f.Write(buf); err != nil {
 			return result{}, err
 		}
 		if err := syscall.Fdatasync(fd); err != nil {

@@ -39,6 +39,7 @@ func TestCases(t *testing.T) {
 		{name: "bare-bbolt", lines: lines},
 		{name: "bare-pebble", lines: lines},
 		{name: "fsync4k", lines: 3},
+		{name: "fsync4k-append", lines: 3},
 		{name: "pointer-ab", lines: 10}, // ten rounds of at least one
 		{name: "idle"},
 		{name: "restart-setup", edit: func(a *childArgs) { a.lines = 1000 }},
