@@ -22,15 +22,23 @@ func benchInput(b *testing.B, lines int) string {
 // BenchmarkFileSourcePoll measures one Poll of a batch of 256 lines of 100
 // bytes from a file in the page cache; allocs/op must be 0. The committed
 // variant also commits once per poll (SyncNever: the cost of fdatasync is
-// the pointer's, measured by its own benchmarks).
+// the pointer's, measured by its own benchmarks). The every1024 variants
+// commit every 4 polls (1024 lines, the framework's duty cycle) under the
+// default SyncEveryCommit, Commit writing and syncing itself, or with
+// GroupCommit (the writer goroutine writing and syncing, Commit returning
+// at once).
 func BenchmarkFileSourcePoll(b *testing.B) {
 	for _, bc := range []struct {
 		name   string
 		strat  ReadStrategy
-		commit bool
+		commit int // commit every that many polls; 0: never
+		sync   SyncPolicy
+		group  bool
 	}{
-		{"earliest", Earliest, false},
-		{"committed", Committed, true},
+		{"earliest", Earliest, 0, SyncNever, false},
+		{"committed", Committed, 1, SyncNever, false},
+		{"committed-every1024", Committed, 4, SyncEveryCommit, false},
+		{"committed-every1024-group", Committed, 4, SyncEveryCommit, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			const fileLines = 100000
@@ -39,7 +47,7 @@ func BenchmarkFileSourcePoll(b *testing.B) {
 			items := make([]Item, 256)
 			newSource := func() *FileSource {
 				os.Remove(p + PointerSuffix)
-				s, err := NewFileSource(Config{Path: p, Strategy: bc.strat, Sync: SyncNever})
+				s, err := NewFileSource(Config{Path: p, Strategy: bc.strat, Sync: bc.sync, GroupCommit: bc.group})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -47,7 +55,7 @@ func BenchmarkFileSourcePoll(b *testing.B) {
 			}
 			s := newSource()
 			defer func() { s.Close() }()
-			var lines int
+			var lines, polls int
 			b.SetBytes(256 * 100)
 			b.ReportAllocs()
 			for b.Loop() {
@@ -63,7 +71,8 @@ func BenchmarkFileSourcePoll(b *testing.B) {
 					continue
 				}
 				lines += n
-				if bc.commit {
+				polls++
+				if bc.commit > 0 && polls%bc.commit == 0 {
 					if err := s.Commit(items[n-1].Epoch, items[n-1].Position); err != nil {
 						b.Fatal(err)
 					}
