@@ -156,7 +156,9 @@
 //     commit: the old epoch's last commit is in the pointer file before the
 //     new epoch's record, and nothing of the old epoch is written after
 //     it. Should the writer's write fail there, the store waits for it:
-//     it is not made while an older record is not.
+//     it is not made while an older record is not; and a reopen that
+//     would start a new epoch waits, as it waits for lines not committed
+//     (Poll returns 0, behind), until the old file's commits are written.
 //   - What it costs: a kill -9, like a power loss, also loses the commits
 //     not written yet, at most those handed during one write and sync: the
 //     pointer only lags the commits, and their lines are delivered again

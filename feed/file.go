@@ -661,27 +661,35 @@ func (s *FileSource) startReopen(reason string) {
 // reopen closes the open file, dropping an unterminated last line, and opens
 // the path again.
 func (s *FileSource) reopen() error {
+	// unwritten: under GroupCommit, commits of the file left are not in
+	// the pointer file (the writer's write failed, and failed again now).
+	unwritten := false
 	if s.gw != nil {
 		// Leave the file with the writer idle: the pointer and Status
 		// move in order from here to the store of the file opened. A
 		// failed write stays pending (counted and logged by the writer);
 		// the next store retries it before anything else.
-		_ = s.gw.flush()
+		unwritten = s.gw.flush() != nil
 	}
 	reason := s.reopenReason
 	c := s.leaving(reason)
-	if s.pf != nil && !c.forceNew && s.lastDelivered > s.committed && s.startsNewEpoch(c) {
+	if s.pf != nil && !c.forceNew && (s.lastDelivered > s.committed || unwritten) && s.startsNewEpoch(c) {
 		// The file at the path would start a new epoch, stored at once,
 		// while lines delivered from the file left are not committed: were
 		// the source killed before they are applied, the pointer would
 		// have passed them (a gap); killed after lines of the new epoch
 		// are applied, the left file's lines, read again (an input
 		// renamed away), would look new to a store. So the source leaves
-		// the file only once its delivered lines are committed; meanwhile
-		// Poll returns 0, behind, and commits land as usual.
+		// the file only once its delivered lines are committed (under
+		// GroupCommit, written); meanwhile Poll returns 0, behind, and
+		// commits land as usual.
 		s.retryCommit()
 		if s.lastDelivered > s.committed {
 			s.setState(StateBehind, reason+": waiting for the lines read from the old file to be committed")
+			return nil
+		}
+		if unwritten {
+			s.setState(StateBehind, reason+": waiting for the pointer write of the lines read from the old file (it failed; every poll retries it)")
 			return nil
 		}
 	}

@@ -285,6 +285,52 @@ func TestGroupCommitRotationOrder(t *testing.T) {
 	}
 }
 
+// TestGroupCommitRotationWaitsForWrite: when the writer cannot write the
+// last commits of the file left, the source does not move to a new file
+// (nor store its epoch) and delivers none of its lines until they are
+// written, as it waits for lines not committed.
+func TestGroupCommitRotationWaitsForWrite(t *testing.T) {
+	p := groupInput(t, 400)
+	l := newPointerLog(p)
+	s := open(t, p, Config{GroupCommit: true, FS: l.fs()})
+	g := s.drain()
+	e, last := g[0].Epoch, g[len(g)-1].Position
+	if err := s.Commit(e, g[9].Position); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	l.failOp(vfs.OpWrite)
+	if err := s.Commit(e, last); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the failed write in Status", func() bool { return s.Status().CommitErrors >= 1 })
+	rename(t, p, p+".1")
+	write(t, p, genLines("n", 0, 10))
+	for range 3 {
+		if g, err := s.poll(); len(g) != 0 || err != nil {
+			t.Fatalf("poll while the old file's last commit cannot be written: %+v, %v", g, err)
+		}
+	}
+	if st := s.Status(); st.State != StateBehind || !strings.Contains(st.Detail, "waiting for the pointer write") ||
+		st.Epoch != e || st.CommittedPosition != g[9].Position || st.AskedPosition != last {
+		t.Fatalf("status %+v", st)
+	}
+	if res := loadPointer(t, p); res.Pointer.Epoch != e || res.Pointer.Position != g[9].Position {
+		t.Fatalf("pointer %+v", res.Pointer)
+	}
+	l.failOp("")
+	n := s.waitLines(10)
+	if n[0].Epoch <= e {
+		t.Fatalf("first line after the rotation %+v", n[0])
+	}
+	recs := l.records()
+	if len(recs) < 2 || recs[len(recs)-1].Epoch != n[0].Epoch || recs[len(recs)-2].Epoch != e || recs[len(recs)-2].Position != last {
+		t.Fatalf("records %+v: want the old epoch's last commit %d, then the new epoch", recs, last)
+	}
+}
+
 // TestGroupCommitWriteFails: a background write or sync that fails is
 // counted in Status and logged, returned by the next Commit, and retried
 // by the next Commit (even one that moves nothing), by Flush and by Close,
