@@ -331,6 +331,42 @@ func TestGroupCommitRotationWaitsForWrite(t *testing.T) {
 	}
 }
 
+// TestGroupCommitSyncInterval: under SyncInterval the writer writes
+// without syncing until the interval is due, and the idle polls make its
+// last write durable.
+func TestGroupCommitSyncInterval(t *testing.T) {
+	p := groupInput(t, 400)
+	l := newPointerLog(p)
+	// As in TestIdleSyncsPendingCommit: 2 s is longer than the time from
+	// the epoch's first store (synced) to the commit, and short enough to
+	// wait for.
+	s := open(t, p, Config{GroupCommit: true, Sync: SyncInterval, SyncInterval: 2 * time.Second, FS: l.fs()})
+	g := s.drain()
+	synced := len(l.records())
+	writes := l.writes.Load()
+	if err := s.Commit(g[0].Epoch, g[9].Position); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if l.writes.Load() != writes+1 || len(l.records()) != synced {
+		t.Fatalf("%d writes and %d syncs for a commit within the interval, want 1 write and no sync", l.writes.Load()-writes, len(l.records())-synced)
+	}
+	if res := loadPointer(t, p); res.Pointer.Position != g[9].Position {
+		t.Fatalf("pointer %+v", res.Pointer)
+	}
+	waitUntil(t, "an idle poll to sync the writer's write", func() bool {
+		if g, err := s.poll(); len(g) != 0 || err != nil {
+			t.Fatalf("%+v %v", g, err)
+		}
+		return len(l.records()) > synced
+	})
+	if r := l.records(); r[len(r)-1].Position != g[9].Position {
+		t.Fatalf("synced %+v", r[len(r)-1])
+	}
+}
+
 // TestGroupCommitWriteFails: a background write or sync that fails is
 // counted in Status and logged, returned by the next Commit, and retried
 // by the next Commit (even one that moves nothing), by Flush and by Close,
