@@ -1,18 +1,81 @@
 package state
 
-import "hash/maphash"
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"math/bits"
+)
 
-// seed is the seed of every key hash: the hash of a key is the same in
-// every batch, so that a line hashes a key once for all of them.
+// seed is the seed of every hash: random per process, so that no input can
+// be made to collide on purpose.
 var seed = maphash.MakeSeed()
 
-// hashKey returns the hash of the full key k.
-func hashKey(k []byte) uint64 { return maphash.Bytes(seed, k) }
+// bkey is a key of a bucket, as a line asks for it: the bucket's prefix
+// and the key, not joined (most lookups find the key staged already and
+// never need the full key), and their hash.
+type bkey struct {
+	prefix, key []byte
+	h           uint64
+}
+
+// newBKey returns key of the bucket bi.
+func newBKey(bi *bucketInfo, key []byte) bkey {
+	return bkey{prefix: bi.prefix, key: key, h: hashKey(bi.ph, key)}
+}
+
+// is reports whether full is the full key of q.
+func (q *bkey) is(full []byte) bool {
+	n := len(q.prefix)
+	return len(full) == n+len(q.key) && string(full[n:]) == string(q.key) && string(full[:n]) == string(q.prefix)
+}
+
+// appendTo appends the full key of q to b.
+func (q *bkey) appendTo(b []byte) []byte { return append(append(b, q.prefix...), q.key...) }
+
+// hashPrefix returns the hash of a bucket's prefix, the start of the hash
+// of each of its keys.
+func hashPrefix(prefix []byte) uint64 { return maphash.Bytes(seed, prefix) }
+
+const (
+	m1 = 0xa0761d6478bd642f
+	m2 = 0xe7037ed1a0b428db
+)
+
+// mix folds the 128-bit product of a and b.
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+// hashKey returns the hash of key in the bucket whose prefix hashes to ph:
+// the same for the same full key however it is asked for. Keys are short
+// (an account, a counter's name): a multiply per 8 bytes costs less than
+// the runtime's hash of the joined key.
+func hashKey(ph uint64, key []byte) uint64 {
+	n := len(key)
+	h := mix(ph^m1, uint64(n)^m2)
+	var t uint64
+	switch {
+	case n > 8:
+		k := key
+		for ; len(k) > 8; k = k[8:] {
+			h = mix(h^binary.LittleEndian.Uint64(k), m1)
+		}
+		t = binary.LittleEndian.Uint64(key[n-8:])
+	case n == 8:
+		t = binary.LittleEndian.Uint64(key)
+	case n >= 4:
+		t = uint64(binary.LittleEndian.Uint32(key))<<32 | uint64(binary.LittleEndian.Uint32(key[n-4:]))
+	case n > 0:
+		t = uint64(key[0])<<16 | uint64(key[n/2])<<8 | uint64(key[n-1])
+	}
+	return mix(h^t, m2)
+}
 
 // index finds a batch's entries by key: open addressing with linear
-// probing over a power-of-two table kept at most half full. It costs a line
-// a hash it computes once, and a probe, where a map keyed by string would
-// hash again in each batch it looks in.
+// probing over a power-of-two table kept at most half full. A line hashes a
+// key once for every batch it looks in, and finds it without joining it
+// to its bucket's prefix.
 type index struct {
 	slots []*entry
 	n     int
@@ -27,12 +90,12 @@ func newIndex(n int) index {
 	return index{slots: make([]*entry, size)}
 }
 
-// get returns the entry of key k, whose hash is h, or nil.
-func (ix *index) get(h uint64, k []byte) *entry {
+// get returns the entry of q, or nil.
+func (ix *index) get(q *bkey) *entry {
 	m := uint64(len(ix.slots) - 1)
-	for i := h & m; ; i = (i + 1) & m {
+	for i := q.h & m; ; i = (i + 1) & m {
 		e := ix.slots[i]
-		if e == nil || e.h == h && string(e.key) == string(k) {
+		if e == nil || e.h == q.h && q.is(e.key) {
 			return e
 		}
 	}

@@ -10,25 +10,28 @@ import (
 // The index finds every entry it holds, through collisions and growth,
 // and nothing else.
 func TestIndexFindsEveryKey(t *testing.T) {
+	bi := newBucketInfo("ns", "b")
 	for _, hashes := range []struct {
 		name string
 		h    func(k []byte) uint64
 	}{
-		{"hashKey", hashKey},
+		{"hashKey", func(k []byte) uint64 { return hashKey(bi.ph, k) }},
 		// Seven hashes for a thousand keys: long probe runs, equal hashes
 		// with other keys.
-		{"colliding", func(k []byte) uint64 { return hashKey(k) % 7 }},
+		{"colliding", func(k []byte) uint64 { return hashKey(bi.ph, k) % 7 }},
 	} {
 		t.Run(hashes.name, func(t *testing.T) {
+			q := func(k []byte) *bkey { return &bkey{prefix: bi.prefix, key: k, h: hashes.h(k)} }
 			ix := newIndex(0)
 			ents := make([]entry, 1000)
+			keys := make([][]byte, len(ents))
 			for i := range ents {
-				k := fmt.Appendf(nil, "key-%d", i)
-				ents[i] = entry{key: k, h: hashes.h(k)}
+				keys[i] = fmt.Appendf(nil, "key-%d", i)
+				ents[i] = entry{key: q(keys[i]).appendTo(nil), h: hashes.h(keys[i])}
 				ix.insert(&ents[i])
 				for j := 0; j <= i; j += 1 + i/10 {
-					if e := ix.get(ents[j].h, ents[j].key); e != &ents[j] {
-						t.Fatalf("after %d inserts: key %q finds %v", i+1, ents[j].key, e)
+					if e := ix.get(q(keys[j])); e != &ents[j] {
+						t.Fatalf("after %d inserts: key %q finds %v", i+1, keys[j], e)
 					}
 				}
 			}
@@ -36,15 +39,67 @@ func TestIndexFindsEveryKey(t *testing.T) {
 				t.Fatalf("%d entries in %d slots", ix.n, len(ix.slots))
 			}
 			for i := range ents {
-				if e := ix.get(ents[i].h, ents[i].key); e != &ents[i] {
-					t.Fatalf("key %q finds %v", ents[i].key, e)
+				if e := ix.get(q(keys[i])); e != &ents[i] {
+					t.Fatalf("key %q finds %v", keys[i], e)
 				}
 				absent := fmt.Appendf(nil, "absent-%d", i)
-				if e := ix.get(hashes.h(absent), absent); e != nil {
+				if e := ix.get(q(absent)); e != nil {
 					t.Fatalf("absent key %q finds %q", absent, e.key)
 				}
 			}
 		})
+	}
+}
+
+// A key of a bucket is its full key and no other: the same key in another
+// bucket, or split elsewhere between prefix and key, is another key.
+func TestBKeyIsItsFullKey(t *testing.T) {
+	a, b := newBucketInfo("ns", "a"), newBucketInfo("ns", "b")
+	q := newBKey(a, []byte("k1"))
+	full := q.appendTo(nil)
+	if !q.is(full) || string(full) != string(a.prefix)+"k1" {
+		t.Fatalf("full key %q", full)
+	}
+	qb := newBKey(b, []byte("k1"))
+	for _, other := range [][]byte{
+		qb.appendTo(nil),
+		append(append([]byte{}, a.prefix...), "k"...),
+		append(append([]byte{}, a.prefix...), "k12"...),
+		[]byte("k1"),
+		nil,
+	} {
+		if q.is(other) {
+			t.Fatalf("%q is %q", full, other)
+		}
+	}
+}
+
+// Distinct keys of every length up to 40 bytes, in two buckets, hash
+// apart; the same key hashes the same every time.
+func TestHashKeySpreads(t *testing.T) {
+	seen := make(map[uint64]string)
+	for _, bi := range []*bucketInfo{newBucketInfo("", ""), newBucketInfo("", "b")} {
+		for n := range 41 {
+			for v := range 300 {
+				k := make([]byte, n)
+				for i := range k {
+					k[i] = byte(v >> (8 * (i % 2)))
+				}
+				if n > 0 {
+					k[n-1] ^= byte(v)
+					k[0] ^= byte(v >> 4)
+				}
+				id := fmt.Sprintf("%q/%x", bi.name, k)
+				h := hashKey(bi.ph, k)
+				if h != hashKey(bi.ph, k) {
+					t.Fatalf("key %s hashes twice differently", id)
+				}
+				if prev, dup := seen[h]; dup && prev != id {
+					t.Fatalf("keys %s and %s hash alike: %x", prev, id, h)
+				}
+				seen[h] = id
+			}
+		}
 	}
 }
 

@@ -150,7 +150,7 @@ type verdict struct {
 type entry struct {
 	key, val []byte
 	del      bool
-	h        uint64 // hashKey(key)
+	h        uint64 // the hash of key (see hashKey)
 }
 
 // batch is what the committer writes in one transaction.
@@ -201,13 +201,14 @@ func (b *batch) bytes(p []byte) []byte {
 	return b.arena[n:len(b.arena):len(b.arena)]
 }
 
-// get returns the entry of key k, whose hash is h, or nil.
-func (b *batch) get(h uint64, k []byte) *entry { return b.idx.get(h, k) }
+// get returns the entry of q, or nil.
+func (b *batch) get(q *bkey) *entry { return b.idx.get(q) }
 
-// put stages a change of key k, whose hash is h: a new value v, or a
-// deletion.
+// put stages a change of the full key k, whose hash is h: a new value v,
+// or a deletion.
 func (b *batch) put(h uint64, k, v []byte, del bool) {
-	e := b.idx.get(h, k)
+	q := bkey{key: k, h: h}
+	e := b.idx.get(&q)
 	if e == nil {
 		if len(b.ents) == 0 {
 			b.ents = make([]entry, 64)
@@ -636,7 +637,7 @@ func (c *core) bucket(ns *nsStore, b string) *bucketInfo {
 	}
 	bi := c.buckets[[2]string{ns.ns, b}]
 	if bi == nil {
-		bi = &bucketInfo{ns: ns.ns, name: b, prefix: dataPrefix(ns.ns, b)}
+		bi = newBucketInfo(ns.ns, b)
 	}
 	copy(ns.last[1:], ns.last[:])
 	ns.last[0] = bi
@@ -983,7 +984,7 @@ type nsStore struct {
 }
 
 func newNS(c *core, ns string) *nsStore {
-	return &nsStore{c: c, ns: ns, root: &bucketInfo{ns: ns, prefix: dataPrefix(ns, "")}}
+	return &nsStore{c: c, ns: ns, root: newBucketInfo(ns, "")}
 }
 
 func (s *nsStore) Apply(ctx context.Context, d dedupe.Delivery, fn func(tx *Tx) error) (bool, error) {

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -200,7 +199,8 @@ type txWrites struct {
 
 	ws   []txWrite
 	buf  []byte         // keys and values of ws
-	idx  map[string]int // key → index in ws, once ws is large
+	idx  map[string]int // full key → index in ws, once ws is large
+	kbuf []byte         // a full key being looked up in idx
 	outs []txOut
 	obuf []byte // output bytes of outs
 }
@@ -256,26 +256,27 @@ func (w *txWrites) key(i int) []byte {
 	return w.buf[x.k0:x.k1]
 }
 
-// find returns the index of the write of key k, whose hash is h, or -1.
-func (w *txWrites) find(h uint64, k []byte) int {
+// find returns the index of the write of q, or -1.
+func (w *txWrites) find(q *bkey) int {
 	if len(w.ws) >= indexAt {
-		if i, ok := w.idx[string(k)]; ok {
+		w.kbuf = q.appendTo(w.kbuf[:0])
+		if i, ok := w.idx[string(w.kbuf)]; ok {
 			return i
 		}
 		return -1
 	}
 	for i := len(w.ws) - 1; i >= 0; i-- {
-		if w.ws[i].h == h && bytes.Equal(w.key(i), k) {
+		if w.ws[i].h == q.h && q.is(w.key(i)) {
 			return i
 		}
 	}
 	return -1
 }
 
-// get returns the value of the write of k, whose hash is h, if any. The
-// value is not changed later: a new write of key appends its value.
-func (w *txWrites) get(h uint64, k []byte) (val []byte, exists, ok bool) {
-	i := w.find(h, k)
+// get returns the value of the write of q, if any. The value is not
+// changed later: a new write of the key appends its value.
+func (w *txWrites) get(q *bkey) (val []byte, exists, ok bool) {
+	i := w.find(q)
 	if i < 0 {
 		return nil, false, false
 	}
@@ -283,14 +284,10 @@ func (w *txWrites) get(h uint64, k []byte) (val []byte, exists, ok bool) {
 	return w.buf[x.v0:x.v1:x.v1], !x.del, true
 }
 
-func (w *txWrites) set(k, v []byte, del bool) {
-	h := hashKey(k)
-	w.setAt(w.find(h, k), h, k, v, del)
-}
+func (w *txWrites) set(q *bkey, v []byte, del bool) { w.setAt(w.find(q), q, v, del) }
 
-// setAt sets the write of k, whose hash is h, at index i of ws or a new
-// one if i < 0.
-func (w *txWrites) setAt(i int, h uint64, k, v []byte, del bool) {
+// setAt sets the write of q, at index i of ws or a new one if i < 0.
+func (w *txWrites) setAt(i int, q *bkey, v []byte, del bool) {
 	if i >= 0 {
 		w.hint = nil
 		x := &w.ws[i]
@@ -300,16 +297,15 @@ func (w *txWrites) setAt(i int, h uint64, k, v []byte, del bool) {
 		return
 	}
 	var e *entry
-	if w.hint != nil && bytes.Equal(w.hint.key, k) {
+	if w.hint != nil && w.hint.h == q.h && q.is(w.hint.key) {
 		e = w.hint
 	}
-	w.add(h, k, e, w.hintSeq, v, del)
+	w.add(q, e, w.hintSeq, v, del)
 }
 
-// add adds a write of k, whose hash is h, which has no write yet. e, if
-// not nil, is k's entry in the batch numbered seq: its key serves, k is
-// not copied.
-func (w *txWrites) add(h uint64, k []byte, e *entry, seq uint64, v []byte, del bool) {
+// add adds a write of q, which has no write yet. e, if not nil, is its
+// entry in the batch numbered seq: its key serves, q's is not copied.
+func (w *txWrites) add(q *bkey, e *entry, seq uint64, v []byte, del bool) {
 	w.hint = nil
 	// The fields are set in place: a txWrite built aside and copied in
 	// costs a stalled store per line.
@@ -320,10 +316,10 @@ func (w *txWrites) add(h uint64, k []byte, e *entry, seq uint64, v []byte, del b
 		w.ws = append(w.ws, txWrite{})
 	}
 	x := &w.ws[n]
-	x.e, x.seq, x.h, x.k0, x.k1 = e, seq, h, 0, 0
+	x.e, x.seq, x.h, x.k0, x.k1 = e, seq, q.h, 0, 0
 	if e == nil {
 		x.k0 = len(w.buf)
-		w.buf = append(w.buf, k...)
+		w.buf = q.appendTo(w.buf)
 		x.k1 = len(w.buf)
 	}
 	x.v0 = len(w.buf)
@@ -338,7 +334,7 @@ func (w *txWrites) add(h uint64, k []byte, e *entry, seq uint64, v []byte, del b
 			w.idx[string(w.key(j))] = j
 		}
 	case n > indexAt:
-		w.idx[string(k)] = n - 1
+		w.idx[string(w.key(n-1))] = n - 1
 	}
 }
 
@@ -361,14 +357,12 @@ type Bucket struct {
 type bucketInfo struct {
 	ns, name string
 	prefix   []byte
+	ph       uint64 // hashPrefix(prefix)
 }
 
-// key returns the full key of k in the store's scratch buffer, valid until
-// the next call.
-func (b *Bucket) key(k []byte) []byte {
-	c := b.tx.c
-	c.kbuf = append(append(c.kbuf[:0], b.prefix...), k...)
-	return c.kbuf
+func newBucketInfo(ns, name string) *bucketInfo {
+	p := dataPrefix(ns, name)
+	return &bucketInfo{ns: ns, name: name, prefix: p, ph: hashPrefix(p)}
 }
 
 // Get returns the value of key and whether it exists. The value is valid
@@ -377,30 +371,29 @@ func (b *Bucket) Get(key []byte) ([]byte, bool, error) {
 	if err := b.tx.check(false); err != nil {
 		return nil, false, err
 	}
-	return b.tx.get(b.key(key))
+	q := newBKey(b.bucketInfo, key)
+	return b.tx.get(&q)
 }
 
-func (tx *Tx) get(k []byte) ([]byte, bool, error) {
-	h := hashKey(k)
+func (tx *Tx) get(q *bkey) ([]byte, bool, error) {
 	if w := tx.w; w != nil {
-		if v, exists, ok := w.get(h, k); ok {
+		if v, exists, ok := w.get(q); ok {
 			w.hint = nil
 			return v, exists, nil
 		}
 	}
-	return tx.getStaged(h, k)
+	return tx.getStaged(q)
 }
 
-// getStaged returns the value of k, whose hash is h, as staged in the
-// batches, or durable.
-func (tx *Tx) getStaged(h uint64, k []byte) ([]byte, bool, error) {
+// getStaged returns the value of q as staged in the batches, or durable.
+func (tx *Tx) getStaged(q *bkey) ([]byte, bool, error) {
 	w := tx.w
 	if w != nil {
 		w.hint = nil
 	}
-	e := tx.cur.get(h, k)
+	e := tx.cur.get(q)
 	if e == nil {
-		return tx.getOlder(h, k)
+		return tx.getOlder(q)
 	}
 	if w != nil {
 		w.hint, w.hintSeq = e, tx.cur.seq
@@ -408,23 +401,24 @@ func (tx *Tx) getStaged(h uint64, k []byte) ([]byte, bool, error) {
 	return e.val[:len(e.val):len(e.val)], !e.del, nil
 }
 
-// getOlder returns the value of k, whose hash is h, which the current
-// batch does not hold, as staged in the sealed batch, or durable.
-func (tx *Tx) getOlder(h uint64, k []byte) ([]byte, bool, error) {
+// getOlder returns the value of q, which the current batch does not
+// hold, as staged in the sealed batch, or durable.
+func (tx *Tx) getOlder(q *bkey) ([]byte, bool, error) {
 	var e *entry
 	if tx.sealed != nil {
-		e = tx.sealed.get(h, k)
+		e = tx.sealed.get(q)
 	}
 	if e == nil && tx.recent != nil {
-		e = tx.recent.get(h, k)
+		e = tx.recent.get(q)
 	}
 	if e != nil {
 		return e.val[:len(e.val):len(e.val)], !e.del, nil
 	}
 	c := tx.c
 	// Not staged: the durable state holds the latest value. A batch that
-	// commits meanwhile held no change of k, so cannot change it.
-	v, ok, err := c.eng.get(k)
+	// commits meanwhile held no change of the key, so cannot change it.
+	c.kbuf = q.appendTo(c.kbuf[:0])
+	v, ok, err := c.eng.get(c.kbuf)
 	if err != nil {
 		return nil, false, fmt.Errorf("read %s store %s: %w", c.kind, c.dir, err)
 	}
@@ -436,7 +430,8 @@ func (b *Bucket) Put(key, value []byte) error {
 	if err := b.tx.check(true); err != nil {
 		return err
 	}
-	b.tx.w.set(b.key(key), value, false)
+	q := newBKey(b.bucketInfo, key)
+	b.tx.w.set(&q, value, false)
 	return nil
 }
 
@@ -445,7 +440,8 @@ func (b *Bucket) Delete(key []byte) error {
 	if err := b.tx.check(true); err != nil {
 		return err
 	}
-	b.tx.w.set(b.key(key), nil, true)
+	q := newBKey(b.bucketInfo, key)
+	b.tx.w.set(&q, nil, true)
 	return nil
 }
 
@@ -484,25 +480,24 @@ func (b *Bucket) AddInt64(key []byte, delta int64) (int64, error) {
 	return n, b.PutInt64(key, n)
 }
 
-// addInt64 is AddInt64 in Apply: the key is made and looked up once, and
-// a key the current batch holds is not copied.
+// addInt64 is AddInt64 in Apply: the key is hashed and looked up once,
+// and a key the current batch holds is neither joined to its prefix nor
+// copied.
 func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, error) {
-	c, w := tx.c, tx.w
-	c.kbuf = append(append(c.kbuf[:0], bi.prefix...), key...)
-	k := c.kbuf
-	h := hashKey(k)
+	w := tx.w
+	q := newBKey(bi, key)
 	var v []byte
 	var ok bool
 	var e *entry
-	i := w.find(h, k)
+	i := w.find(&q)
 	if i >= 0 {
 		x := &w.ws[i]
 		v, ok = w.buf[x.v0:x.v1], !x.del
-	} else if e = tx.cur.get(h, k); e != nil {
+	} else if e = tx.cur.get(&q); e != nil {
 		v, ok = e.val, !e.del
 	} else {
 		var err error
-		if v, ok, err = tx.getOlder(h, k); err != nil {
+		if v, ok, err = tx.getOlder(&q); err != nil {
 			return 0, err
 		}
 	}
@@ -516,9 +511,9 @@ func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, error) {
 	var a [8]byte
 	binary.BigEndian.PutUint64(a[:], uint64(n))
 	if i >= 0 {
-		w.setAt(i, h, k, a[:], false)
+		w.setAt(i, &q, a[:], false)
 	} else {
-		w.add(h, k, e, tx.cur.seq, a[:], false)
+		w.add(&q, e, tx.cur.seq, a[:], false)
 	}
 	return n, nil
 }
