@@ -18,9 +18,12 @@ type bkey struct {
 	h           uint64
 }
 
-// newBKey returns key of the bucket bi.
-func newBKey(bi *bucketInfo, key []byte) bkey {
-	return bkey{prefix: bi.prefix, key: key, h: hashKey(bi.ph, key)}
+// set makes q the key of the bucket bi. Field by field: a bkey built
+// aside and copied would wait for its stores.
+func (q *bkey) set(bi *bucketInfo, key []byte) {
+	q.prefix = bi.prefix
+	q.key = key
+	q.h = hashKey(bi.ph, key)
 }
 
 // is reports whether full is the full key of q.

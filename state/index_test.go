@@ -55,12 +55,14 @@ func TestIndexFindsEveryKey(t *testing.T) {
 // bucket, or split elsewhere between prefix and key, is another key.
 func TestBKeyIsItsFullKey(t *testing.T) {
 	a, b := newBucketInfo("ns", "a"), newBucketInfo("ns", "b")
-	q := newBKey(a, []byte("k1"))
+	var q bkey
+	q.set(a, []byte("k1"))
 	full := q.appendTo(nil)
 	if !q.is(full) || string(full) != string(a.prefix)+"k1" {
 		t.Fatalf("full key %q", full)
 	}
-	qb := newBKey(b, []byte("k1"))
+	var qb bkey
+	qb.set(b, []byte("k1"))
 	for _, other := range [][]byte{
 		qb.appendTo(nil),
 		append(append([]byte{}, a.prefix...), "k"...),

@@ -300,12 +300,16 @@ func (w *txWrites) setAt(i int, q *bkey, v []byte, del bool) {
 	if w.hint != nil && w.hint.h == q.h && q.is(w.hint.key) {
 		e = w.hint
 	}
-	w.add(q, e, w.hintSeq, v, del)
+	x := w.add(q, e, w.hintSeq)
+	x.v0 = len(w.buf)
+	w.buf = append(w.buf, v...)
+	x.v1, x.del = len(w.buf), del
 }
 
-// add adds a write of q, which has no write yet. e, if not nil, is its
-// entry in the batch numbered seq: its key serves, q's is not copied.
-func (w *txWrites) add(q *bkey, e *entry, seq uint64, v []byte, del bool) {
+// add adds a write of q, which has no write yet, and returns it; the
+// caller appends its value. e, if not nil, is q's entry in the batch
+// numbered seq: its key serves, q's is not copied.
+func (w *txWrites) add(q *bkey, e *entry, seq uint64) *txWrite {
 	w.hint = nil
 	// The fields are set in place: a txWrite built aside and copied in
 	// costs a stalled store per line.
@@ -316,15 +320,12 @@ func (w *txWrites) add(q *bkey, e *entry, seq uint64, v []byte, del bool) {
 		w.ws = append(w.ws, txWrite{})
 	}
 	x := &w.ws[n]
-	x.e, x.seq, x.h, x.k0, x.k1 = e, seq, q.h, 0, 0
+	x.e, x.seq, x.h, x.k0, x.k1, x.del = e, seq, q.h, 0, 0, false
 	if e == nil {
 		x.k0 = len(w.buf)
 		w.buf = q.appendTo(w.buf)
 		x.k1 = len(w.buf)
 	}
-	x.v0 = len(w.buf)
-	w.buf = append(w.buf, v...)
-	x.v1, x.del = len(w.buf), del
 	switch n := len(w.ws); {
 	case n == indexAt:
 		if w.idx == nil {
@@ -336,6 +337,7 @@ func (w *txWrites) add(q *bkey, e *entry, seq uint64, v []byte, del bool) {
 	case n > indexAt:
 		w.idx[string(w.key(n-1))] = n - 1
 	}
+	return x
 }
 
 // output records the bytes obuf[o0:] appended for the output name.
@@ -371,7 +373,8 @@ func (b *Bucket) Get(key []byte) ([]byte, bool, error) {
 	if err := b.tx.check(false); err != nil {
 		return nil, false, err
 	}
-	q := newBKey(b.bucketInfo, key)
+	var q bkey
+	q.set(b.bucketInfo, key)
 	return b.tx.get(&q)
 }
 
@@ -430,7 +433,8 @@ func (b *Bucket) Put(key, value []byte) error {
 	if err := b.tx.check(true); err != nil {
 		return err
 	}
-	q := newBKey(b.bucketInfo, key)
+	var q bkey
+	q.set(b.bucketInfo, key)
 	b.tx.w.set(&q, value, false)
 	return nil
 }
@@ -440,7 +444,8 @@ func (b *Bucket) Delete(key []byte) error {
 	if err := b.tx.check(true); err != nil {
 		return err
 	}
-	q := newBKey(b.bucketInfo, key)
+	var q bkey
+	q.set(b.bucketInfo, key)
 	b.tx.w.set(&q, nil, true)
 	return nil
 }
@@ -485,7 +490,8 @@ func (b *Bucket) AddInt64(key []byte, delta int64) (int64, error) {
 // copied.
 func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, error) {
 	w := tx.w
-	q := newBKey(bi, key)
+	var q bkey
+	q.set(bi, key)
 	var v []byte
 	var ok bool
 	var e *entry
@@ -508,13 +514,17 @@ func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, error) {
 		}
 	}
 	n += delta
-	var a [8]byte
-	binary.BigEndian.PutUint64(a[:], uint64(n))
+	var x *txWrite
 	if i >= 0 {
-		w.setAt(i, &q, a[:], false)
+		x = &w.ws[i]
 	} else {
-		w.add(&q, e, tx.cur.seq, a[:], false)
+		x = w.add(&q, e, tx.cur.seq)
 	}
+	// A new value, appended: a value returned by Get stays as it was.
+	w.hint = nil
+	x.v0 = len(w.buf)
+	w.buf = binary.BigEndian.AppendUint64(w.buf, uint64(n))
+	x.v1, x.del = len(w.buf), false
 	return n, nil
 }
 
