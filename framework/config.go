@@ -102,6 +102,17 @@ type FileConfig struct {
 	// the zero value syncs every commit.
 	Sync         feed.SyncPolicy
 	SyncInterval time.Duration
+	// SyncCommit makes every commit wait for its pointer write (and, under
+	// feed.SyncEveryCommit, its fdatasync) before the feed reads on. By
+	// default, under SyncEveryCommit, the feed's source commits through
+	// feed.Config.GroupCommit: a background writer writes one record at a
+	// time and coalesces the commits that arrive meanwhile, so reading
+	// overlaps the sync instead of waiting for it once a duty cycle. The
+	// cost: a crash or power loss also re-delivers the lines committed since
+	// the write in progress began (a few milliseconds' worth), never a gap.
+	// Under the other sync policies a pointer write does not wait for the
+	// disk, and commits are synchronous whatever SyncCommit says.
+	SyncCommit bool
 	// OnReject, when set, is told of every line the source does not
 	// deliver (oversize, or the unterminated end of a rotated file); the
 	// source also logs and counts them (FeedStatus.OversizeSkipped,
