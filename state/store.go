@@ -292,9 +292,10 @@ type core struct {
 	buckets map[[2]string]*bucketInfo // by namespace and name
 	ows     []OutputWriter            // output writers not used yet
 	bks     []Bucket                  // bucket handles not used yet
-	txs     []Tx                      // transactions not used yet
-	ts      txState                   // the running Apply or View
-	tw      txWrites                  // the write set of the running Apply
+	txs     []Tx                      // transactions, used up to txi
+	txi     int
+	ts      txState  // the running Apply or View
+	tw      txWrites // the write set of the running Apply
 }
 
 func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, error) {
@@ -460,7 +461,7 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d dedupe.Delivery, fn fun
 		c.mu.Lock()
 	}
 	tx := c.newTx(ns, d, false)
-	tx.cur, tx.sealed, tx.recent = c.cur, c.sealed, c.recent
+	c.snapshot()
 	c.mu.Unlock()
 
 	err := fn(tx)
@@ -615,28 +616,69 @@ func (c *core) feed(ns, feed string) *feedState {
 // the token. Transactions are cut from a slab and never reused, so that one
 // kept past its function stays done.
 func (c *core) newTx(ns *nsStore, d dedupe.Delivery, readOnly bool) *Tx {
-	if len(c.txs) == 0 {
-		c.txs = make([]Tx, 128)
+	// By index: cutting c.txs would write its pointer, and so the
+	// write barrier, on every line.
+	if c.txi == len(c.txs) {
+		c.txs, c.txi = make([]Tx, 128), 0
 	}
-	tx := &c.txs[0]
-	c.txs = c.txs[1:]
+	tx := &c.txs[c.txi]
+	c.txi++
+	// The state is the same from line to line, mostly: a pointer is
+	// written only when it changes, which spares the write barrier while
+	// the garbage collector runs. Field by field: a copy of d would wait
+	// for the stores of the caller.
 	ts := &c.ts
-	ts.c, ts.ns, ts.nss, ts.readOnly, ts.w, ts.ow = c, ns.ns, ns, readOnly, nil, nil
-	// Field by field: a copy of d would wait for the stores of the caller.
-	ts.d.Feed, ts.d.Epoch, ts.d.Position, ts.d.Seq, ts.d.Origin = d.Feed, d.Epoch, d.Position, d.Seq, d.Origin
-	if !readOnly {
-		c.tw.reset()
-		ts.w = &c.tw
+	if ts.nss != ns {
+		ts.c, ts.ns, ts.nss = c, ns.ns, ns
+	}
+	if ts.d.Feed != d.Feed {
+		ts.d.Feed = d.Feed
+	}
+	if ts.d.Origin != d.Origin {
+		ts.d.Origin = d.Origin
+	}
+	ts.d.Epoch, ts.d.Position, ts.d.Seq = d.Epoch, d.Position, d.Seq
+	ts.readOnly = readOnly
+	if ts.ow != nil {
+		ts.ow = nil
+	}
+	w := &c.tw
+	if readOnly {
+		w = nil
+	} else {
+		w.reset()
+	}
+	if ts.w != w {
+		ts.w = w
 	}
 	tx.txState = ts
 	return tx
 }
 
+// snapshot points the running transaction at the batches as they are
+// now. c.mu held.
+func (c *core) snapshot() {
+	ts := &c.ts
+	if ts.cur != c.cur {
+		ts.cur = c.cur
+	}
+	if ts.sealed != c.sealed {
+		ts.sealed = c.sealed
+	}
+	if ts.recent != c.recent {
+		ts.recent = c.recent
+	}
+}
+
 // bucket returns the name and key prefix of bucket b of namespace ns. The
 // caller holds the token.
 func (c *core) bucket(ns *nsStore, b string) *bucketInfo {
-	for _, bi := range ns.last {
-		if bi != nil && bi.name == b {
+	for i := range ns.last {
+		if bi := ns.last[i]; bi != nil && bi.name == b {
+			if i > 0 {
+				copy(ns.last[1:i+1], ns.last[:i])
+				ns.last[0] = bi
+			}
 			return bi
 		}
 	}
@@ -1002,7 +1044,7 @@ func (s *nsStore) View(fn func(tx *Tx) error) error {
 	tx := s.c.newTx(s, dedupe.Delivery{}, true)
 	s.c.mu.Lock()
 	closed := s.c.closed
-	tx.cur, tx.sealed, tx.recent = s.c.cur, s.c.sealed, s.c.recent
+	s.c.snapshot()
 	s.c.mu.Unlock()
 	if closed {
 		tx.done = true

@@ -72,7 +72,9 @@ func (tx *Tx) Bucket(name string) *Bucket {
 	case name == "":
 		bi = tx.nss.root
 	default:
-		bi = tx.c.bucket(tx.nss, name)
+		if bi = tx.nss.last[0]; bi == nil || bi.name != name {
+			bi = tx.c.bucket(tx.nss, name)
+		}
 	}
 	if tx.bk.bucketInfo == nil {
 		tx.bk = Bucket{tx: tx, bucketInfo: bi}
