@@ -125,16 +125,21 @@ func mallocs() uint64 {
 	return ms.Mallocs
 }
 
-func parseSync(s string) (feed.SyncPolicy, error) {
+// parseSync reads -psync: the pointer's sync policy, and whether commits
+// wait for their pointer write ("every-sync": FileConfig.SyncCommit) rather
+// than go through group commit ("every", the framework's default).
+func parseSync(s string) (feed.SyncPolicy, bool, error) {
 	switch s {
 	case "", "every":
-		return feed.SyncEveryCommit, nil
+		return feed.SyncEveryCommit, false, nil
+	case "every-sync":
+		return feed.SyncEveryCommit, true, nil
 	case "interval":
-		return feed.SyncInterval, nil
+		return feed.SyncInterval, false, nil
 	case "never":
-		return feed.SyncNever, nil
+		return feed.SyncNever, false, nil
 	}
-	return 0, fmt.Errorf("unknown pointer sync policy %q", s)
+	return 0, false, fmt.Errorf("unknown pointer sync policy %q", s)
 }
 
 // removePointer removes the input's pointer file so that a run starts at 0.
@@ -194,14 +199,16 @@ func caseSource(a childArgs) (result, error) {
 	if err := removePointer(a.file); err != nil {
 		return result{}, err
 	}
-	policy, err := parseSync(a.psync)
+	policy, syncCommit, err := parseSync(a.psync)
 	if err != nil {
 		return result{}, err
 	}
 	ctx := context.Background()
 	m0 := mallocs()
 	start := time.Now()
-	src, err := feed.NewFileSource(feed.Config{Path: a.file, Strategy: feed.Committed, Sync: policy, Logger: discard})
+	// As the framework configures a file feed (FileConfig.SyncCommit).
+	group := policy == feed.SyncEveryCommit && !syncCommit
+	src, err := feed.NewFileSource(feed.Config{Path: a.file, Strategy: feed.Committed, Sync: policy, GroupCommit: group, Logger: discard})
 	if err != nil {
 		return result{}, err
 	}
@@ -301,14 +308,14 @@ func serveOpts(a childArgs, procs []framework.Processor, counters []*bench.Count
 	if err := removePointer(a.file); err != nil {
 		return 0, 0, err
 	}
-	policy, err := parseSync(a.psync)
+	policy, syncCommit, err := parseSync(a.psync)
 	if err != nil {
 		return 0, 0, err
 	}
 	cfg := framework.Config{
 		Feeds: []framework.FeedConfig{{
 			Name:          feedName,
-			File:          &framework.FileConfig{Filename: a.file, ReadStrategy: feed.Committed, Sync: policy},
+			File:          &framework.FileConfig{Filename: a.file, ReadStrategy: feed.Committed, Sync: policy, SyncCommit: syncCommit},
 			Overload:      framework.OverloadConfig{Policy: framework.Pause},
 			QueueCapacity: a.qcap,
 		}},

@@ -29,7 +29,10 @@ func TestCases(t *testing.T) {
 	}{
 		{name: "bufio"},
 		{name: "source", lines: lines},
+		{name: "source", edit: func(a *childArgs) { a.psync = "every" }, lines: lines},
+		{name: "source", edit: func(a *childArgs) { a.psync = "every-sync" }, lines: lines},
 		{name: "nop", lines: lines},
+		{name: "nop", edit: func(a *childArgs) { a.psync = "every" }, lines: lines},
 		{name: "nop", edit: func(a *childArgs) { a.groups = 4 }, lines: lines},
 		{name: "nop", edit: func(a *childArgs) { a.qcap = 256; a.psync = "interval" }, lines: lines},
 		{name: "ledger-mem", lines: lines},
