@@ -264,7 +264,10 @@ type core struct {
 	outputs map[string]*Output
 	outFree map[string][]byte // c.mu: output buffers of committed batches
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// ver counts the changes of cur, sealed, recent, failed and closed,
+	// each made under mu.
+	ver    atomic.Uint64
 	cur    *batch // staging
 	sealed *batch // cut, being committed
 	// recent is the last batch committed, kept as a cache of durable
@@ -296,6 +299,9 @@ type core struct {
 	txi     int
 	ts      txState  // the running Apply or View
 	tw      txWrites // the write set of the running Apply
+	// What the last Apply left (see leave); written under mu.
+	fastVer uint64
+	fastOK  bool
 }
 
 func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, error) {
@@ -421,6 +427,7 @@ func (c *core) cut() *batch {
 		b.marks[i] = markOf{cp: cp, m: cp.Mark()}
 	}
 	c.sealed = b
+	c.ver.Add(1)
 	c.seq++
 	// The next batch likely changes as many keys as this one.
 	c.cur = newBatch(c.seq, min(len(b.writes), 1<<16))
@@ -431,7 +438,10 @@ func (c *core) cut() *batch {
 	return b
 }
 
-func (c *core) apply(ctx context.Context, ns *nsStore, d dedupe.Delivery, fn func(tx *Tx) error) (bool, error) {
+// apply is Apply. d is a pointer: a Delivery among its other arguments
+// would be passed on the stack, and copied with loads that wait for the
+// caller's stores.
+func (c *core) apply(ctx context.Context, ns *nsStore, d *dedupe.Delivery, fn func(tx *Tx) error) (bool, error) {
 	if !c.applyTok.CompareAndSwap(false, true) {
 		if err := c.acquire(ctx); err != nil {
 			return false, fmt.Errorf("apply feed %q epoch %d position %d: waiting for another Apply: %w", d.Feed, d.Epoch, d.Position, err)
@@ -439,30 +449,23 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d dedupe.Delivery, fn fun
 	}
 	defer c.release()
 
-	c.mu.Lock()
-	if c.closed || c.failed != nil || (c.cur.count >= c.bsize && c.sealed != nil && !c.opts.Sync) {
-		if err := c.beforeApply(ctx, d); err != nil {
-			c.mu.Unlock()
+	// Most lines need not take the lock before their function: the last
+	// Apply left the store usable, with room in the batch, and the
+	// committer changed nothing since (c.ver), so the transaction's view
+	// of the batches is still right; the line is of the same feed, past
+	// its recorded position.
+	fs := c.lastFeed
+	var tx *Tx
+	if c.fastOK && c.fastVer == c.ver.Load() && fs != nil && fs.fk.feed == d.Feed && fs.fk.ns == ns.ns &&
+		(d.Epoch == 0 || fs.latest.Epoch == 0 || d.Position > fs.latest.Position) {
+		tx = c.newTx(ns, d, false)
+	} else {
+		var skip bool
+		var err error
+		if fs, tx, skip, err = c.enter(ctx, ns, d); skip || err != nil {
 			return false, err
 		}
 	}
-	fs := c.feed(ns.ns, d.Feed)
-	// Most lines are past the recorded position: decided here, under the
-	// lock. A line at or below it in another epoch needs the lineage.
-	if d.Epoch != 0 && fs.latest.Epoch != 0 && d.Position <= fs.latest.Position {
-		if d.Epoch == fs.latest.Epoch {
-			c.stats.Skipped++
-			c.mu.Unlock()
-			return false, nil
-		}
-		if c.otherEpoch(fs, d) {
-			return false, nil
-		}
-		c.mu.Lock()
-	}
-	tx := c.newTx(ns, d, false)
-	c.snapshot()
-	c.mu.Unlock()
 
 	err := fn(tx)
 	tx.done = true
@@ -474,7 +477,7 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d dedupe.Delivery, fn fun
 	if c.closed || c.failed != nil {
 		err := c.unusable()
 		c.mu.Unlock()
-		return false, c.applyErr(d, err)
+		return false, c.applyErr(*d, err)
 	}
 	b := c.cur
 	if b.count == 0 {
@@ -493,20 +496,63 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d dedupe.Delivery, fn fun
 			// Field by field, here and in the batch's record: a copy of
 			// the record just written would wait for the stores.
 			r := &b.applied[fs.idx]
-			setLineage(&fs.latest, &d)
-			setLineage(&r.lin, &d)
+			setLineage(&fs.latest, d)
+			setLineage(&r.lin, d)
 			fs.origin, r.origin = d.Origin, d.Origin
 		}
 	}
 	c.stats.Applied++
 	if c.opts.Sync {
-		return c.applySync(d)
+		return c.applySync(*d)
 	}
 	if b.count >= c.bsize && c.sealed == nil {
 		c.cut()
 	}
+	c.leave()
 	c.mu.Unlock()
 	return true, nil
+}
+
+// enter is the way into Apply under the lock: it checks that the store is
+// usable, waits while a full batch waits for the previous one to commit,
+// skips a re-delivery, and returns the state of d's feed and the
+// transaction for d.
+func (c *core) enter(ctx context.Context, ns *nsStore, d *dedupe.Delivery) (fs *feedState, tx *Tx, skip bool, err error) {
+	c.mu.Lock()
+	if c.closed || c.failed != nil || (c.cur.count >= c.bsize && c.sealed != nil && !c.opts.Sync) {
+		if err := c.beforeApply(ctx, *d); err != nil {
+			c.mu.Unlock()
+			return nil, nil, false, err
+		}
+	}
+	fs = c.feed(ns.ns, d.Feed)
+	// A line at or below the recorded position is a re-delivery in the
+	// same epoch; in another epoch, the lineage decides.
+	if d.Epoch != 0 && fs.latest.Epoch != 0 && d.Position <= fs.latest.Position {
+		if d.Epoch == fs.latest.Epoch {
+			c.stats.Skipped++
+			c.mu.Unlock()
+			return nil, nil, true, nil
+		}
+		if c.otherEpoch(fs, *d) {
+			return nil, nil, true, nil
+		}
+		c.mu.Lock()
+	}
+	tx = c.newTx(ns, d, false)
+	c.snapshot()
+	c.mu.Unlock()
+	return fs, tx, false, nil
+}
+
+// leave records, as an Apply stages its line, what lets the next one in
+// without the lock (see apply): the view of the batches, the version of
+// what the committer changes, and whether the store is usable with room
+// in the batch. c.mu held.
+func (c *core) leave() {
+	c.snapshot()
+	c.fastVer = c.ver.Load()
+	c.fastOK = !c.closed && c.failed == nil && !c.opts.Sync && (c.cur.count < c.bsize || c.sealed == nil)
 }
 
 // setLineage sets l to the position of d, with the identity and
@@ -615,7 +661,7 @@ func (c *core) feed(ns, feed string) *feedState {
 // newTx returns a new transaction of the namespace ns. The caller holds
 // the token. Transactions are cut from a slab and never reused, so that one
 // kept past its function stays done.
-func (c *core) newTx(ns *nsStore, d dedupe.Delivery, readOnly bool) *Tx {
+func (c *core) newTx(ns *nsStore, d *dedupe.Delivery, readOnly bool) *Tx {
 	// By index: cutting c.txs would write its pointer, and so the
 	// write barrier, on every line.
 	if c.txi == len(c.txs) {
@@ -872,6 +918,7 @@ func (c *core) commit(b *batch) {
 		b.outputs = nil
 	}
 	c.sealed = nil
+	c.ver.Add(1)
 	// A batch that filled up, or grew old, while this one committed is cut
 	// at once rather than at the next tick.
 	if !c.opts.Sync && c.failed == nil && c.cur.count > 0 &&
@@ -984,6 +1031,7 @@ func (c *core) close() error {
 		ferr := c.flush(context.Background())
 		c.mu.Lock()
 		c.closed = true
+		c.ver.Add(1)
 		c.broadcast()
 		c.mu.Unlock()
 		close(c.stop)
@@ -1035,13 +1083,13 @@ func newNS(c *core, ns string) *nsStore {
 }
 
 func (s *nsStore) Apply(ctx context.Context, d dedupe.Delivery, fn func(tx *Tx) error) (bool, error) {
-	return s.c.apply(ctx, s, d, fn)
+	return s.c.apply(ctx, s, &d, fn)
 }
 
 func (s *nsStore) View(fn func(tx *Tx) error) error {
 	_ = s.c.acquire(context.Background())
 	defer s.c.release()
-	tx := s.c.newTx(s, dedupe.Delivery{}, true)
+	tx := s.c.newTx(s, &dedupe.Delivery{}, true)
 	s.c.mu.Lock()
 	closed := s.c.closed
 	s.c.snapshot()
