@@ -498,7 +498,12 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *dedupe.Delivery, fn fu
 			r := &b.applied[fs.idx]
 			setLineage(&fs.latest, d)
 			setLineage(&r.lin, d)
-			fs.origin, r.origin = d.Origin, d.Origin
+			if fs.origin != d.Origin {
+				fs.origin = d.Origin
+			}
+			if r.origin != d.Origin {
+				r.origin = d.Origin
+			}
 		}
 	}
 	c.stats.Applied++
@@ -665,7 +670,12 @@ func (c *core) newTx(ns *nsStore, d *dedupe.Delivery, readOnly bool) *Tx {
 	// By index: cutting c.txs would write its pointer, and so the
 	// write barrier, on every line.
 	if c.txi == len(c.txs) {
+		// Their pointers are set once per slab, not once per line.
 		c.txs, c.txi = make([]Tx, 128), 0
+		for i := range c.txs {
+			tx := &c.txs[i]
+			tx.txState, tx.bk.tx = &c.ts, tx
+		}
 	}
 	tx := &c.txs[c.txi]
 	c.txi++
@@ -697,7 +707,6 @@ func (c *core) newTx(ns *nsStore, d *dedupe.Delivery, readOnly bool) *Tx {
 	if ts.w != w {
 		ts.w = w
 	}
-	tx.txState = ts
 	return tx
 }
 

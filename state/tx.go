@@ -77,7 +77,7 @@ func (tx *Tx) Bucket(name string) *Bucket {
 		}
 	}
 	if tx.bk.bucketInfo == nil {
-		tx.bk = Bucket{tx: tx, bucketInfo: bi}
+		tx.bk.bucketInfo = bi // tx.bk.tx is tx already (see newTx)
 		return &tx.bk
 	}
 	if tx.done {
@@ -229,7 +229,7 @@ type txOut struct {
 const indexAt = 16
 
 func (w *txWrites) reset() {
-	w.hint = nil
+	w.dropHint()
 	w.ws = w.ws[:0]
 	w.outs = w.outs[:0]
 	// Do not keep the memory of an unusually large transaction.
@@ -241,12 +241,20 @@ func (w *txWrites) reset() {
 		w.obuf = nil
 	}
 	w.obuf = w.obuf[:0]
-	if w.idx != nil {
+	if len(w.idx) > 0 {
 		if len(w.idx) > 4096 {
 			w.idx = nil
 		} else {
 			clear(w.idx)
 		}
+	}
+}
+
+// dropHint forgets the hint. The pointer is written only if set: a write
+// costs the write barrier while the garbage collector runs.
+func (w *txWrites) dropHint() {
+	if w.hint != nil {
+		w.hint = nil
 	}
 }
 
@@ -291,7 +299,7 @@ func (w *txWrites) set(q *bkey, v []byte, del bool) { w.setAt(w.find(q), q, v, d
 // setAt sets the write of q, at index i of ws or a new one if i < 0.
 func (w *txWrites) setAt(i int, q *bkey, v []byte, del bool) {
 	if i >= 0 {
-		w.hint = nil
+		w.dropHint()
 		x := &w.ws[i]
 		x.v0 = len(w.buf)
 		w.buf = append(w.buf, v...)
@@ -312,7 +320,7 @@ func (w *txWrites) setAt(i int, q *bkey, v []byte, del bool) {
 // caller appends its value. e, if not nil, is q's entry in the batch
 // numbered seq: its key serves, q's is not copied.
 func (w *txWrites) add(q *bkey, e *entry, seq uint64) *txWrite {
-	w.hint = nil
+	w.dropHint()
 	// The fields are set in place: a txWrite built aside and copied in
 	// costs a stalled store per line.
 	n := len(w.ws)
@@ -383,7 +391,7 @@ func (b *Bucket) Get(key []byte) ([]byte, bool, error) {
 func (tx *Tx) get(q *bkey) ([]byte, bool, error) {
 	if w := tx.w; w != nil {
 		if v, exists, ok := w.get(q); ok {
-			w.hint = nil
+			w.dropHint()
 			return v, exists, nil
 		}
 	}
@@ -394,7 +402,7 @@ func (tx *Tx) get(q *bkey) ([]byte, bool, error) {
 func (tx *Tx) getStaged(q *bkey) ([]byte, bool, error) {
 	w := tx.w
 	if w != nil {
-		w.hint = nil
+		w.dropHint()
 	}
 	e := tx.cur.get(q)
 	if e == nil {
@@ -523,7 +531,7 @@ func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, error) {
 		x = w.add(&q, e, tx.cur.seq)
 	}
 	// A new value, appended: a value returned by Get stays as it was.
-	w.hint = nil
+	w.dropHint()
 	x.v0 = len(w.buf)
 	w.buf = binary.BigEndian.AppendUint64(w.buf, uint64(n))
 	x.v1, x.del = len(w.buf), false
