@@ -244,12 +244,15 @@ func (f *feedRunner) poll(ctx context.Context) *batch {
 		b = f.getBatch()
 		items := slices.Grow(b.items[:0], n+1)[:n]
 		data := b.data[:0]
-		for i, it := range f.items[:n] {
-			f.seq++
+		seq := f.seq
+		for i := range f.items[:n] {
+			it := &f.items[i]
+			seq++
 			off := len(data)
 			data = append(data, it.Line...)
-			items[i] = item{seq: f.seq, epoch: it.Epoch, pos: it.Position, origin: it.Origin, off: off, end: len(data)}
+			items[i] = item{seq: seq, epoch: it.Epoch, pos: it.Position, origin: it.Origin, off: off, end: len(data)}
 		}
+		f.seq = seq
 		b.items, b.data = items, data
 		b.lines = n
 		f.read.Add(uint64(n))
