@@ -290,3 +290,37 @@ func TestBareAndStoreAgree(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Counter publishes its count at the first line, every 1024 lines and at
+// its target, and closes First and Done there.
+func TestCounterPublishes(t *testing.T) {
+	c := NewCounter(2500)
+	select {
+	case <-c.First():
+		t.Fatal("First closed before any line")
+	default:
+	}
+	c.Count()
+	<-c.First()
+	if c.N() != 1 {
+		t.Fatalf("N after the first line: %d", c.N())
+	}
+	for range 1500 {
+		c.Count()
+	}
+	if c.N() != 1024 {
+		t.Fatalf("N after 1501 lines: %d, want the last multiple of 1024", c.N())
+	}
+	select {
+	case <-c.Done():
+		t.Fatal("Done closed before the target")
+	default:
+	}
+	for range 999 {
+		c.Count()
+	}
+	<-c.Done()
+	if c.N() != 2500 {
+		t.Fatalf("N at the target: %d", c.N())
+	}
+}
