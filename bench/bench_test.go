@@ -294,7 +294,7 @@ func TestBareAndStoreAgree(t *testing.T) {
 // A Counter publishes its count at the first line, every 1024 lines and at
 // its target, and closes First and Done there.
 func TestCounterPublishes(t *testing.T) {
-	c := NewCounter(2500)
+	c := bench.NewCounter(2500)
 	select {
 	case <-c.First():
 		t.Fatal("First closed before any line")
