@@ -119,6 +119,35 @@ func (ix *index) insert(e *entry) {
 	ix.n++
 }
 
+// remove takes e out of the index. Linear probing has no holes in a run:
+// the entries after e that belong before the hole move back into it.
+func (ix *index) remove(e *entry) {
+	m := uint64(len(ix.slots) - 1)
+	i := e.h & m
+	for ix.slots[i] != e {
+		if ix.slots[i] == nil {
+			return // not in the index
+		}
+		i = (i + 1) & m
+	}
+	for j := i; ; {
+		j = (j + 1) & m
+		f := ix.slots[j]
+		if f == nil {
+			break
+		}
+		// f stays where it is when its home slot k is cyclically in (i, j].
+		k := f.h & m
+		if i <= j && i < k && k <= j || i > j && (i < k || k <= j) {
+			continue
+		}
+		ix.slots[i] = f
+		i = j
+	}
+	ix.slots[i] = nil
+	ix.n--
+}
+
 func (ix *index) place(e *entry) {
 	m := uint64(len(ix.slots) - 1)
 	i := e.h & m

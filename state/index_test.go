@@ -157,3 +157,46 @@ func TestManyBucketsInOneTx(t *testing.T) {
 		}
 	})
 }
+
+// Entries taken out of the index leave every other entry findable, through
+// runs of colliding hashes that wrap around the table's end.
+func TestIndexRemove(t *testing.T) {
+	bi := newBucketInfo("ns", "b")
+	for _, mod := range []uint64{1 << 62, 5} {
+		ix := newIndex(0)
+		var ents []*entry
+		in := map[*entry]bool{}
+		q := func(e *entry) *bkey { return &bkey{key: e.key, h: e.h} }
+		for i := range 600 {
+			k := fmt.Appendf(nil, "%skey-%d", bi.prefix, i)
+			// Hashes near the table's end: runs wrap around.
+			e := &entry{key: k, h: hashKey(bi.ph, k)%mod | 0xfff0}
+			ix.insert(e)
+			ents = append(ents, e)
+			in[e] = true
+			if i%3 == 2 {
+				// Take out one of the entries in, oldest and newest in turn.
+				j := (i * 7) % len(ents)
+				if in[ents[j]] {
+					ix.remove(ents[j])
+					in[ents[j]] = false
+				}
+			}
+			for _, f := range ents {
+				got := ix.get(q(f))
+				if in[f] && got != f || !in[f] && got != nil {
+					t.Fatalf("mod %d, after %d inserts: key %q finds %v, in the index: %v", mod, i+1, f.key, got, in[f])
+				}
+			}
+		}
+		n := 0
+		for _, ok := range in {
+			if ok {
+				n++
+			}
+		}
+		if ix.n != n {
+			t.Fatalf("index counts %d entries, holds %d", ix.n, n)
+		}
+	}
+}

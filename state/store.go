@@ -151,6 +151,10 @@ type entry struct {
 	key, val []byte
 	del      bool
 	h        uint64 // the hash of key (see hashKey)
+	// tx and got are the txWrites.gen of the last Apply that logged the
+	// entry's old value, and of the last that handed its value out.
+	tx, got uint64
+	pos     int32 // in the batch's writes
 }
 
 // batch is what the committer writes in one transaction.
@@ -204,42 +208,25 @@ func (b *batch) bytes(p []byte) []byte {
 // get returns the entry of q, or nil.
 func (b *batch) get(q *bkey) *entry { return b.idx.get(q) }
 
-// put stages a change of the full key k, whose hash is h: a new value v,
-// or a deletion.
-func (b *batch) put(h uint64, k, v []byte, del bool) {
-	q := bkey{key: k, h: h}
-	e := b.idx.get(&q)
-	if e == nil {
-		if len(b.ents) == 0 {
-			b.ents = make([]entry, 64)
-		}
-		e = &b.ents[0]
-		b.ents = b.ents[1:]
-		e.key, e.h = b.bytes(k), h
-		b.idx.insert(e)
-		b.writes = append(b.writes, e)
+// add adds an entry for q, which b has none of, and returns it: no
+// value yet.
+func (b *batch) add(q *bkey) *entry {
+	if len(b.ents) == 0 {
+		b.ents = make([]entry, 64)
 	}
-	b.update(e, v, del)
-}
-
-// update changes the entry e of b.
-func (b *batch) update(e *entry, v []byte, del bool) {
-	switch {
-	case del:
-		e.val, e.del = nil, true
-	case e.val != nil && len(e.val) == len(v):
-		// Only this batch holds e.val, and no Tx is running: no value
-		// returned by Get is in use.
-		if len(v) == 8 {
-			// An int64: one move rather than a call.
-			*(*[8]byte)(e.val) = *(*[8]byte)(v)
-		} else {
-			copy(e.val, v)
-		}
-		e.del = false
-	default:
-		e.val, e.del = b.bytes(v), false
+	e := &b.ents[0]
+	b.ents = b.ents[1:]
+	n := len(q.prefix) + len(q.key)
+	if cap(b.arena)-len(b.arena) < n {
+		b.arena = make([]byte, 0, max(n, min(max(2*cap(b.arena), 1024), 64<<10)))
 	}
+	k0 := len(b.arena)
+	b.arena = q.appendTo(b.arena)
+	e.key, e.h = b.arena[k0:len(b.arena):len(b.arena)], q.h
+	e.pos = int32(len(b.writes))
+	b.idx.insert(e)
+	b.writes = append(b.writes, e)
+	return e
 }
 
 func (b *batch) empty() bool {
@@ -259,6 +246,9 @@ type core struct {
 	applyTok     atomic.Bool
 	applyWaiters atomic.Int32
 	applyFree    chan struct{}
+	// cutWanted is set when the committer wanted to cut while the token
+	// was held; c.mu held to set it.
+	cutWanted atomic.Bool
 
 	outMu   sync.Mutex // serializes output declarations
 	outputs map[string]*Output
@@ -419,8 +409,12 @@ func (c *core) wait(ctx context.Context) error {
 
 // cut seals the staged batch, taking the bound checkpoints' marks now:
 // every item a mark counts has finished, so its Apply returned and its
-// changes are in this batch or an earlier one. c.mu held; c.sealed nil.
+// changes are in this batch or an earlier one. c.mu held; c.sealed nil;
+// the caller holds the token, so no Apply is writing into the batch.
 func (c *core) cut() *batch {
+	if c.cutWanted.Load() {
+		c.cutWanted.Store(false)
+	}
 	b := c.cur
 	b.marks = make([]markOf, len(c.binds))
 	for i, cp := range c.binds {
@@ -447,7 +441,7 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *dedupe.Delivery, fn fu
 			return false, fmt.Errorf("apply feed %q epoch %d position %d: waiting for another Apply: %w", d.Feed, d.Epoch, d.Position, err)
 		}
 	}
-	defer c.release()
+	defer c.exit()
 
 	// Most lines need not take the lock before their function: the last
 	// Apply left the store usable, with room in the batch, and the
@@ -467,16 +461,23 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *dedupe.Delivery, fn fu
 		}
 	}
 
+	// fn writes straight into the staging batch: see txWrites.
+	tw := &c.tw
+	tw.open = true
 	err := fn(tx)
 	tx.done = true
 	if err != nil {
+		tw.rollback(tx.cur)
+		tw.open = false
 		return false, err
 	}
+	tw.open = false
 
 	c.mu.Lock()
 	if c.closed || c.failed != nil {
 		err := c.unusable()
 		c.mu.Unlock()
+		tw.rollback(tx.cur)
 		return false, c.applyErr(*d, err)
 	}
 	b := c.cur
@@ -510,12 +511,22 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *dedupe.Delivery, fn fu
 	if c.opts.Sync {
 		return c.applySync(*d)
 	}
-	if b.count >= c.bsize && c.sealed == nil {
+	if (b.count >= c.bsize || c.cutWanted.Load()) && c.sealed == nil {
 		c.cut()
 	}
 	c.leave()
 	c.mu.Unlock()
 	return true, nil
+}
+
+// exit ends an Apply: the changes of a function that did not return (it
+// panicked) are undone, and the token is released.
+func (c *core) exit() {
+	if tw := &c.tw; tw.open {
+		tw.rollback(c.ts.cur)
+		tw.open = false
+	}
+	c.release()
 }
 
 // enter is the way into Apply under the lock: it checks that the store is
@@ -611,17 +622,10 @@ func (c *core) otherEpoch(fs *feedState, d dedupe.Delivery) (skip bool) {
 	return skip
 }
 
-// stage moves the write set of the running Apply into b. c.mu held.
+// stage adds the output bytes of the running Apply to b, whose writes
+// are there already. c.mu held.
 func (c *core) stage(b *batch) {
 	tw := &c.tw
-	for i := range tw.ws {
-		x := &tw.ws[i]
-		if x.e != nil && x.seq == b.seq {
-			b.update(x.e, tw.buf[x.v0:x.v1], x.del)
-		} else {
-			b.put(x.h, tw.key(i), tw.buf[x.v0:x.v1], x.del)
-		}
-	}
 	for _, o := range tw.outs {
 		p := b.outputs[o.name]
 		if p == nil {
@@ -785,6 +789,26 @@ func (c *core) release() {
 		default: // a wake-up is pending already
 		}
 	}
+	if c.cutWanted.Load() {
+		// The committer found the token held when it wanted to cut.
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// tryCut cuts the staged batch if it can take the token at once: a batch
+// is cut only between Apply calls, as they write into it. Else it leaves
+// the cut to the Apply that holds the token, or to the committer when
+// that Apply releases it. c.mu held; c.sealed nil.
+func (c *core) tryCut() {
+	if !c.applyTok.CompareAndSwap(false, true) {
+		c.cutWanted.Store(true)
+		return
+	}
+	c.cut()
+	c.release()
 }
 
 func (c *core) applyErr(d dedupe.Delivery, err error) error {
@@ -857,10 +881,12 @@ func (c *core) committer() {
 			tick = true
 		}
 		c.mu.Lock()
-		if tick && c.sealed == nil && c.unusable() == nil {
-			if !c.cur.empty() {
-				c.cut()
-			} else if len(c.binds) > 0 {
+		// The staging batch is the running Apply's: only its count, set
+		// under c.mu, says whether it holds anything.
+		if (tick || c.cutWanted.Load()) && c.sealed == nil && c.unusable() == nil {
+			if c.cur.count > 0 {
+				c.tryCut()
+			} else if tick && len(c.binds) > 0 {
 				// Nothing staged, nothing committing: everything finished
 				// is durable.
 				marks := make([]markOf, len(c.binds))
@@ -931,8 +957,8 @@ func (c *core) commit(b *batch) {
 	// A batch that filled up, or grew old, while this one committed is cut
 	// at once rather than at the next tick.
 	if !c.opts.Sync && c.failed == nil && c.cur.count > 0 &&
-		(c.cur.count >= c.opts.batchSize() || time.Since(c.cur.started) >= c.opts.batchInterval()) {
-		c.cut()
+		(c.cur.count >= c.bsize || time.Since(c.cur.started) >= c.opts.batchInterval()) {
+		c.tryCut()
 	}
 	c.broadcast()
 	c.mu.Unlock()
@@ -1001,7 +1027,20 @@ const maxOutputBuffer = 16 << 20
 // maxTail is the most bytes a lineage's tail hash covers.
 const maxTail = 64
 
-func (c *core) flush(ctx context.Context) error {
+// flush cuts the staged batch and waits until it is durable. held says
+// whether the caller holds the token; if not, flush takes it to cut (a
+// batch is cut between Apply calls), and lets it go before it waits.
+func (c *core) flush(ctx context.Context, held bool) error {
+	if !held {
+		if err := c.acquire(ctx); err != nil {
+			return fmt.Errorf("flush store %s: waiting for an Apply to finish: %w", c.dir, err)
+		}
+		defer func() {
+			if !held {
+				c.release()
+			}
+		}()
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -1020,6 +1059,10 @@ func (c *core) flush(ctx context.Context) error {
 	}
 	b := c.cut()
 	c.mu.Unlock()
+	if !held {
+		c.release()
+		held = true // released
+	}
 	select {
 	case <-b.done:
 	case <-ctx.Done():
@@ -1037,7 +1080,7 @@ func (c *core) close() error {
 		// last flush.
 		_ = c.acquire(context.Background())
 		defer c.release()
-		ferr := c.flush(context.Background())
+		ferr := c.flush(context.Background(), true)
 		c.mu.Lock()
 		c.closed = true
 		c.ver.Add(1)
@@ -1125,7 +1168,7 @@ func (s *nsStore) Applied(feed string) (dedupe.Lineage, bool) {
 func (s *nsStore) Bind(feed string, cp *checkpoint.Checkpoint) error { return s.c.bind(feed, cp) }
 func (s *nsStore) Namespace(name string) Store                       { return newNS(s.c, name) }
 func (s *nsStore) Output(name string) (*Output, error)               { return s.c.output(name) }
-func (s *nsStore) Flush(ctx context.Context) error                   { return s.c.flush(ctx) }
+func (s *nsStore) Flush(ctx context.Context) error                   { return s.c.flush(ctx, false) }
 func (s *nsStore) Close() error                                      { return s.c.close() }
 func (s *nsStore) Stats() Stats                                      { return s.c.statsNow() }
 func (s *nsStore) Dir() string                                       { return s.c.dir }

@@ -13,7 +13,7 @@ import (
 // [Store.View]. Its reads see the durable state, the changes staged by
 // earlier Apply calls, and the transaction's own writes. Its writes are
 // staged when the function returns nil, and discarded when it returns an
-// error. A Tx is valid only inside the function and must not be shared
+// error (or panics). A Tx is valid only inside the function and must not be shared
 // with other goroutines. The Tx methods act on the namespace's root bucket.
 //
 // A Tx is a small handle, never reused, so that one kept past its function
@@ -39,10 +39,10 @@ type txState struct {
 	w *txWrites
 	// The batches and the last committed one as they were when the
 	// transaction started; reads look there without the store's lock.
-	// Nothing changes them while a transaction runs: only Apply, after its
-	// function returned, stages into a batch, and Apply and View are
-	// serialized. A batch that commits meanwhile holds the same values as
-	// the backend.
+	// Nothing but the running Apply changes them: only an Apply writes
+	// into the staging batch, Apply and View are serialized, and a cut
+	// needs their token. A batch that commits meanwhile holds the same
+	// values as the backend.
 	cur, sealed, recent *batch
 	// ow is the last output writer handed out.
 	ow *OutputWriter
@@ -189,33 +189,31 @@ func (tx *Tx) check(write bool) error {
 	return nil
 }
 
-// txWrites is the write set of the running Apply: its keys and values in
-// one arena, its output bytes in another. The store keeps one and reuses it
-// for every Apply, so that a line allocates nothing for its writes.
+// txWrites is what the running Apply changed. Its writes go straight into
+// the staging batch, which nothing else touches while an Apply holds the
+// token (a cut needs the token, see core.tryCut); what they replaced is
+// logged, so that a function that fails leaves the batch as it was. Its
+// output bytes wait here until it returns. The store keeps one txWrites
+// and reuses it for every Apply, so that a line allocates nothing.
 type txWrites struct {
-	// hint is the entry of the current batch that the last read found,
-	// in the batch numbered hintSeq: the write that follows the read of
-	// the same key (AddInt64) updates it without looking it up again.
-	hint    *entry
-	hintSeq uint64
-
-	ws   []txWrite
-	buf  []byte         // keys and values of ws
-	idx  map[string]int // full key → index in ws, once ws is large
-	kbuf []byte         // a full key being looked up in idx
+	// gen numbers the running Apply: an entry whose tx is gen has its old
+	// value logged already, one whose got is gen has handed its value out
+	// (Get), and must not be changed in place.
+	gen  uint64
+	open bool // an Apply's function is running
+	undo []undoRec
+	ubuf []byte // the old bytes of undo
 	outs []txOut
 	obuf []byte // output bytes of outs
 }
 
-// txWrite is one staged change: buf[v0:v1] is the value, and the key is
-// e.key when e is not nil, else buf[k0:k1].
-type txWrite struct {
-	// e, if not nil, is the key's entry in the batch numbered seq.
-	e              *entry
-	seq            uint64
-	h              uint64 // hashKey of the key
-	k0, k1, v0, v1 int
-	del            bool
+// undoRec is what an Apply's first change of an entry replaced: the entry
+// at pos in the staging batch's writes was created by the change, or had
+// the value ubuf[u0:u1] (nil if wasNil) and del. It holds no pointer, so
+// that logging costs no write barrier and the log no scanning.
+type undoRec struct {
+	pos, u0, u1          int32
+	del, wasNil, created bool
 }
 
 // txOut is bytes staged for an output: obuf[o0:o1].
@@ -224,130 +222,78 @@ type txOut struct {
 	o0, o1 int
 }
 
-// indexAt is the size of a write set from which keys are found through a
-// map rather than by a scan.
-const indexAt = 16
-
 func (w *txWrites) reset() {
-	w.dropHint()
-	w.ws = w.ws[:0]
+	w.gen++
+	w.undo = w.undo[:0]
 	w.outs = w.outs[:0]
 	// Do not keep the memory of an unusually large transaction.
-	if cap(w.buf) > 1<<20 {
-		w.buf = nil
+	if cap(w.ubuf) > 1<<20 {
+		w.ubuf = nil
 	}
-	w.buf = w.buf[:0]
+	w.ubuf = w.ubuf[:0]
 	if cap(w.obuf) > 1<<20 {
 		w.obuf = nil
 	}
 	w.obuf = w.obuf[:0]
-	if len(w.idx) > 0 {
-		if len(w.idx) > 4096 {
-			w.idx = nil
-		} else {
-			clear(w.idx)
-		}
+	if cap(w.undo) > 1<<16 {
+		w.undo = nil
 	}
 }
 
-// dropHint forgets the hint. The pointer is written only if set: a write
-// costs the write barrier while the garbage collector runs.
-func (w *txWrites) dropHint() {
-	if w.hint != nil {
-		w.hint = nil
+// log records what the first change of e in this Apply replaces.
+func (w *txWrites) log(e *entry, created bool) {
+	e.tx = w.gen
+	// Set in place: a record built aside and copied in would wait for its
+	// stores.
+	n := len(w.undo)
+	if n < cap(w.undo) {
+		w.undo = w.undo[:n+1]
+	} else {
+		w.undo = append(w.undo, undoRec{})
 	}
-}
-
-func (w *txWrites) key(i int) []byte {
-	x := &w.ws[i]
-	if x.e != nil {
-		return x.e.key
-	}
-	return w.buf[x.k0:x.k1]
-}
-
-// find returns the index of the write of q, or -1.
-func (w *txWrites) find(q *bkey) int {
-	if len(w.ws) >= indexAt {
-		w.kbuf = q.appendTo(w.kbuf[:0])
-		if i, ok := w.idx[string(w.kbuf)]; ok {
-			return i
-		}
-		return -1
-	}
-	for i := len(w.ws) - 1; i >= 0; i-- {
-		if w.ws[i].h == q.h && q.is(w.key(i)) {
-			return i
-		}
-	}
-	return -1
-}
-
-// get returns the value of the write of q, if any. The value is not
-// changed later: a new write of the key appends its value.
-func (w *txWrites) get(q *bkey) (val []byte, exists, ok bool) {
-	i := w.find(q)
-	if i < 0 {
-		return nil, false, false
-	}
-	x := &w.ws[i]
-	return w.buf[x.v0:x.v1:x.v1], !x.del, true
-}
-
-func (w *txWrites) set(q *bkey, v []byte, del bool) { w.setAt(w.find(q), q, v, del) }
-
-// setAt sets the write of q, at index i of ws or a new one if i < 0.
-func (w *txWrites) setAt(i int, q *bkey, v []byte, del bool) {
-	if i >= 0 {
-		w.dropHint()
-		x := &w.ws[i]
-		x.v0 = len(w.buf)
-		w.buf = append(w.buf, v...)
-		x.v1, x.del = len(w.buf), del
+	r := &w.undo[n]
+	r.pos, r.created = e.pos, created
+	if created {
 		return
 	}
-	var e *entry
-	if w.hint != nil && w.hint.h == q.h && q.is(w.hint.key) {
-		e = w.hint
+	r.del, r.wasNil = e.del, e.val == nil
+	r.u0 = int32(len(w.ubuf))
+	if len(e.val) == 8 {
+		// An int64: without a call.
+		w.ubuf = binary.NativeEndian.AppendUint64(w.ubuf, binary.NativeEndian.Uint64(e.val))
+	} else {
+		w.ubuf = append(w.ubuf, e.val...)
 	}
-	x := w.add(q, e, w.hintSeq)
-	x.v0 = len(w.buf)
-	w.buf = append(w.buf, v...)
-	x.v1, x.del = len(w.buf), del
+	r.u1 = int32(len(w.ubuf))
 }
 
-// add adds a write of q, which has no write yet, and returns it; the
-// caller appends its value. e, if not nil, is q's entry in the batch
-// numbered seq: its key serves, q's is not copied.
-func (w *txWrites) add(q *bkey, e *entry, seq uint64) *txWrite {
-	w.dropHint()
-	// The fields are set in place: a txWrite built aside and copied in
-	// costs a stalled store per line.
-	n := len(w.ws)
-	if n < cap(w.ws) {
-		w.ws = w.ws[:n+1]
-	} else {
-		w.ws = append(w.ws, txWrite{})
-	}
-	x := &w.ws[n]
-	x.e, x.seq, x.h, x.k0, x.k1, x.del = e, seq, q.h, 0, 0, false
-	if e == nil {
-		x.k0 = len(w.buf)
-		w.buf = q.appendTo(w.buf)
-		x.k1 = len(w.buf)
-	}
-	switch n := len(w.ws); {
-	case n == indexAt:
-		if w.idx == nil {
-			w.idx = make(map[string]int, 2*indexAt)
+// rollback undoes the changes of the running Apply to b, the staging
+// batch, latest first. The caller holds the token.
+func (w *txWrites) rollback(b *batch) {
+	for i := len(w.undo) - 1; i >= 0; i-- {
+		r := &w.undo[i]
+		e := b.writes[r.pos]
+		if r.created {
+			// Created by this Apply, so after every entry before it:
+			// the last of the writes.
+			b.idx.remove(e)
+			b.writes[r.pos] = nil
+			b.writes = b.writes[:r.pos]
+			continue
 		}
-		for j := range w.ws {
-			w.idx[string(w.key(j))] = j
+		old := w.ubuf[r.u0:r.u1]
+		switch {
+		case r.wasNil:
+			e.val = nil
+		case e.val != nil && len(e.val) == len(old):
+			// Changed in place, or to another value of the same length.
+			copy(e.val, old)
+		default:
+			e.val = b.bytes(old)
 		}
-	case n > indexAt:
-		w.idx[string(w.key(n-1))] = n - 1
+		e.del = r.del
 	}
-	return x
+	w.undo = w.undo[:0]
 }
 
 // output records the bytes obuf[o0:] appended for the output name.
@@ -389,29 +335,42 @@ func (b *Bucket) Get(key []byte) ([]byte, bool, error) {
 }
 
 func (tx *Tx) get(q *bkey) ([]byte, bool, error) {
-	if w := tx.w; w != nil {
-		if v, exists, ok := w.get(q); ok {
-			w.dropHint()
-			return v, exists, nil
+	if e := tx.cur.get(q); e != nil {
+		if w := tx.w; w != nil && e.got != w.gen {
+			e.got = w.gen
 		}
+		return e.val[:len(e.val):len(e.val)], !e.del, nil
 	}
-	return tx.getStaged(q)
+	return tx.getOlder(q)
 }
 
-// getStaged returns the value of q as staged in the batches, or durable.
-func (tx *Tx) getStaged(q *bkey) ([]byte, bool, error) {
-	w := tx.w
-	if w != nil {
-		w.dropHint()
-	}
-	e := tx.cur.get(q)
+// put changes q to v, or deletes it, in the staging batch. e is q's entry
+// there, nil if it has none. The caller holds the token, in Apply.
+func (tx *Tx) put(q *bkey, e *entry, v []byte, del bool) {
+	b, w := tx.cur, tx.w
 	if e == nil {
-		return tx.getOlder(q)
+		e = b.add(q)
+		w.log(e, true)
+	} else if e.tx != w.gen {
+		w.log(e, false)
 	}
-	if w != nil {
-		w.hint, w.hintSeq = e, tx.cur.seq
+	switch {
+	case del:
+		e.val, e.del = nil, true
+	case e.got != w.gen && e.val != nil && len(e.val) == len(v):
+		// In place: the old bytes are logged, and no value handed out
+		// by this Apply's Get is in use (one of an earlier Apply is
+		// not valid any more).
+		if len(v) == 8 {
+			// An int64: one move rather than a call.
+			*(*[8]byte)(e.val) = *(*[8]byte)(v)
+		} else {
+			copy(e.val, v)
+		}
+		e.del = false
+	default:
+		e.val, e.del = b.bytes(v), false
 	}
-	return e.val[:len(e.val):len(e.val)], !e.del, nil
 }
 
 // getOlder returns the value of q, which the current batch does not
@@ -445,7 +404,7 @@ func (b *Bucket) Put(key, value []byte) error {
 	}
 	var q bkey
 	q.set(b.bucketInfo, key)
-	b.tx.w.set(&q, value, false)
+	b.tx.put(&q, b.tx.cur.get(&q), value, false)
 	return nil
 }
 
@@ -456,7 +415,7 @@ func (b *Bucket) Delete(key []byte) error {
 	}
 	var q bkey
 	q.set(b.bucketInfo, key)
-	b.tx.w.set(&q, nil, true)
+	b.tx.put(&q, b.tx.cur.get(&q), nil, true)
 	return nil
 }
 
@@ -496,20 +455,14 @@ func (b *Bucket) AddInt64(key []byte, delta int64) (int64, error) {
 }
 
 // addInt64 is AddInt64 in Apply: the key is hashed and looked up once,
-// and a key the current batch holds is neither joined to its prefix nor
-// copied.
+// and a key the staging batch holds is changed there in place.
 func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, error) {
-	w := tx.w
 	var q bkey
 	q.set(bi, key)
 	var v []byte
 	var ok bool
-	var e *entry
-	i := w.find(&q)
-	if i >= 0 {
-		x := &w.ws[i]
-		v, ok = w.buf[x.v0:x.v1], !x.del
-	} else if e = tx.cur.get(&q); e != nil {
+	e := tx.cur.get(&q)
+	if e != nil {
 		v, ok = e.val, !e.del
 	} else {
 		var err error
@@ -524,17 +477,9 @@ func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, error) {
 		}
 	}
 	n += delta
-	var x *txWrite
-	if i >= 0 {
-		x = &w.ws[i]
-	} else {
-		x = w.add(&q, e, tx.cur.seq)
-	}
-	// A new value, appended: a value returned by Get stays as it was.
-	w.dropHint()
-	x.v0 = len(w.buf)
-	w.buf = binary.BigEndian.AppendUint64(w.buf, uint64(n))
-	x.v1, x.del = len(w.buf), false
+	var a [8]byte
+	binary.BigEndian.PutUint64(a[:], uint64(n))
+	tx.put(&q, e, a[:], false)
 	return n, nil
 }
 
@@ -550,7 +495,8 @@ func (b *Bucket) ForEach(fn func(key, value []byte) error) error {
 	// Take the staged batches before reading the durable state: a batch
 	// that commits during the scan is then overlaid anyway, with the same
 	// values. Nothing newer can reach the backend meanwhile: the caller
-	// holds the token that serializes Apply, so no change is staged.
+	// holds the token that serializes Apply, so no other change is
+	// staged. The transaction's own writes are in the staging batch.
 	c.mu.Lock()
 	staged := [][]*entry{c.cur.writes}
 	if c.sealed != nil {
@@ -579,11 +525,6 @@ func (b *Bucket) ForEach(fn func(key, value []byte) error) error {
 	for _, ws := range staged {
 		for _, e := range ws {
 			set(string(e.key), e.val, e.del)
-		}
-	}
-	if w := b.tx.w; w != nil {
-		for i, x := range w.ws {
-			set(string(w.key(i)), w.buf[x.v0:x.v1:x.v1], x.del)
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(all)) {

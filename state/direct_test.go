@@ -1,0 +1,246 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// errUndo makes a function fail after its writes.
+var errUndo = errors.New("undo this line")
+
+// A function that fails, or panics, after changing keys of the staging
+// batch in place, creating keys, deleting keys and writing output leaves
+// nothing of it: the next line reads what the line before wrote, and the
+// store commits only that.
+func TestFailedFunctionLeavesTheBatchAsItWas(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		dir := t.TempDir()
+		s := mustOpen(t, be, dir, testOpts())
+		out, err := s.Output("out")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		good := func(n int) func(tx *Tx) error {
+			return func(tx *Tx) error {
+				if _, err := tx.AddInt64([]byte("count"), 1); err != nil {
+					return err
+				}
+				if err := tx.Bucket("b").Put([]byte("last"), fmt.Appendf(nil, "line %d", n)); err != nil {
+					return err
+				}
+				_, err := tx.Output("out").Write([]byte("x"))
+				return err
+			}
+		}
+		spoil := func(tx *Tx) {
+			// In place (same length), with a new length, new keys, a
+			// deletion, output.
+			if _, err := tx.AddInt64([]byte("count"), 100); err != nil {
+				t.Error(err)
+			}
+			if err := tx.Bucket("b").Put([]byte("last"), []byte("spoiled, and longer")); err != nil {
+				t.Error(err)
+			}
+			for i := range 40 {
+				if err := tx.Put(fmt.Appendf(nil, "new-%d", i), []byte("v")); err != nil {
+					t.Error(err)
+				}
+			}
+			if err := tx.Delete([]byte("count")); err != nil {
+				t.Error(err)
+			}
+			if _, err := tx.Output("out").Write([]byte("never")); err != nil {
+				t.Error(err)
+			}
+		}
+		check := func(n int) {
+			t.Helper()
+			_, err := s.Apply(ctx, del("f", 1, n), func(tx *Tx) error {
+				c, err := tx.GetInt64([]byte("count"))
+				if err != nil || c != int64(n-1) {
+					return fmt.Errorf("line %d: count %d, %v; want %d", n, c, err, n-1)
+				}
+				v, ok, err := tx.Bucket("b").Get([]byte("last"))
+				if want := fmt.Sprintf("line %d", n-1); err != nil || !ok || string(v) != want {
+					return fmt.Errorf("line %d: last %q, %v, %v; want %q", n, v, ok, err, want)
+				}
+				if _, ok, err := tx.Get([]byte("new-7")); ok || err != nil {
+					return fmt.Errorf("line %d: new-7 exists (%v)", n, err)
+				}
+				return good(n)(tx)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		n := 1
+		if _, err := s.Apply(ctx, del("f", 1, n), good(n)); err != nil {
+			t.Fatal(err)
+		}
+		for round := range 6 {
+			// Fails, then panics.
+			_, err := s.Apply(ctx, del("f", 1, n+1), func(tx *Tx) error { spoil(tx); return errUndo })
+			if !errors.Is(err, errUndo) {
+				t.Fatalf("failing function: %v", err)
+			}
+			func() {
+				defer func() { _ = recover() }()
+				_, _ = s.Apply(ctx, del("f", 1, n+1), func(tx *Tx) error { spoil(tx); panic("spoiled") })
+			}()
+			n++
+			check(n)
+			if round%2 == 1 {
+				// Across batches too.
+				if err := s.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := out.Committed(); got != int64(n) {
+			t.Fatalf("output %d bytes, want %d", got, n)
+		}
+		s = mustOpen(t, be, dir, testOpts())
+		if got := getInt(t, s, "count"); got != int64(n) {
+			t.Fatalf("after reopening, count %d, want %d", got, n)
+		}
+	})
+}
+
+// An empty value deleted, or changed, by a function that fails is empty
+// again, not absent.
+func TestFailedFunctionKeepsAnEmptyValue(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		s := mustOpen(t, be, t.TempDir(), testOpts())
+		ctx := context.Background()
+		if _, err := s.Apply(ctx, del("f", 1, 1), func(tx *Tx) error { return tx.Put([]byte("e"), nil) }); err != nil {
+			t.Fatal(err)
+		}
+		for n, spoil := range []func(tx *Tx) error{
+			func(tx *Tx) error { return tx.Delete([]byte("e")) },
+			func(tx *Tx) error { return tx.Put([]byte("e"), []byte("full")) },
+		} {
+			_, err := s.Apply(ctx, del("f", 1, 2+n), func(tx *Tx) error {
+				if err := spoil(tx); err != nil {
+					return err
+				}
+				return errUndo
+			})
+			if !errors.Is(err, errUndo) {
+				t.Fatal(err)
+			}
+			err = s.View(func(tx *Tx) error {
+				v, ok, err := tx.Get([]byte("e"))
+				if err != nil || !ok || v == nil || len(v) != 0 {
+					return fmt.Errorf("after undoing change %d: %q (nil: %v), %v, %v", n, v, v == nil, ok, err)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// A value Get returned stays as it was while the same function writes the
+// key again, with the same length.
+func TestGetValueStaysWhileTheFunctionWrites(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		s := mustOpen(t, be, t.TempDir(), testOpts())
+		ctx := context.Background()
+		for n := 1; n <= 3; n++ {
+			_, err := s.Apply(ctx, del("f", 1, n), func(tx *Tx) error {
+				before, _, err := tx.Get([]byte("k"))
+				if err != nil {
+					return err
+				}
+				kept := string(before)
+				if err := tx.Put([]byte("k"), fmt.Appendf(nil, "value-%d", n)); err != nil {
+					return err
+				}
+				if _, err := tx.AddInt64([]byte("c"), 1); err != nil {
+					return err
+				}
+				c, _, _ := tx.Get([]byte("c"))
+				keptC := string(c)
+				if _, err := tx.AddInt64([]byte("c"), 1); err != nil {
+					return err
+				}
+				if string(before) != kept || string(c) != keptC {
+					return fmt.Errorf("line %d: values read before the writes changed: %q, %x", n, before, c)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// The committer does not cut the staging batch while a function writes
+// into it: it leaves the cut to the end of that Apply, and the batch,
+// with the function's writes and its position, commits once the Apply
+// returns, without another line.
+func TestCutWaitsForTheRunningFunction(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		o := testOpts()
+		o.BatchInterval = time.Millisecond
+		s := mustOpen(t, be, t.TempDir(), o)
+		c := s.(*nsStore).c
+		ctx := context.Background()
+		waited := false
+		n := 0
+		for !waited {
+			n++
+			_, err := s.Apply(ctx, del("f", 1, n), func(tx *Tx) error {
+				c.mu.Lock()
+				staged := c.cur.count
+				c.mu.Unlock()
+				if staged > 0 {
+					// Lines are staged: the committer's timer wants them
+					// cut, and cannot while this function runs.
+					waited = true
+					deadline := time.Now().Add(30 * time.Second)
+					for !c.cutWanted.Load() {
+						if time.Now().After(deadline) {
+							return errors.New("the committer never wanted a cut")
+						}
+						time.Sleep(time.Millisecond)
+					}
+					c.mu.Lock()
+					cur, sealed := c.cur, c.sealed
+					c.mu.Unlock()
+					if cur != tx.cur || sealed != nil {
+						return errors.New("the batch was cut while the function ran")
+					}
+				}
+				_, err := tx.AddInt64([]byte("count"), 1)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if l, ok := s.Applied("f"); ok && l.Position == int64(n)*lineLen {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("line %d did not commit after its Apply returned", n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if got := getInt(t, s, "count"); got != int64(n) {
+			t.Fatalf("count %d, want %d", got, n)
+		}
+	})
+}
