@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -241,6 +242,136 @@ func TestCutWaitsForTheRunningFunction(t *testing.T) {
 		}
 		if got := getInt(t, s, "count"); got != int64(n) {
 			t.Fatalf("count %d, want %d", got, n)
+		}
+	})
+}
+
+// An Apply under a cancelled context that finds the token held by the
+// committer, cutting a batch, waits for it rather than failing: a drain at
+// stop runs under such a context.
+func TestCancelledApplyWaitsForTheCommittersCut(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		entered, leave := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		o := testOpts()
+		o.BatchInterval = time.Millisecond
+		o.hooks = &hooks{whileCutting: func() {
+			once.Do(func() {
+				close(entered)
+				<-leave
+			})
+		}}
+		s := mustOpen(t, be, t.TempDir(), o)
+		c := s.(*nsStore).c
+		if !applyLine(t, s, del("f", 1, 1)) {
+			t.Fatal("line 1 not applied")
+		}
+		select {
+		case <-entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the committer never cut the line's batch")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Apply(ctx, del("f", 1, 2), func(tx *Tx) error {
+				_, err := tx.AddInt64([]byte("count"), 1)
+				return err
+			})
+			done <- err
+		}()
+		deadline := time.Now().Add(30 * time.Second)
+		for c.applyWaiters.Load() == 0 {
+			select {
+			case err := <-done:
+				close(leave)
+				t.Fatalf("Apply returned while the committer held the token: %v", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the Apply never waited for the token")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		close(leave)
+		if err := <-done; err != nil {
+			t.Fatalf("Apply under a cancelled context: %v", err)
+		}
+		if got := getInt(t, s, "count"); got != 2 {
+			t.Fatalf("count %d, want 2", got)
+		}
+	})
+}
+
+// batchSizes records the count of every batch committed.
+type batchSizes struct {
+	mu     sync.Mutex
+	counts []int
+}
+
+func (b *batchSizes) ObserveCommit(n int, _ time.Duration) {
+	b.mu.Lock()
+	b.counts = append(b.counts, n)
+	b.mu.Unlock()
+}
+
+// A line that waited for a full batch to commit goes into the next batch,
+// not into the full one: the committer cannot cut it while that Apply
+// holds the token, so the Apply cuts it.
+func TestLineAfterBackPressureGoesIntoTheNextBatch(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		g := newGate()
+		var sizes batchSizes
+		o := testOpts()
+		o.BatchSize = 5
+		o.hooks = &hooks{beforeCommit: g.hook}
+		o.Observer = &sizes
+		s := mustOpen(t, be, t.TempDir(), o)
+		t.Cleanup(g.open)
+		g.arm()
+		// A full batch committing (held at the gate), a full one staged.
+		for n := 1; n <= 10; n++ {
+			applyLine(t, s, del("f", 1, n))
+		}
+		select {
+		case <-g.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the first batch never went to commit")
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Apply(context.Background(), del("f", 1, 11), func(tx *Tx) error {
+				_, err := tx.AddInt64([]byte("count"), 1)
+				return err
+			})
+			done <- err
+		}()
+		deadline := time.Now().Add(30 * time.Second)
+		for s.Stats().BackPressure == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("line 11 never waited for the batch to commit")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		g.open()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		sizes.mu.Lock()
+		defer sizes.mu.Unlock()
+		total := 0
+		for _, n := range sizes.counts {
+			if n > o.BatchSize {
+				t.Fatalf("batches of %v lines, BatchSize %d", sizes.counts, o.BatchSize)
+			}
+			total += n
+		}
+		if total != 11 {
+			t.Fatalf("batches of %v lines, want 11 in all", sizes.counts)
 		}
 	})
 }

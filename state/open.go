@@ -91,6 +91,9 @@ type hooks struct {
 	// afterOutput runs after the batch's output bytes are synced and
 	// before the backend transaction.
 	afterOutput func()
+	// whileCutting runs in the committer while it holds the token to cut
+	// a batch.
+	whileCutting func()
 }
 
 func (o *Options) logger() *slog.Logger {

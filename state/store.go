@@ -247,8 +247,10 @@ type core struct {
 	applyWaiters atomic.Int32
 	applyFree    chan struct{}
 	// cutWanted is set when the committer wanted to cut while the token
-	// was held; c.mu held to set it.
+	// was held; c.mu held to set it. cutting is set while the committer
+	// tries to cut.
 	cutWanted atomic.Bool
+	cutting   atomic.Bool
 
 	outMu   sync.Mutex // serializes output declarations
 	outputs map[string]*Output
@@ -535,7 +537,7 @@ func (c *core) exit() {
 // transaction for d.
 func (c *core) enter(ctx context.Context, ns *nsStore, d *dedupe.Delivery) (fs *feedState, tx *Tx, skip bool, err error) {
 	c.mu.Lock()
-	if c.closed || c.failed != nil || (c.cur.count >= c.bsize && c.sealed != nil && !c.opts.Sync) {
+	if c.closed || c.failed != nil || (c.cur.count >= c.bsize && !c.opts.Sync) {
 		if err := c.beforeApply(ctx, *d); err != nil {
 			c.mu.Unlock()
 			return nil, nil, false, err
@@ -600,6 +602,12 @@ func (c *core) beforeApply(ctx context.Context, d dedupe.Delivery) error {
 		if err := c.unusable(); err != nil {
 			return c.applyErr(d, err)
 		}
+	}
+	if !c.opts.Sync && c.cur.count >= c.bsize && c.sealed == nil {
+		// The committer could not cut the full batch when the last one
+		// committed: this Apply held the token, waiting. The line goes
+		// into the next batch.
+		c.cut()
 	}
 	return nil
 }
@@ -763,6 +771,9 @@ func (c *core) bucket(ns *nsStore, b string) *bucketInfo {
 // it tries again, and then waits for a wake-up on applyFree; release clears
 // the flag before it looks at applyWaiters. So either the waiter's new try
 // sees the flag cleared, or release sees the waiter and leaves a wake-up.
+//
+// The committer holds the token for a moment when it cuts a batch (see
+// tryCut): that is no reason to give up, whatever ctx says.
 func (c *core) acquire(ctx context.Context) error {
 	if c.applyTok.CompareAndSwap(false, true) {
 		return nil
@@ -776,7 +787,10 @@ func (c *core) acquire(ctx context.Context) error {
 		select {
 		case <-c.applyFree:
 		case <-ctx.Done():
-			return ctx.Err()
+			if !c.cutting.Load() {
+				return ctx.Err()
+			}
+			<-c.applyFree
 		}
 	}
 }
@@ -803,9 +817,17 @@ func (c *core) release() {
 // the cut to the Apply that holds the token, or to the committer when
 // that Apply releases it. c.mu held; c.sealed nil.
 func (c *core) tryCut() {
+	// cutting is set before the token is taken and cleared after it is
+	// let go: an Apply that finds the token held while cutting is set
+	// waits for it even under a cancelled context (see acquire).
+	c.cutting.Store(true)
+	defer c.cutting.Store(false)
 	if !c.applyTok.CompareAndSwap(false, true) {
 		c.cutWanted.Store(true)
 		return
+	}
+	if h := c.opts.hooks; h != nil && h.whileCutting != nil {
+		h.whileCutting()
 	}
 	c.cut()
 	c.release()
