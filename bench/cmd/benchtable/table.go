@@ -235,7 +235,11 @@ func (t *table) markdown(chart string) string {
 	fmt.Fprintf(&b, "| command | `%s` |\n", e.command)
 	fmt.Fprintf(&b, "| load average (1, 5, 15 min) | %s at start, %s at end |\n", e.loadStart, e.loadEnd)
 	fmt.Fprintf(&b, "| input | %s |\n", e.input)
-	fmt.Fprintf(&b, "| runs | %d per row, each in its own child process; results are medians, ratios are result / baseline of the same run |\n\n", t.reps)
+	runs := fmt.Sprintf("%d per row", t.reps)
+	if t.reps > 1 {
+		runs = fmt.Sprintf("%d per row (%d for rows 1 to 3 and their baseline, a tenth of a second each)", t.reps, max(t.reps, fastReps))
+	}
+	fmt.Fprintf(&b, "| runs | %s, each in its own child process; results are medians, ratios are result / baseline of the same run |\n\n", runs)
 	fmt.Fprintf(&b, "| # | measurement | result (median) | baseline (median) | ratio | goal | met |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range t.rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.id, esc(r.what), esc(r.result), esc(r.baseline), r.ratio, r.goal, r.met)
