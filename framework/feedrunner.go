@@ -147,8 +147,13 @@ func (f *feedRunner) sleep(stop <-chan struct{}, d time.Duration) bool {
 func (f *feedRunner) run(ctx context.Context, stop <-chan struct{}) {
 	defer close(f.exited)
 	defer f.log.Info("feed stopped reading")
-	f.items = make([]feed.Item, f.batchSize)
 	var snap []*queue
+	defer func() {
+		for _, q := range f.snapshot(snap[:0]) {
+			f.reportDrops(q, "feed stopped reading")
+		}
+	}()
+	f.items = make([]feed.Item, f.batchSize)
 	idle := 0
 	for {
 		select {
@@ -386,6 +391,19 @@ func (f *feedRunner) sent(q *queue, b *batch) {
 	q.sent.Add(uint64(len(b.items)))
 	f.delivered.Add(uint64(b.lines))
 	q.g.wakeUp()
+	if q.dropUnlogged > 0 {
+		f.reportDrops(q, "the queue has room again")
+	}
+}
+
+// reportDrops logs the lines dropped for q since the last report, if any.
+func (f *feedRunner) reportDrops(q *queue, why string) {
+	if q.dropUnlogged == 0 {
+		return
+	}
+	f.log.Warn(why+": lines were dropped for this group since the last report",
+		"group", q.g.name, "dropped_since_last_report", q.dropUnlogged, "dropped_total", q.dropped.Load())
+	q.dropLogged, q.dropUnlogged = time.Now(), 0
 }
 
 // drop gives up b for q: DropAfterSpin found no room in time.
@@ -393,15 +411,36 @@ func (f *feedRunner) drop(q *queue, b *batch) {
 	n := uint64(b.lines)
 	q.dropped.Add(n)
 	f.dropped.Add(n)
-	for i := range b.items {
-		it := &b.items[i]
-		if it.ev != nil {
-			continue
-		}
-		f.log.Warn("queue full after the spin time: line dropped for this group and committed past",
-			"group", q.g.name, "seq", it.seq, "epoch", it.epoch, "position", it.pos)
+	if n == 0 {
+		return
 	}
+	// One report per second and queue at most: an overloaded queue drops a
+	// batch every spin time, and a line each would flood the log. Status
+	// and the counters have every line.
+	q.dropUnlogged += n
+	now := time.Now()
+	if !q.dropLogged.IsZero() && now.Sub(q.dropLogged) < dropLogEvery {
+		return
+	}
+	var first, last *item
+	for i := range b.items {
+		if it := &b.items[i]; it.ev == nil {
+			if first == nil {
+				first = it
+			}
+			last = it
+		}
+	}
+	f.log.Warn("queue full after the spin time: lines dropped for this group and committed past",
+		"group", q.g.name, "lines", n, "first_seq", first.seq, "epoch", first.epoch, "first_position", first.pos,
+		"last_seq", last.seq, "last_epoch", last.epoch, "last_position", last.pos,
+		"dropped_since_last_report", q.dropUnlogged, "dropped_total", q.dropped.Load())
+	q.dropLogged, q.dropUnlogged = now, 0
 }
+
+// dropLogEvery is the least time between two reports of lines dropped for
+// one queue.
+const dropLogEvery = time.Second
 
 // commit moves the pointer to the highest line that every live queue has
 // finished and every hold has declared durable, and that no removed

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/stretchr/testify/require"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -67,9 +68,37 @@ func TestDropAfterSpinDropsForFullQueueOnly(t *testing.T) {
 		require.EqualValues(t, st.Dropped, st.Groups[0].Dropped)
 		require.EqualValues(t, 0, st.Groups[1].Dropped)
 		last := a.all()[a.count()-1].d.Seq
-		require.Contains(t, logs.String(), fmt.Sprintf("line dropped for this group and committed past\" feed=orders group=A seq=%d epoch=7 position=%d", last+1, src.pos(int(last)+1)))
+		require.Contains(t, logs.String(), fmt.Sprintf("lines dropped for this group and committed past\" feed=orders group=A lines=1 first_seq=%d epoch=7 first_position=%d", last+1, src.pos(int(last)+1)))
 		waitFor(t, "commit past the dropped lines", func() bool { return src.committedPos() == src.pos(10) })
 		stopServer(t, s)
+	})
+}
+
+// Under sustained overload the drops are reported at most once a second
+// per queue, each report counting what was dropped since the last one;
+// status counts every line.
+func TestDropReportsAreRateLimited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := newMemSource(300)
+		g := newGate()
+		a := blockAt(g, 1)
+		var logs logBuf
+		cfg := oneFeed(src, grp("A", "a"))
+		cfg.Logger = logs.logger()
+		cfg.Feeds[0].QueueCapacity = 1
+		cfg.Feeds[0].BatchSize = 1
+		cfg.Feeds[0].Overload = framework.OverloadConfig{Policy: framework.DropAfterSpin, Spin: 10 * time.Millisecond}
+		s := startServer(t, cfg, framework.Registry{"a": a})
+		// Line 1 blocks, line 2 waits in the queue: the other 298 are
+		// dropped, one every 10 ms of the bubble's clock (about 3 s).
+		waitFor(t, "298 lines dropped", func() bool { return status(t, s, "orders").Dropped == 298 })
+		reports := strings.Count(logs.String(), "lines dropped for this group and committed past")
+		require.GreaterOrEqual(t, reports, 2, "the first drop and at least one later report")
+		require.LessOrEqual(t, reports, 5, "at most one report a second over about three seconds: %d", reports)
+		g.release()
+		settle(t, s, "orders")
+		stopServer(t, s)
+		require.Contains(t, logs.String(), "dropped_total=298", "the drops after the last report are reported when the feed stops")
 	})
 }
 

@@ -3,6 +3,7 @@ package framework
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tidemark-go/tidemark/checkpoint"
 	"github.com/tidemark-go/tidemark/dedupe"
@@ -104,6 +105,11 @@ type queue struct {
 	// lost counts lines that were in the queue when it was removed from
 	// a feed that does not hold (counted as dropped).
 	dropped atomic.Uint64
+	// dropLogged is when the feed runner last logged lines dropped for
+	// the queue, and dropUnlogged counts those dropped since; only the
+	// runner touches them.
+	dropLogged   time.Time
+	dropUnlogged uint64
 	// finished counts items finished; the group's goroutine writes it.
 	finished atomic.Uint64
 	// events counts the status events among the finished items.
