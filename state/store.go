@@ -483,6 +483,12 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *dedupe.Delivery, fn fu
 		return false, c.applyErr(*d, err)
 	}
 	b := c.cur
+	if b != tx.cur {
+		// The function's writes are in tx.cur and the position would go
+		// into b: never, as a cut needs the token this Apply holds.
+		c.mu.Unlock()
+		panic(fmt.Sprintf("state: store %s: the staging batch was cut while an Apply of feed %q position %d ran", c.dir, d.Feed, d.Position))
+	}
 	if b.count == 0 {
 		b.started = time.Now()
 	}
