@@ -34,6 +34,7 @@ fuzz:
 	$(GO) test ./feed -run '^$$' -fuzz '^FuzzFramer$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./framework -run '^$$' -fuzz '^FuzzLoadConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./examples/ledger -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./examples/ledger -run '^$$' -fuzz '^FuzzReadRejects$$' -fuzztime $(FUZZTIME)
 
 # The long versions of the reliability scenarios (see RELIABILITY.md).
 torture:
