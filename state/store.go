@@ -288,9 +288,9 @@ type core struct {
 	ows     []OutputWriter            // output writers not used yet
 	bks     []Bucket                  // bucket handles not used yet
 	txs     []Tx                      // transactions, used up to txi
-	txi     int
-	ts      txState  // the running Apply or View
-	tw      txWrites // the write set of the running Apply
+	txi     int                       // the next unused in txs
+	ts      txState                   // the running Apply or View
+	tw      txWrites                  // what the running Apply changed
 	// What the last Apply left (see leave); written under mu.
 	fastVer uint64
 	fastOK  bool
