@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
+	"unsafe"
 )
 
 // seed is the seed of every hash: random per process, so that no input can
@@ -26,10 +27,15 @@ func (q *bkey) set(bi *bucketInfo, key []byte) {
 	q.h = hashKey(bi.ph, key)
 }
 
-// is reports whether full is the full key of q.
-func (q *bkey) is(full []byte) bool {
+// isEntry reports whether e is the entry of q. An entry made from the same
+// prefix (the same bucketInfo's) needs only its key compared.
+func (q *bkey) isEntry(e *entry) bool {
 	n := len(q.prefix)
-	return len(full) == n+len(q.key) && string(full[n:]) == string(q.key) && string(full[:n]) == string(q.prefix)
+	full := e.key
+	if len(full) != n+len(q.key) || string(full[n:]) != string(q.key) {
+		return false
+	}
+	return n == 0 || e.pfx == unsafe.SliceData(q.prefix) || string(full[:n]) == string(q.prefix)
 }
 
 // appendTo appends the full key of q to b.
@@ -98,7 +104,7 @@ func (ix *index) get(q *bkey) *entry {
 	m := uint64(len(ix.slots) - 1)
 	for i := q.h & m; ; i = (i + 1) & m {
 		e := ix.slots[i]
-		if e == nil || e.h == q.h && q.is(e.key) {
+		if e == nil || e.h == q.h && q.isEntry(e) {
 			return e
 		}
 	}

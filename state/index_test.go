@@ -52,17 +52,30 @@ func TestIndexFindsEveryKey(t *testing.T) {
 }
 
 // A key of a bucket is its full key and no other: the same key in another
-// bucket, or split elsewhere between prefix and key, is another key.
+// bucket, or split elsewhere between prefix and key, is another key; an
+// entry made through another bucketInfo of the same bucket is the same.
 func TestBKeyIsItsFullKey(t *testing.T) {
 	a, b := newBucketInfo("ns", "a"), newBucketInfo("ns", "b")
 	var q bkey
 	q.set(a, []byte("k1"))
 	full := q.appendTo(nil)
-	if !q.is(full) || string(full) != string(a.prefix)+"k1" {
+	if string(full) != string(a.prefix)+"k1" {
 		t.Fatalf("full key %q", full)
+	}
+	bt := newBatch(1, 0)
+	e := bt.add(&q)
+	var again bkey
+	again.set(newBucketInfo("ns", "a"), []byte("k1"))
+	for _, same := range []*bkey{&q, &again} {
+		if !same.isEntry(e) || !same.isEntry(&entry{key: full}) || bt.get(same) != e {
+			t.Fatalf("%q is not its own entry", full)
+		}
 	}
 	var qb bkey
 	qb.set(b, []byte("k1"))
+	if qb.isEntry(e) || bt.get(&qb) != nil {
+		t.Fatalf("%q of bucket b is the entry of bucket a", qb.key)
+	}
 	for _, other := range [][]byte{
 		qb.appendTo(nil),
 		append(append([]byte{}, a.prefix...), "k"...),
@@ -70,7 +83,7 @@ func TestBKeyIsItsFullKey(t *testing.T) {
 		[]byte("k1"),
 		nil,
 	} {
-		if q.is(other) {
+		if q.isEntry(&entry{key: other}) {
 			t.Fatalf("%q is %q", full, other)
 		}
 	}

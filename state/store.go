@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/tidemark-go/tidemark/checkpoint"
 	"github.com/tidemark-go/tidemark/dedupe"
@@ -155,6 +156,9 @@ type entry struct {
 	// entry's old value, and of the last that handed its value out.
 	tx, got uint64
 	pos     int32 // in the batch's writes
+	// pfx is the first byte of the bucket prefix the entry was made
+	// with (see bkey.isEntry).
+	pfx *byte
 }
 
 // batch is what the committer writes in one transaction.
@@ -223,7 +227,7 @@ func (b *batch) add(q *bkey) *entry {
 	k0 := len(b.arena)
 	b.arena = q.appendTo(b.arena)
 	e.key, e.h = b.arena[k0:len(b.arena):len(b.arena)], q.h
-	e.pos = int32(len(b.writes))
+	e.pos, e.pfx = int32(len(b.writes)), unsafe.SliceData(q.prefix)
 	b.idx.insert(e)
 	b.writes = append(b.writes, e)
 	return e
