@@ -222,7 +222,10 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 		Path:         o.Input,
 		Strategy:     feed.Committed,
 		MaxLineBytes: maxLineBytes,
-		Logger:       logger,
+		// As a framework file feed does by default: the pointer's writes
+		// and syncs run beside the reading (see feed.Config.GroupCommit).
+		GroupCommit: true,
+		Logger:      logger,
 		OnReject: func(r feed.Reject) {
 			if r.Reason == feed.RejectOversize {
 				addReject(r.Epoch, r.End, fmt.Sprintf("%s (%d bytes)", r.Reason, r.Length), nil)
