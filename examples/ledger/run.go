@@ -20,6 +20,7 @@ import (
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/ops"
 	"github.com/tidemark-go/tidemark/state"
 )
 
@@ -41,7 +42,13 @@ type RunOptions struct {
 	Progress string
 	// LogLevel is the level of the logs written to stderr.
 	LogLevel slog.Level
+	// Ops, when set, is the address of an operations listener (package
+	// ops): /metrics, /status and a status page while the run lasts.
+	Ops string
 }
+
+// opsStoreName labels the ledger's store in the operations listener.
+const opsStoreName = "ledger"
 
 // Exit codes of `ledger run`.
 const (
@@ -53,7 +60,7 @@ const (
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", stderr, "usage: ledger run --input PATH --data DIR [--store bbolt|pebble] [--dedupe=true|false] [--sync]\n"+
-		"                  [--batch N] [--batch-interval D] [--follow] [--pace D]")
+		"                  [--batch N] [--batch-interval D] [--follow] [--pace D] [--ops ADDR]")
 	var o RunOptions
 	fs.StringVar(&o.Input, "input", "", "the ledger file to read (required)")
 	fs.StringVar(&o.Data, "data", "", "the data folder: the store, output.csv and rejects.csv (required)")
@@ -67,6 +74,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Events, "events", false, "print machine-readable progress events on stdout, for a harness")
 	fs.StringVar(&o.Progress, "progress", "auto", "progress on stderr: auto, bar, lines or none")
 	fs.TextVar(&o.LogLevel, "log-level", slog.LevelWarn, "level of the logs on stderr")
+	fs.StringVar(&o.Ops, "ops", "", "serve /metrics, /status and a status page on this address while running (e.g. 127.0.0.1:9464; port 0 picks one)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -172,12 +180,19 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 			return exitFailed, fmt.Errorf("input: %w (use --follow to wait for it)", err)
 		}
 	}
+	var obs *ops.Observer
+	if o.Ops != "" {
+		obs = ops.NewObserver()
+	}
 	sopts := &state.Options{
 		Sync:          o.Sync,
 		BatchSize:     o.Batch,
 		BatchInterval: o.BatchInterval,
 		Logger:        logger,
 		FS:            faultFS(),
+	}
+	if obs != nil {
+		sopts.Observer = obs.ForStore(opsStoreName)
 	}
 	st, err := state.Open(o.Store+":"+o.Data, sopts)
 	if errors.Is(err, state.ErrBackendMismatch) {
@@ -249,7 +264,7 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 			}
 		},
 	}
-	srv, err := framework.New(framework.Config{
+	fcfg := framework.Config{
 		Feeds: []framework.FeedConfig{{
 			Name:      feedName,
 			Source:    src,
@@ -268,13 +283,36 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 			},
 		}},
 		Logger: logger,
-	}, framework.Registry{processorName: proc})
+	}
+	if obs != nil {
+		fcfg.Observer = obs
+	}
+	srv, err := framework.New(fcfg, framework.Registry{processorName: proc})
 	if err != nil {
 		src.Close()
 		return exitFailed, err
 	}
 	if err := srv.Start(ctx); err != nil {
 		return exitFailed, err
+	}
+	if obs != nil {
+		l, err := ops.New(ops.Config{
+			Addr:     o.Ops,
+			Server:   srv,
+			Stores:   []ops.StoreConfig{{Name: opsStoreName, Store: st}},
+			Observer: obs,
+			Logger:   logger,
+			Watch:    time.Second,
+		})
+		if err == nil {
+			err = l.Start(ctx)
+		}
+		if err != nil {
+			_ = srv.Stop(context.Background())
+			return exitFailed, fmt.Errorf("--ops %s: %w", o.Ops, err)
+		}
+		defer l.Close()
+		fmt.Fprintf(stderr, "ledger: operations listener on http://%s/ (/metrics, /status)\n", l.Addr())
 	}
 
 	// Progress on stderr; events on stdout.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -268,5 +270,79 @@ func TestRunSaveModes(t *testing.T) {
 	}
 	if n := saves("--batch", "100", "--batch-interval", "1m"); n < 3 || n > 4 {
 		t.Errorf("--batch 100: %d saves for 300 lines, want 3 (4 with the final flush)", n)
+	}
+}
+
+// TestRunOpsListener: with --ops the run serves the operations listener
+// while it lasts: metrics of the feed and the store, and status.
+func TestRunOpsListener(t *testing.T) {
+	dir := t.TempDir()
+	input := filepath.Join(dir, "ledger.csv")
+	data := filepath.Join(dir, "data")
+	if err := GenFile(input, GenOptions{Lines: 2000, Accounts: 3, Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb bytes.Buffer
+	outw, errw := &lockedWriter{w: &out}, &lockedWriter{w: &errb}
+	done := make(chan int)
+	go func() {
+		code, _ := Run(ctx, RunOptions{Input: input, Data: data, Store: "bbolt", Dedupe: true, Follow: true, Progress: "none", Ops: "127.0.0.1:0"}, outw, errw)
+		done <- code
+	}()
+	stderr := func() string {
+		errw.mu.Lock()
+		defer errw.mu.Unlock()
+		return errb.String()
+	}
+	var base string
+	get := func(path string) string {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v\n%s", path, resp.StatusCode, err, b)
+		}
+		return string(b)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, rest, ok := strings.Cut(stderr(), "operations listener on http://"); ok {
+			base = "http://" + strings.TrimSuffix(strings.Fields(rest)[0], "/")
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no listener address on stderr:\n%s", stderr())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for !strings.Contains(get("/metrics"), `tidemark_feed_lines_read_total{feed="ledger"} 2000`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the metrics never showed the 2000 lines read:\n%s", get("/metrics"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for !strings.Contains(get("/metrics"), `tidemark_group_handle_seconds_count{group="ledger-agent"} 2000`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the metrics never showed the 2000 lines handled:\n%s", get("/metrics"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	m := get("/metrics")
+	for _, want := range []string{`tidemark_store_batches_committed_total{store="ledger"}`, `tidemark_store_commit_seconds_count{store="ledger"}`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if st := get("/status"); !strings.Contains(st, `"name": "ledger"`) {
+		t.Errorf("status lacks the feed:\n%s", st)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d\n%s", code, stderr())
 	}
 }
