@@ -248,6 +248,11 @@ func caseSource(a childArgs) (result, error) {
 // hold declared durable) that are not committed yet; and, for comparison,
 // PendingAcks, the lines handed to the queues and not committed (those
 // waiting in a queue included).
+// lagEvery is how often the commit lag is sampled: row 2 lasts about a
+// tenth of a second, and its p99 should come from more than a few dozen
+// samples.
+const lagEvery = 500 * time.Microsecond
+
 type lagSampler struct {
 	stop    chan struct{}
 	done    chan struct{}
@@ -341,7 +346,7 @@ func serveOpts(a childArgs, procs []framework.Processor, counters []*bench.Count
 	}
 	var lag *lagSampler
 	if sample {
-		lag = sampleLag(s, 2*time.Millisecond)
+		lag = sampleLag(s, lagEvery)
 	}
 	var werr error
 	for _, c := range counters {

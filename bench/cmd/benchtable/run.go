@@ -516,7 +516,7 @@ func (r *runner) row9and10(t *table) error {
 			t.note("9", fmt.Sprintf("Row 9, %s: over %.0f samples, lines handed to the queue and not committed yet (FeedStatus.PendingAcks, the queue's contents included): p50 %.0f, p99 %.0f, max %.0f.",
 				what, x.extra("lag_samples"), x.extra("handed_p50"), x.extra("handed_p99"), x.extra("handed_max")))
 		}
-		const sampled = " (FeedStatus.ProcessedPending, lines finished and not committed, sampled every 2 ms)"
+		const sampled = " (FeedStatus.ProcessedPending, lines finished and not committed, sampled every 0.5 ms)"
 		for _, p := range psyncs {
 			if x := sh.nop1[p.flag]; x.ok() {
 				lag("commit lag of row 2"+sampled+"; "+p.label, x)
