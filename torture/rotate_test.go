@@ -114,9 +114,9 @@ func TestRotationUnderKills(t *testing.T) {
 	defer close(stop)
 
 	var applied int64
-	for k := 0; k < kills; k++ {
+	for k := 0; k < kills && applied < total; k++ {
 		share := (total - applied) / int64(kills-k+1)
-		threshold := applied + 1 + rng.Int64N(max(1, 2*share))
+		threshold := min(total, applied+1+rng.Int64N(max(1, 2*share)))
 		args := runArgs(input, data, "--follow", "--batch", strconv.Itoa([]int{10, 100, 1000}[rng.IntN(3)]))
 		c := startHub(t, dir, h, args...)
 		if !c.waitApplied(threshold) {
