@@ -350,8 +350,7 @@ const (
 func (f *feedRunner) send(q *queue, b *batch, stop <-chan struct{}) int {
 	select {
 	case q.ch <- b:
-		f.sent(q, b)
-		return sentOK
+		return f.afterSend(q, b)
 	default:
 	}
 	var t *time.Timer
@@ -364,8 +363,10 @@ func (f *feedRunner) send(q *queue, b *batch, stop <-chan struct{}) int {
 	for {
 		select {
 		case q.ch <- b:
-			f.sent(q, b)
-			return sentOK
+			// Also when the queue was removed and drained meanwhile (a
+			// select picks at random among ready cases): afterSend takes
+			// the batch back for the successor.
+			return f.afterSend(q, b)
 		case <-q.removedCh:
 			return sentRemoved
 		case <-stop:
@@ -385,6 +386,39 @@ func (f *feedRunner) send(q *queue, b *batch, stop <-chan struct{}) int {
 			t.Reset(f.idle.Idle(1 << 10))
 		}
 	}
+}
+
+// afterSend completes a send of b into q's channel. A queue removed around
+// the send (a restarted group's queue, replaced by its successor) is read
+// by nobody, and its removal emptied its channel under f.mu: a batch found
+// in the channel now is b, handed after that. It is taken back and the
+// send reports sentRemoved, so that the successor gets it, whatever the
+// order in which the feed saw the removal and the room it made. A batch
+// the removal's drain took is held by the removed queue, as the batches
+// it was given before.
+func (f *feedRunner) afterSend(q *queue, b *batch) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if q.removed.Load() {
+		reclaimed := false
+		for drained := false; !drained; {
+			select {
+			case got := <-q.ch:
+				if got == b {
+					reclaimed = true
+				} else {
+					got.release() // as the removal's drain does
+				}
+			default:
+				drained = true
+			}
+		}
+		if reclaimed {
+			return sentRemoved
+		}
+	}
+	f.sent(q, b)
+	return sentOK
 }
 
 func (f *feedRunner) sent(q *queue, b *batch) {

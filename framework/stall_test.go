@@ -459,6 +459,21 @@ func TestRemoveProcessorWhileBusyHoldsUnhandled(t *testing.T) {
 // to the group's new queue: the new incarnation starts with it, and the
 // lines the old one held stay held.
 func TestRestartWhilePausedOnGroupHandsOver(t *testing.T) {
+	restartWhilePaused(t)
+}
+
+// The same, thirty times: the group B's finished batches wake the paused
+// feed (to commit) around the restart, and whichever of the removal and the
+// room it made the feed sees first, the batch it waited to hand over goes
+// to the restarted group. Before the fix, about one run in ten handed it to
+// the removed queue.
+func TestRestartWhilePausedHandsOverWhateverTheOrder(t *testing.T) {
+	for i := range 30 {
+		t.Run(fmt.Sprint(i), restartWhilePaused)
+	}
+}
+
+func restartWhilePaused(t *testing.T) {
 	src := newMemSource(10)
 	g := newGate()
 	a := blockAt(g, 2)
