@@ -110,7 +110,11 @@ func TestFileFeedPointerFollowsSlowestGroup(t *testing.T) {
 		st := status(t, s, "orders")
 		return st.CommittedPosition == fileLinePos(19)
 	})
-	require.Equal(t, fileLinePos(19), loadPointer(t, input).Pointer.Position)
+	// The pointer file follows: the feed's group commit writes it in the
+	// background, a moment after the commit.
+	waitFor(t, "pointer file at line 19", func() bool { return loadPointer(t, input).Pointer.Position == fileLinePos(19) })
+	idle := status(t, s, "orders")
+	require.Equal(t, fileLinePos(19), idle.CommittedPosition, "and no further: line 20 is not finished")
 	stopped := make(chan error, 1)
 	go func() { stopped <- s.Stop(context.Background()) }()
 	g.release()
