@@ -1,20 +1,16 @@
 package feed
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -636,7 +632,7 @@ func TestGroupCommitKill(t *testing.T) {
 	processed := make([]bool, total+1)
 	var epoch uint64
 	for round, commits := range []int{1, 50, 300, 1000} {
-		ep, last, seen := runGroupChild(t, p, commits)
+		ep, last, seen := runKillChild(t, p, "TestGroupCommitKill", groupChildEnv, "committing", commits)
 		for _, pos := range seen {
 			processed[pos/12] = true
 		}
@@ -658,70 +654,5 @@ func TestGroupCommitKill(t *testing.T) {
 			}
 		}
 	}
-	s := open(t, p, Config{GroupCommit: true})
-	g := s.drain()
-	if len(g) == 0 || g[0].Epoch != epoch || g[0].Position != loadPointer(t, p).Pointer.Position+12 {
-		t.Fatalf("restart: first line %+v", g[:min(1, len(g))])
-	}
-	for _, x := range g {
-		processed[x.Position/12] = true
-	}
-	for i := 1; i <= total; i++ {
-		if !processed[i] {
-			t.Fatalf("line %d was never processed", i)
-		}
-	}
-}
-
-// runGroupChild runs the child until it started at least commits commits,
-// kills it with SIGKILL, and returns its epoch, the last position it
-// started committing, and the positions it reported processed.
-func runGroupChild(t *testing.T, path string, commits int) (uint64, int64, []int64) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestGroupCommitKill$", "-test.count=1")
-	cmd.Env = append(os.Environ(), groupChildEnv+"="+path)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	timer := time.AfterFunc(deadline, func() { cmd.Process.Kill() })
-	defer timer.Stop()
-	var epoch uint64
-	var last int64
-	var seen []int64
-	n := 0
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 3 {
-			continue
-		}
-		e, _ := strconv.ParseUint(f[1], 10, 64)
-		pos, _ := strconv.ParseInt(f[2], 10, 64)
-		epoch = e
-		switch f[0] {
-		case "processed":
-			seen = append(seen, pos)
-		case "committing":
-			last = pos
-			n++
-			if n >= commits && !killed {
-				killed = true
-				if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
-	err = cmd.Wait()
-	if !killed {
-		t.Fatalf("the child ended before it was killed: %v\n%s", err, stderr.String())
-	}
-	return epoch, last, seen
+	readRestAfterKills(t, p, Config{GroupCommit: true}, epoch, processed)
 }

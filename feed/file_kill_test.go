@@ -73,7 +73,7 @@ func TestFileSourceKill(t *testing.T) {
 	processed := make([]bool, total+1)
 	var epoch uint64
 	for round, commits := range []int{1, 50, 300} {
-		ep, last, seen := runSourceChild(t, p, commits)
+		ep, last, seen := runKillChild(t, p, "TestFileSourceKill", sourceChildEnv, "committed", commits)
 		for _, pos := range seen {
 			processed[pos/12] = true
 		}
@@ -96,7 +96,15 @@ func TestFileSourceKill(t *testing.T) {
 		}
 	}
 	// The last run, in process, reads the rest.
-	s := open(t, p, Config{})
+	readRestAfterKills(t, p, Config{}, epoch, processed)
+}
+
+// readRestAfterKills is the last run of a kill test, in process: it
+// starts at the line after the pointer, in the kept epoch, and after it
+// every line of the input (processed[1:]) was processed at least once.
+func readRestAfterKills(t *testing.T, p string, cfg Config, epoch uint64, processed []bool) {
+	t.Helper()
+	s := open(t, p, cfg)
 	g := s.drain()
 	if len(g) == 0 || g[0].Epoch != epoch || g[0].Position != loadPointer(t, p).Pointer.Position+12 {
 		t.Fatalf("restart: first line %+v", g[:min(1, len(g))])
@@ -104,20 +112,22 @@ func TestFileSourceKill(t *testing.T) {
 	for _, x := range g {
 		processed[x.Position/12] = true
 	}
-	for i := 1; i <= total; i++ {
+	for i := 1; i < len(processed); i++ {
 		if !processed[i] {
 			t.Fatalf("line %d was never processed", i)
 		}
 	}
 }
 
-// runSourceChild runs the child until it reported at least commits commits,
-// kills it with SIGKILL, and returns its epoch, the last position it
-// reported committed, and the positions it reported processed.
-func runSourceChild(t *testing.T, path string, commits int) (uint64, int64, []int64) {
+// runKillChild runs test in a child process, with env set to path, until
+// the child printed at least commits lines "WORD epoch position" (word
+// being what the child prints for a commit), kills it with SIGKILL, and
+// returns its epoch, the last position of such a line, and the positions
+// it reported processed ("processed epoch position").
+func runKillChild(t *testing.T, path, test, env, word string, commits int) (uint64, int64, []int64) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFileSourceKill$", "-test.count=1")
-	cmd.Env = append(os.Environ(), sourceChildEnv+"="+path)
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+path)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +156,7 @@ func runSourceChild(t *testing.T, path string, commits int) (uint64, int64, []in
 		switch f[0] {
 		case "processed":
 			seen = append(seen, pos)
-		case "committed":
+		case word:
 			last = pos
 			n++
 			if n >= commits && !killed {
