@@ -50,14 +50,7 @@ func NewRegistry() *Registry {
 // the last mark declared durable. Take the hold before the feed delivers:
 // items committed before it stay committed.
 func (r *Registry) Hold(feed, group string) *Checkpoint {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	k := key{feed, group}
-	c := r.holds[k]
-	if c == nil {
-		c = &Checkpoint{feed: feed, group: group}
-		r.holds[k] = c
-	}
+	c := r.checkpoint(feed, group)
 	c.mu.Lock()
 	c.held = true
 	c.mu.Unlock()
@@ -75,14 +68,7 @@ func (r *Registry) Lookup(feed, group string) *Checkpoint {
 // Marks taken before are ignored from now on: a group that subscribes again
 // starts with nothing durable. The framework calls Bind; it creates no hold.
 func (r *Registry) Bind(feed, group string, progress Progress) {
-	r.mu.Lock()
-	k := key{feed, group}
-	c := r.holds[k]
-	if c == nil {
-		c = &Checkpoint{feed: feed, group: group}
-		r.holds[k] = c
-	}
-	r.mu.Unlock()
+	c := r.checkpoint(feed, group)
 	c.mu.Lock()
 	c.gen++
 	c.progress = progress
@@ -96,17 +82,24 @@ func (r *Registry) Bind(feed, group string, progress Progress) {
 // so that it commits as soon as a hold lets it, not at its next duty cycle.
 // fn must be quick and must not block.
 func (r *Registry) OnAdvance(feed, group string, fn func()) {
+	c := r.checkpoint(feed, group)
+	c.mu.Lock()
+	c.advanced = fn
+	c.mu.Unlock()
+}
+
+// checkpoint returns the checkpoint of (feed, group), making it (not held)
+// if there is none.
+func (r *Registry) checkpoint(feed, group string) *Checkpoint {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	k := key{feed, group}
 	c := r.holds[k]
 	if c == nil {
 		c = &Checkpoint{feed: feed, group: group}
 		r.holds[k] = c
 	}
-	r.mu.Unlock()
-	c.mu.Lock()
-	c.advanced = fn
-	c.mu.Unlock()
+	return c
 }
 
 // Checkpoint is the hold of one processor group on one feed. Its methods are

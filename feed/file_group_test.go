@@ -1,7 +1,6 @@
 package feed
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -582,34 +581,7 @@ const groupChildEnv = "TIDEMARK_GROUP_COMMIT_CHILD"
 // with a GroupCommit source (SyncEveryCommit) in batches of 7, prints
 // "processed <epoch> <position>" for every line and "committing <epoch>
 // <position>" before it commits the batch.
-func groupChild(path string) {
-	s, err := NewFileSource(Config{Path: path, GroupCommit: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	items := make([]Item, 7)
-	for {
-		n, err := s.Poll(context.Background(), items)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		if n == 0 {
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		for _, it := range items[:n] {
-			fmt.Fprintf(os.Stdout, "processed %d %d\n", it.Epoch, it.Position)
-		}
-		last := items[n-1]
-		fmt.Fprintf(os.Stdout, "committing %d %d\n", last.Epoch, last.Position)
-		if err := s.Commit(last.Epoch, last.Position); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-	}
-}
+func groupChild(path string) { killChild(Config{Path: path, GroupCommit: true}, true) }
 
 // TestGroupCommitKill kills a process reading with a GroupCommit source with
 // SIGKILL, several times, at moments chosen by its progress. After each kill

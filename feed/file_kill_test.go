@@ -21,10 +21,17 @@ const sourceChildEnv = "TIDEMARK_SOURCE_CHILD"
 func killLine(i int) string { return fmt.Sprintf("line-%06d\n", i) }
 
 // sourceChild is the child process of TestFileSourceKill: it reads its input
-// with a Committed source in batches of 7, prints "processed <position>" for
-// every line, then commits the batch and prints "committed <position>".
-func sourceChild(path string) {
-	s, err := NewFileSource(Config{Path: path})
+// with a Committed source in batches of 7, prints "processed <epoch>
+// <position>" for every line, then commits the batch and prints "committed
+// <epoch> <position>".
+func sourceChild(path string) { killChild(Config{Path: path}, false) }
+
+// killChild reads with a source of cfg in batches of 7 until killed, and
+// prints "processed <epoch> <position>" for every line (unbuffered: one
+// write per line), then for each batch "committed <epoch> <position>" after
+// its commit, or, with before, "committing <epoch> <position>" before it.
+func killChild(cfg Config, before bool) {
+	s, err := NewFileSource(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -41,14 +48,19 @@ func sourceChild(path string) {
 			continue
 		}
 		for _, it := range items[:n] {
-			fmt.Fprintf(os.Stdout, "processed %d %d\n", it.Epoch, it.Position) // unbuffered: one write per line
+			fmt.Fprintf(os.Stdout, "processed %d %d\n", it.Epoch, it.Position)
 		}
 		last := items[n-1]
+		if before {
+			fmt.Fprintf(os.Stdout, "committing %d %d\n", last.Epoch, last.Position)
+		}
 		if err := s.Commit(last.Epoch, last.Position); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
-		fmt.Fprintf(os.Stdout, "committed %d %d\n", last.Epoch, last.Position)
+		if !before {
+			fmt.Fprintf(os.Stdout, "committed %d %d\n", last.Epoch, last.Position)
+		}
 	}
 }
 
