@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -594,37 +593,6 @@ func TestGroupCommitKill(t *testing.T) {
 		groupChild(v)
 		return
 	}
-	const total = 20000
-	p := filepath.Join(t.TempDir(), "in.log")
-	var b strings.Builder
-	for i := 1; i <= total; i++ {
-		b.WriteString(killLine(i))
-	}
-	write(t, p, b.String())
-	processed := make([]bool, total+1)
-	var epoch uint64
-	for round, commits := range []int{1, 50, 300, 1000} {
-		ep, last, seen := runKillChild(t, p, "TestGroupCommitKill", groupChildEnv, "committing", commits)
-		for _, pos := range seen {
-			processed[pos/12] = true
-		}
-		if epoch != 0 && ep != epoch {
-			t.Fatalf("round %d: the child read in epoch %d, want the kept epoch %d", round, ep, epoch)
-		}
-		epoch = ep
-		res := loadPointer(t, p)
-		if !res.Found || res.Pointer.Epoch != epoch {
-			t.Fatalf("round %d: pointer %+v, want epoch %d", round, res, epoch)
-		}
-		pos := res.Pointer.Position
-		if pos > last || pos%12 != 0 {
-			t.Fatalf("round %d: pointer at %d; the child's last commit was of %d", round, pos, last)
-		}
-		for i := int64(1); i <= pos/12; i++ {
-			if !processed[i] {
-				t.Fatalf("round %d: the pointer %d passes line %d, which was never processed", round, pos, i)
-			}
-		}
-	}
-	readRestAfterKills(t, p, Config{GroupCommit: true}, epoch, processed)
+	killRounds(t, "TestGroupCommitKill", groupChildEnv, "committing", []int{1, 50, 300, 1000}, Config{GroupCommit: true},
+		func(pos, last int64) bool { return pos <= last })
 }

@@ -75,6 +75,19 @@ func TestFileSourceKill(t *testing.T) {
 		sourceChild(v)
 		return
 	}
+	killRounds(t, "TestFileSourceKill", sourceChildEnv, "committed", []int{1, 50, 300}, Config{},
+		func(pos, last int64) bool { return pos >= last && pos <= last+7*12 })
+}
+
+// killRounds is the body of a kill test. On an input of 20,000 fixed-width
+// lines, for each count in rounds, the child (test, run with env) is
+// killed with SIGKILL once it printed that many commit lines (word). Then
+// the pointer must be in the epoch kept from the first round, at a line
+// start, past no line the child did not process, and where posOK says
+// against the child's last commit line. A last run in process with cfg
+// reads the rest: every line was processed.
+func killRounds(t *testing.T, test, env, word string, rounds []int, cfg Config, posOK func(pos, last int64) bool) {
+	t.Helper()
 	const total = 20000
 	p := filepath.Join(t.TempDir(), "in.log")
 	var b strings.Builder
@@ -84,8 +97,8 @@ func TestFileSourceKill(t *testing.T) {
 	write(t, p, b.String())
 	processed := make([]bool, total+1)
 	var epoch uint64
-	for round, commits := range []int{1, 50, 300} {
-		ep, last, seen := runKillChild(t, p, "TestFileSourceKill", sourceChildEnv, "committed", commits)
+	for round, commits := range rounds {
+		ep, last, seen := runKillChild(t, p, test, env, word, commits)
 		for _, pos := range seen {
 			processed[pos/12] = true
 		}
@@ -98,8 +111,8 @@ func TestFileSourceKill(t *testing.T) {
 			t.Fatalf("round %d: pointer %+v, want epoch %d", round, res, epoch)
 		}
 		pos := res.Pointer.Position
-		if pos < last || pos > last+7*12 || pos%12 != 0 {
-			t.Fatalf("round %d: pointer at %d; the child reported committing %d", round, pos, last)
+		if pos%12 != 0 || !posOK(pos, last) {
+			t.Fatalf("round %d: pointer at %d; the child's last %q line was of %d", round, pos, word, last)
 		}
 		for i := int64(1); i <= pos/12; i++ {
 			if !processed[i] {
@@ -108,7 +121,7 @@ func TestFileSourceKill(t *testing.T) {
 		}
 	}
 	// The last run, in process, reads the rest.
-	readRestAfterKills(t, p, Config{}, epoch, processed)
+	readRestAfterKills(t, p, cfg, epoch, processed)
 }
 
 // readRestAfterKills is the last run of a kill test, in process: it
