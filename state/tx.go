@@ -542,22 +542,13 @@ type OutputWriter struct {
 }
 
 // Write stages p for the end of the output file. It never writes part of p.
-func (w *OutputWriter) Write(p []byte) (int, error) {
-	if err := w.tx.check(true); err != nil {
-		return 0, err
-	}
-	if _, err := w.tx.c.output(w.name); err != nil {
-		return 0, err
-	}
-	tw := w.tx.w
-	o0 := len(tw.obuf)
-	tw.obuf = append(tw.obuf, p...)
-	tw.output(w.name, o0)
-	return len(p), nil
-}
+func (w *OutputWriter) Write(p []byte) (int, error) { return stageOutput(w, p) }
 
 // WriteString stages s for the end of the output file.
-func (w *OutputWriter) WriteString(s string) (int, error) {
+func (w *OutputWriter) WriteString(s string) (int, error) { return stageOutput(w, s) }
+
+// stageOutput stages b for the end of w's output file.
+func stageOutput[B []byte | string](w *OutputWriter, b B) (int, error) {
 	if err := w.tx.check(true); err != nil {
 		return 0, err
 	}
@@ -566,7 +557,7 @@ func (w *OutputWriter) WriteString(s string) (int, error) {
 	}
 	tw := w.tx.w
 	o0 := len(tw.obuf)
-	tw.obuf = append(tw.obuf, s...)
+	tw.obuf = append(tw.obuf, b...)
 	tw.output(w.name, o0)
-	return len(s), nil
+	return len(b), nil
 }
