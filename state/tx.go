@@ -90,12 +90,7 @@ func (tx *Tx) Bucket(name string) *Bucket {
 			return b
 		}
 	}
-	c := tx.c
-	if len(c.bks) == 0 {
-		c.bks = make([]Bucket, 64)
-	}
-	b := &c.bks[0]
-	c.bks = c.bks[1:]
+	b := fromSlab(&tx.c.bks)
 	b.tx, b.bucketInfo = tx, bi
 	copy(ts.bks[1:], ts.bks[:])
 	ts.bks[0] = b
@@ -168,12 +163,7 @@ func (tx *Tx) Output(name string) *OutputWriter {
 	if w := ts.ow; w != nil && w.tx == tx && w.name == name {
 		return w
 	}
-	c := tx.c
-	if len(c.ows) == 0 {
-		c.ows = make([]OutputWriter, 64)
-	}
-	w := &c.ows[0]
-	c.ows = c.ows[1:]
+	w := fromSlab(&tx.c.ows)
 	w.tx, w.name = tx, name
 	ts.ow = w
 	return w
@@ -560,4 +550,16 @@ func stageOutput[B []byte | string](w *OutputWriter, b B) (int, error) {
 	tw.obuf = append(tw.obuf, b...)
 	tw.output(w.name, o0)
 	return len(b), nil
+}
+
+// fromSlab cuts one zero value from *slab, making a new slab of 64 when it
+// is used up: handles that outlive their transaction stay valid (and done)
+// without an allocation each.
+func fromSlab[T any](slab *[]T) *T {
+	if len(*slab) == 0 {
+		*slab = make([]T, 64)
+	}
+	v := &(*slab)[0]
+	*slab = (*slab)[1:]
+	return v
 }
