@@ -112,4 +112,52 @@ type Status struct {
 	// last one's message, empty when the last commit succeeded.
 	CommitErrors    uint64
 	LastCommitError string
+	// Rewinds counts the starts at which a store was behind the pointer
+	// (see [Resumer]) and the source read from the store's position rather
+	// than the pointer's; LastRewind says why, naming the store and both
+	// positions. Empty when none.
+	Rewinds    uint64
+	LastRewind string
+}
+
+// ResumePoint is what one stateful subscriber of a feed has durably
+// applied: the record its store keeps for the feed, with the facts of the
+// file (the lineage) that tell whether the record still describes the
+// input. The framework makes one per store (and namespace) of every group
+// that subscribes to the feed with a store.
+type ResumePoint struct {
+	// Holder names whose record it is ("group ledger-agent, store
+	// bbolt:data"), for the logs and status.
+	Holder string
+	// Found is false when the store holds no record of the feed: it has
+	// applied nothing of it, as far as it knows (a new, deleted or damaged
+	// store).
+	Found bool
+	// Lineage is the store's durable record: epoch, position, and the file
+	// facts it was applied from.
+	Lineage dedupe.Lineage
+}
+
+// Resumer is implemented by a [Source] that can resume from what its
+// stateful subscribers have made durable instead of from its own pointer:
+// the store is the truth, the pointer a hint. The framework calls
+// ResumeFrom once, before the first Poll, with one point per store of the
+// groups that subscribe to the feed.
+//
+// The source then starts at the lowest position that every point covers,
+// and never above where its own pointer would start it: a point in the
+// pointer's epoch covers up to its position; a point of another epoch
+// whose lineage matches the input (same leading bytes, same bytes before
+// its position) covers up to its position too (the store skips those lines
+// through its lineage); a point that is not found, or of an epoch the
+// input no longer holds, covers nothing, so the input is read from its
+// start. The pointer file itself is not moved back: commits below it are
+// ignored until the reading passes it. Each start that reads from below
+// the pointer is logged once at WARN (feed, epoch, the pointer's and the
+// store's positions, the reason) and counted in [Status].Rewinds.
+//
+// An error means the points cannot be honoured (the source has started
+// already); the framework refuses to run the feed.
+type Resumer interface {
+	ResumeFrom(points []ResumePoint) error
 }

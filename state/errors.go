@@ -45,4 +45,16 @@ var (
 	// ErrTxDone is returned by the methods of a [Tx] used after the
 	// function it was given to returned.
 	ErrTxDone = errors.New("state: transaction used after its function returned")
+	// ErrNotBound is returned by a batched Apply of a delivery whose feed
+	// has no checkpoint bound to the store: nothing would keep the feed's
+	// pointer behind what the store has made durable. Declare the store on
+	// the processor group (framework.GroupConfig.Store), which binds it, or
+	// [Store.Bind] the group's checkpoint, or open the store with
+	// [Options].Unbound when the caller resumes from the store itself.
+	ErrNotBound = errors.New("state: no checkpoint of the feed is bound to the store")
+	// ErrTooLarge is wrapped by the error of a write whose key or value is
+	// larger than the backend can store. The error is permanent: retrying
+	// the line cannot succeed, so a framework failure policy skips or
+	// quarantines it at once.
+	ErrTooLarge = errors.New("state: key or value too large for the backend")
 )

@@ -69,6 +69,12 @@ type Options struct {
 	// BoltOpenFile opens the bbolt database file; nil means os.OpenFile.
 	// Tests use it to hand bbolt a file that fails.
 	BoltOpenFile func(name string, flag int, perm os.FileMode) (*os.File, error)
+	// Unbound lets a batched Apply take deliveries of a feed that no
+	// checkpoint is bound to (see [ErrNotBound]). Set it only when the
+	// caller never lets its feed's pointer pass what the store holds: it
+	// resumes from [Store.AppliedAll], or moves its own pointer only after
+	// Flush. A framework group's store never needs it.
+	Unbound bool
 	// Observer, when set, is told of every batch committed durably: how
 	// many applied deliveries it held and how long the commit took (the
 	// output files' sync included). ops.Observer.ForStore(name) is one. It

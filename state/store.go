@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,12 @@ type Store interface {
 	// that is durable, with its lineage, and whether there is one. Right
 	// after Open it is what the store found on disk.
 	Applied(feed string) (dedupe.Lineage, bool)
+	// AppliedAll returns every durable record of feed in the whole store,
+	// one per namespace that holds one, in namespace order: where the feed
+	// must resume so that this store misses nothing (the lowest of them,
+	// or the input's start when there is none). The framework reads it
+	// before the feed's first Poll.
+	AppliedAll(feed string) []dedupe.Lineage
 	// Bind makes the store drive cp: each time a batch is durable, the
 	// store calls cp.DurableThrough with the mark it took when it cut the
 	// batch. feed must be cp's feed. A store with bound checkpoints also
@@ -1195,6 +1202,23 @@ func (s *nsStore) Applied(feed string) (dedupe.Lineage, bool) {
 		return dedupe.Lineage{}, false
 	}
 	return fs.durable, true
+}
+
+func (s *nsStore) AppliedAll(feed string) []dedupe.Lineage {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	var nss []string
+	for fk, fs := range s.c.feeds {
+		if fk.feed == feed && fs.hasDur {
+			nss = append(nss, fk.ns)
+		}
+	}
+	slices.Sort(nss)
+	out := make([]dedupe.Lineage, len(nss))
+	for i, ns := range nss {
+		out[i] = s.c.feeds[feedKey{ns, feed}].durable
+	}
+	return out
 }
 
 func (s *nsStore) Bind(feed string, cp *checkpoint.Checkpoint) error { return s.c.bind(feed, cp) }
