@@ -66,6 +66,22 @@ var (
 	// ErrCommitAhead is wrapped by the error of a Commit beyond the lines
 	// read: a bug in the caller.
 	ErrCommitAhead = errors.New("feed: commit beyond the lines read")
+	// ErrNotRegular is wrapped by the error of a source whose input is not
+	// a regular file once symbolic links are followed: a FIFO, a device, a
+	// socket or a directory. Such an input is never opened for reading in
+	// a way that can block, and no pointer file is made for it. The error
+	// names the path and what it is. It is returned by NewFileSource when
+	// the path names such a file already, and by Poll when it comes to
+	// (every open checks again). A framework treats it as fatal: retrying
+	// does not help until the path is fixed.
+	ErrNotRegular = errors.New("feed: input is not a regular file")
+	// ErrPointerLocked is wrapped by the error of a Committed source whose
+	// pointer file another source holds, in this process or another: one
+	// writer per pointer. The error names the pointer file and, where the
+	// operating system tells (Linux), the process that holds it. It is
+	// returned by NewFileSource. A framework treats it as fatal: stop the
+	// other feed, or give this one its own Config.PointerDir.
+	ErrPointerLocked = errors.New("feed: pointer file is locked by another source")
 )
 
 // maxConfigLineBytes bounds Config.MaxLineBytes: the framer may hold that
@@ -93,8 +109,10 @@ type Config struct {
 	SyncInterval time.Duration
 	// FS is the file system; nil means vfs.Default(), the operating system.
 	FS vfs.FS
-	// Logger receives the source's warnings and notes; nil discards them
-	// (status and OnReject still report everything).
+	// Logger receives the source's warnings and notes; nil means
+	// slog.Default(), as in every tidemark package. To silence a source,
+	// pass a logger with slog.DiscardHandler (Status and OnReject still
+	// report everything).
 	Logger *slog.Logger
 	// OnReject, when set, is called for every line that is not delivered:
 	// an oversize line, or the unterminated last line of a file that was
@@ -353,7 +371,7 @@ func NewFileSource(cfg Config) (*FileSource, error) {
 		s.fs = vfs.Default()
 	}
 	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
+		s.log = slog.Default()
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -776,3 +776,26 @@ func TestOversizeLineWhileTailing(t *testing.T) {
 		t.Fatalf("buffer of %d bytes for 8-byte lines", len(s.fr.buf))
 	}
 }
+
+// TestNilLoggerIsDefault: a source without a Logger logs to slog.Default(),
+// as every tidemark package does, so that a warning such as a missing
+// input is never lost to a discarding logger.
+func TestNilLoggerIsDefault(t *testing.T) {
+	rec := &logRec{}
+	prev := slog.Default()
+	slog.SetDefault(slog.New(rec))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	p := filepath.Join(t.TempDir(), "typo.log")
+	s, err := NewFileSource(Config{Path: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Poll(context.Background(), make([]Item, 4)); err != nil {
+		t.Fatal(err)
+	}
+	w := rec.find(slog.LevelWarn, "input does not exist")
+	if len(w) != 1 || attrs(w[0])["path"].String() != p {
+		t.Fatalf("the default logger got %q, want one warning naming %s", rec, p)
+	}
+}
