@@ -9,6 +9,7 @@ import (
 	"github.com/tidemark-go/tidemark/checkpoint"
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/state"
 )
 
 // Defaults used when a Config field is zero.
@@ -26,8 +27,12 @@ const (
 	// DefaultDrainTimeout bounds how long Stop waits for the groups to
 	// finish their queues.
 	DefaultDrainTimeout = 10 * time.Second
-	// DefaultRetries is how often a failed delivery is retried.
+	// DefaultRetries is how often a failed delivery is retried when
+	// FailurePolicy.Retries is zero (in YAML: when retries is not set).
 	DefaultRetries = 3
+	// NoRetries, as FailurePolicy.Retries, means a failed delivery is not
+	// retried: the Action is taken at once. In YAML it is "retries: 0".
+	NoRetries = -1
 	// DefaultBackoff is the first retry's wait; it doubles up to DefaultMaxBackoff.
 	DefaultBackoff = 10 * time.Millisecond
 	// DefaultMaxBackoff caps the retry wait.
@@ -46,7 +51,9 @@ type Config struct {
 	// DrainTimeout bounds how long Stop lets the groups finish the lines
 	// already in their queues. Zero means DefaultDrainTimeout.
 	DrainTimeout time.Duration
-	// Logger receives the server's logs. Nil discards them.
+	// Logger receives the server's logs, and is the default logger of the
+	// file sources and stores the server makes. Nil means slog.Default():
+	// a warning (an input that does not exist, a rewind) is never lost.
 	Logger *slog.Logger
 	// Observer, when set, is told how long each line took its group to
 	// handle (all its processors, retries included). ops.Observer is one.
@@ -56,6 +63,12 @@ type Config struct {
 	// Checkpoints is the registry of checkpoint holds. Nil means the server
 	// makes its own; pass one to share it with a store made before the server.
 	Checkpoints *checkpoint.Registry
+	// UntilSettled makes [Server.Run] a batch run: it returns once every
+	// feed has settled (read to its end, every line finished and
+	// committed), after a clean stop. A feed that stalls, or whose input
+	// does not exist, ends the run with an error instead of waiting
+	// forever. By default Run runs until its context is done.
+	UntilSettled bool
 }
 
 // FeedConfig describes one feed.
@@ -187,7 +200,72 @@ type GroupConfig struct {
 	Processors []string
 	// Failure is what the group does when a processor fails.
 	Failure FailurePolicy
+	// Store is where the group's processors keep their state: "bbolt:DIR"
+	// or "pebble:DIR" (created if DIR holds no store), or "DIR" (an
+	// existing store, whatever its backend); see state.Open. The server
+	// opens it at New and owns it: it binds it to the checkpoint of every
+	// feed the group subscribes to (so a feed's pointer never passes what
+	// the store has not made durable), resumes each such feed from what
+	// the store holds (see Resume), flushes it when the group has drained
+	// at Stop, and closes it last. Processors reach it with
+	// [Context.Store]. Empty: the group has no store.
+	Store string
+	// StoreOptions are the options the store is opened with; nil means
+	// the defaults. A nil Logger in them means the server's.
+	StoreOptions *state.Options
+	// Resume decides where the feeds of a group with a store resume after
+	// a restart; the zero value, ResumeFromStore, is the one that never
+	// loses a line.
+	Resume ResumeMode
 }
+
+// ResumeMode says whether a group's store decides where its feeds resume.
+type ResumeMode int
+
+// The resume modes.
+const (
+	// ResumeFromStore: a feed that the group subscribes to resumes from the
+	// lowest position the group's store has durably applied for it (and
+	// from the input's start when the store holds no record of it), never
+	// from a pointer that is ahead of the store: the store is the truth,
+	// the pointer file a hint. Lines the store already holds are skipped
+	// by it. The zero value.
+	ResumeFromStore ResumeMode = iota
+	// ResumeFromPointer leaves the group's store out of that decision: the
+	// feed resumes from its pointer as for a group without a store. Use it
+	// for a new processor that should start at the feed's current pointer
+	// rather than read the input from its start; a store that lost what
+	// it held (deleted, restored from a backup, damaged) then silently
+	// misses the lines between.
+	ResumeFromPointer
+)
+
+// String returns the mode's configuration name.
+func (m ResumeMode) String() string {
+	switch m {
+	case ResumeFromStore:
+		return "STORE"
+	case ResumeFromPointer:
+		return "POINTER"
+	}
+	return fmt.Sprintf("ResumeMode(%d)", int(m))
+}
+
+// UnmarshalText parses STORE or POINTER, in any case.
+func (m *ResumeMode) UnmarshalText(b []byte) error {
+	switch strings.ToUpper(strings.TrimSpace(string(b))) {
+	case "", "STORE":
+		*m = ResumeFromStore
+	case "POINTER":
+		*m = ResumeFromPointer
+	default:
+		return fmt.Errorf("framework: unknown resume mode %q: use STORE or POINTER", string(b))
+	}
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (m ResumeMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
 // FailureAction is what a group does with a line whose retries are spent.
 type FailureAction int
@@ -236,7 +314,10 @@ func (a FailureAction) MarshalText() ([]byte, error) { return []byte(a.String())
 // takes the Action.
 type FailurePolicy struct {
 	// Retries is how many times a failed delivery is retried. Zero means
-	// DefaultRetries; a negative value means none.
+	// DefaultRetries; NoRetries (any negative value) means none. In YAML,
+	// an absent retries means DefaultRetries and "retries: 0" none. An
+	// error marked [Permanent] (or whose type says Permanent() true, as a
+	// state.ErrTooLarge does) is never retried.
 	Retries int
 	// Backoff is the wait before the first retry; it doubles up to
 	// MaxBackoff. Zero means DefaultBackoff.

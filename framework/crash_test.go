@@ -30,6 +30,9 @@ const childEnv = "TIDEMARK_FRAMEWORK_CHILD"
 const crashKillAfter = 400
 
 func runChild(mode string) int {
+	if mode == "signals" {
+		return runSignalChild()
+	}
 	dir := os.Getenv("TIDEMARK_DIR")
 	run := os.Getenv("TIDEMARK_RUN")
 	state, err := os.OpenFile(filepath.Join(dir, "state"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/state"
 )
 
 // The states of a group.
@@ -121,6 +122,12 @@ type group struct {
 	ctrl   chan struct{} // the fence changed
 	state  atomic.Int32
 
+	// store is the group's store (GroupConfig.Store), owned by the server;
+	// nil when the group has none. storeSpec is its spec, for logs.
+	store     state.Store
+	storeSpec string
+	resume    ResumeMode
+
 	mu    sync.Mutex
 	procs []*procEntry
 	inc   *incarnation
@@ -200,6 +207,13 @@ func (g *group) subscribe(inc *incarnation, p *procEntry, f *feedRunner) error {
 		}
 		g.s.reg.Bind(f.name, g.name, q.progress)
 		g.s.reg.OnAdvance(f.name, g.name, f.signal)
+		if g.store != nil {
+			// The group's store vouches for its state: the feed's commits
+			// for this group wait until the store has made it durable.
+			if err := g.store.Bind(f.name, g.s.reg.Hold(f.name, g.name)); err != nil {
+				return fmt.Errorf("framework: processor %q of group %q subscribes to feed %q: bind the group's store: %w", p.name, g.name, f.name, err)
+			}
+		}
 		q.cp = g.s.reg.Lookup(f.name, g.name)
 		d, _ := q.cp.Durable()
 		q.binding = d.Binding()
@@ -219,6 +233,13 @@ func (g *group) subscribe(inc *incarnation, p *procEntry, f *feedRunner) error {
 		q.procs.Store(&ps)
 	}
 	return nil
+}
+
+// subscribed reports whether the group has a live queue on the named feed.
+func (g *group) subscribed(feedName string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inc != nil && g.inc.queues[feedName] != nil
 }
 
 // unsubscribe takes p off the group's queue on f, removing the queue when
@@ -466,7 +487,14 @@ func (g *group) deliver(inc *incarnation, q *queue, p *procEntry, d dedupe.Deliv
 		}
 		q.failures.Add(1)
 		q.f.failed.Add(1)
-		if attempt < g.policy.Retries {
+		if isFatal(err) {
+			// The line stays unfinished, so nothing after it is committed
+			// for this group; the server stops and the next start reads it
+			// again.
+			g.s.fail(fmt.Errorf("framework: processor %q of group %q on feed %q, epoch %d, position %d: %w", p.name, g.name, d.Feed, d.Epoch, d.Position, err))
+			return false
+		}
+		if attempt < g.policy.Retries && !isPermanent(err) {
 			wait := g.policy.delay(attempt)
 			g.log.Warn("processor failed; retrying", "feed", d.Feed, "processor", p.name, "epoch", d.Epoch, "position", d.Position, "seq", d.Seq, "attempt", attempt+1, "wait", wait, "err", err)
 			<-inc.busy

@@ -8,6 +8,7 @@ import (
 	"github.com/tidemark-go/tidemark/checkpoint"
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/state"
 )
 
 // Processor handles the lines of the feeds it subscribes to. Its methods
@@ -110,6 +111,19 @@ func (c *Context) Unsubscribe(feedName string) error {
 		return fmt.Errorf("framework: processor %q of group %q unsubscribes from feed %q: %w", c.proc.name, c.g.name, feedName, ErrUnknownFeed)
 	}
 	return c.g.unsubscribe(c.inc, c.proc, f)
+}
+
+// Store returns the group's store (GroupConfig.Store): the root namespace
+// of the store the server opened for the group. The server binds it to
+// every feed the group subscribes to, flushes it at a clean stop and
+// closes it after the processors stopped: a processor only applies to it
+// (with a namespace of its own, if the group has several processors). It
+// returns an error wrapping [ErrNoStore] when the group has none.
+func (c *Context) Store() (state.Store, error) {
+	if c.g.store == nil {
+		return nil, fmt.Errorf("%w: processor %q of group %q asks for a store: set the group's Store (YAML: store: bbolt:DIR)", ErrNoStore, c.proc.name, c.g.name)
+	}
+	return c.g.store, nil
 }
 
 // Checkpoint takes the hold of the processor's group on the named feed

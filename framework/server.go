@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidemark-go/tidemark/checkpoint"
 	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/state"
 )
 
 // The states of a server.
@@ -45,6 +48,18 @@ type Server struct {
 	state     int
 	readStop  chan struct{}
 	runCancel context.CancelFunc
+
+	// fatalOnce records the first fatal error (see fail) in fatalErr and
+	// closes fatalCh; stopped is closed once the server has stopped, by
+	// whatever path.
+	fatalOnce sync.Once
+	fatalErr  error
+	fatalCh   chan struct{}
+	stopped   chan struct{}
+	stopErr   error // what the stop returned; read after stopped is closed
+	// managed is set by Run: a dead group is then a fatal error, not a
+	// pause for the operator to clear.
+	managed atomic.Bool
 }
 
 // New checks cfg and binds its processors by name from processors. Feeds
@@ -52,16 +67,18 @@ type Server struct {
 // runs until Start.
 func New(cfg Config, processors Registry) (*Server, error) {
 	s := &Server{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		reg:    cfg.Checkpoints,
-		feeds:  make(map[string]*feedRunner),
-		groups: make(map[string]*group),
-		drain:  cfg.DrainTimeout,
-		base:   context.Background(),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		reg:     cfg.Checkpoints,
+		feeds:   make(map[string]*feedRunner),
+		groups:  make(map[string]*group),
+		drain:   cfg.DrainTimeout,
+		base:    context.Background(),
+		fatalCh: make(chan struct{}),
+		stopped: make(chan struct{}),
 	}
 	if s.log == nil {
-		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		s.log = slog.Default()
 	}
 	if s.reg == nil {
 		s.reg = checkpoint.NewRegistry()
@@ -73,6 +90,11 @@ func New(cfg Config, processors Registry) (*Server, error) {
 	fail := func(err error) (*Server, error) {
 		for _, src := range made {
 			_ = src.Close()
+		}
+		for _, g := range s.groupOrder {
+			if g.store != nil {
+				_ = g.store.Close()
+			}
 		}
 		return nil, err
 	}
@@ -107,6 +129,7 @@ func New(cfg Config, processors Registry) (*Server, error) {
 		s.feedOrder = append(s.feedOrder, f)
 	}
 	owner := make(map[string]string)
+	stores := make(map[string]string)
 	for i, gc := range cfg.Groups {
 		if gc.Name == "" {
 			return fail(fmt.Errorf("%w: processor group %d has no agentName", ErrInvalidConfig, i+1))
@@ -136,10 +159,61 @@ func New(cfg Config, processors Registry) (*Server, error) {
 			owner[name] = gc.Name
 			g.procs = append(g.procs, &procEntry{name: name, p: p})
 		}
+		if gc.Resume < ResumeFromStore || gc.Resume > ResumeFromPointer {
+			return fail(fmt.Errorf("%w: processor group %q: unknown resume mode %d", ErrInvalidConfig, gc.Name, int(gc.Resume)))
+		}
+		g.resume = gc.Resume
+		if gc.Store != "" {
+			if err := s.openStore(g, gc, stores); err != nil {
+				return fail(err)
+			}
+		} else if gc.StoreOptions != nil {
+			return fail(fmt.Errorf("%w: processor group %q has store options but no store: set its Store (\"bbolt:DIR\" or \"pebble:DIR\")", ErrInvalidConfig, gc.Name))
+		}
 		s.groups[gc.Name] = g
 		s.groupOrder = append(s.groupOrder, g)
 	}
 	return s, nil
+}
+
+// openStore opens the store of group g. stores maps the stores opened so
+// far by folder: two groups cannot share one.
+func (s *Server) openStore(g *group, gc GroupConfig, stores map[string]string) error {
+	var o state.Options
+	if gc.StoreOptions != nil {
+		o = *gc.StoreOptions
+	}
+	if o.Logger == nil {
+		o.Logger = s.log.With("group", gc.Name)
+	}
+	where := storeWhere(gc.Store)
+	if other, ok := stores[where]; ok {
+		return fmt.Errorf("%w: processor groups %q and %q have the same store %s: a store belongs to one group (use namespaces within one group, or one store per group)", ErrInvalidConfig, other, gc.Name, where)
+	}
+	st, err := state.Open(gc.Store, &o)
+	if err != nil {
+		return fmt.Errorf("framework: processor group %q: open its store %q: %w", gc.Name, gc.Store, err)
+	}
+	stores[where] = gc.Name
+	g.store, g.storeSpec = st, gc.Store
+	return nil
+}
+
+// storeWhere names the place a store spec opens, so that two specs of one
+// place compare equal: the absolute folder of "bbolt:DIR", "pebble:DIR" and
+// "DIR"; the spec itself for a URL.
+func storeWhere(spec string) string {
+	if strings.Contains(spec, "://") {
+		return spec
+	}
+	dir := spec
+	if kind, rest, ok := strings.Cut(spec, ":"); ok && (kind == state.Bolt || kind == state.Pebble) {
+		dir = rest
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return filepath.Clean(dir)
 }
 
 // Start starts the processors (which subscribe to feeds and take holds),
@@ -166,6 +240,11 @@ func (s *Server) Start(ctx context.Context) error {
 			break
 		}
 	}
+	if startErr == nil {
+		// Every group has subscribed: the stores of the subscribers decide
+		// where each feed resumes, before its first read.
+		startErr = s.resumeFeeds()
+	}
 	if startErr != nil {
 		var errs []error
 		errs = append(errs, startErr)
@@ -178,8 +257,11 @@ func (s *Server) Start(ctx context.Context) error {
 		for _, f := range s.feedOrder {
 			errs = append(errs, f.src.Close())
 		}
+		errs = append(errs, s.closeStores())
 		s.state = serverStopped
-		return errors.Join(errs...)
+		s.stopErr = errors.Join(errs...)
+		close(s.stopped)
+		return s.stopErr
 	}
 	for i, inc := range started {
 		go s.groupOrder[i].run(inc)
@@ -191,22 +273,92 @@ func (s *Server) Start(ctx context.Context) error {
 		go f.run(runCtx, s.readStop)
 	}
 	s.state = serverRunning
+	go s.watchFatal()
 	s.log.Info("server started", "feeds", len(s.feedOrder), "groups", len(s.groupOrder))
 	return nil
 }
 
+// resumeFeeds tells every re-readable feed where its subscribers' stores
+// say it must resume (invariant 9): one point per durable record of the
+// feed in each store of a group that subscribes to it, or a point "not
+// found" for a store that holds none. It runs before the feeds read.
+func (s *Server) resumeFeeds() error {
+	for _, f := range s.feedOrder {
+		if !f.holds {
+			continue // a source that cannot re-read has nothing to resume
+		}
+		var points []feed.ResumePoint
+		for _, g := range s.groupOrder {
+			if g.store == nil || g.resume != ResumeFromStore || !g.subscribed(f.name) {
+				continue
+			}
+			holder := fmt.Sprintf("group %s, store %s", g.name, g.storeSpec)
+			recs := g.store.AppliedAll(f.name)
+			if len(recs) == 0 {
+				points = append(points, feed.ResumePoint{Holder: holder})
+			}
+			for _, l := range recs {
+				points = append(points, feed.ResumePoint{Holder: holder, Found: true, Lineage: l})
+			}
+		}
+		if len(points) == 0 {
+			continue
+		}
+		r, ok := f.src.(feed.Resumer)
+		if !ok {
+			return fmt.Errorf("%w: feed %q: its source (%T) cannot resume from what the stores of its subscribers hold (it does not implement feed.Resumer), so a store behind its pointer would miss lines; implement it, or set Resume: ResumeFromPointer on the groups to accept that", ErrInvalidConfig, f.name, f.src)
+		}
+		if err := r.ResumeFrom(points); err != nil {
+			return fmt.Errorf("framework: feed %q: resume from the stores of its subscribers: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// closeStores closes the groups' stores (each flushes what it stages).
+func (s *Server) closeStores() error {
+	var errs []error
+	for _, g := range s.groupOrder {
+		if g.store == nil {
+			continue
+		}
+		if err := g.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("framework: close the store %s of group %q: %w", g.storeSpec, g.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Stop stops the server cleanly: the feeds stop reading, every group
 // finishes the lines already in its queues (bounded by the config's
-// DrainTimeout), each feed commits what was finished, then the sources are
-// closed and the processors stopped. Lines that a group did not finish are
-// not committed and are read again by the next run. ctx bounds the whole
-// stop; on its expiry Stop returns its error and leaves what is still
-// running.
-func (s *Server) Stop(ctx context.Context) error {
+// DrainTimeout), the groups' stores make durable what they stage, each
+// feed commits what was finished, then the sources are closed, the
+// processors stopped and the stores closed. Lines that a group did not
+// finish are not committed and are read again by the next run. ctx bounds
+// the whole stop; on its expiry Stop returns its error and leaves what is
+// still running. After a fatal error the server stops by itself, without
+// draining (see [Server.Done]); Stop then returns an error wrapping
+// ErrState.
+func (s *Server) Stop(ctx context.Context) error { return s.stop(ctx, true) }
+
+// stopGrace is how long, beyond the drain timeout, a stop that the server
+// makes itself (after a fatal error, or at the end of Run) waits for its
+// processors to return and its stores to flush.
+const stopGrace = time.Minute
+
+// stop stops the server; drain says whether the groups finish their queues
+// first. After a fatal error it never drains: the lines still queued are
+// read again at the next start.
+func (s *Server) stop(ctx context.Context, drain bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state != serverRunning {
 		return fmt.Errorf("framework: stop: %w (not running)", ErrState)
+	}
+	select {
+	case <-s.fatalCh:
+		drain = false
+	default:
 	}
 	s.state = serverStopping
 	close(s.readStop)
@@ -219,30 +371,32 @@ func (s *Server) Stop(ctx context.Context) error {
 		}
 	}
 	s.runCancel()
-	dctx, cancel := context.WithTimeout(ctx, s.drain)
-	defer cancel()
 	incs := make([]*incarnation, len(s.groupOrder))
 	for i, g := range s.groupOrder {
 		g.mu.Lock()
 		incs[i] = g.inc
 		g.mu.Unlock()
-		if incs[i] != nil {
+		if incs[i] != nil && drain {
 			incs[i].beginDrain()
 		}
 	}
-	for i, inc := range incs {
-		if inc == nil {
-			continue
-		}
-		if err := waitDone(dctx, inc); err != nil {
-			g := s.groupOrder[i]
-			var left uint64
-			for _, q := range *inc.qsnap.Load() {
-				left += q.unfinished()
+	if drain {
+		dctx, cancel := context.WithTimeout(ctx, s.drain)
+		for i, inc := range incs {
+			if inc == nil {
+				continue
 			}
-			s.log.Warn("drain timed out: the group's unfinished lines are not committed and will be read again", "group", g.name, "unfinished", left, "timeout", s.drain)
-			break
+			if err := waitDone(dctx, inc); err != nil {
+				g := s.groupOrder[i]
+				var left uint64
+				for _, q := range *inc.qsnap.Load() {
+					left += q.unfinished()
+				}
+				s.log.Warn("drain timed out: the group's unfinished lines are not committed and will be read again", "group", g.name, "unfinished", left, "timeout", s.drain)
+				break
+			}
 		}
+		cancel()
 	}
 	for _, inc := range incs {
 		if inc != nil {
@@ -255,6 +409,17 @@ func (s *Server) Stop(ctx context.Context) error {
 		}
 		if err := waitDone(ctx, inc); err != nil {
 			return fmt.Errorf("framework: stop: group %q did not stop (a processor ignores its context): %w", s.groupOrder[i].name, err)
+		}
+	}
+	// The groups have stopped: what their stores stage is every change of
+	// a finished line. Made durable now, it moves the checkpoints, and the
+	// final commit covers it.
+	for _, g := range s.groupOrder {
+		if g.store == nil {
+			continue
+		}
+		if err := g.store.Flush(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("framework: stop: flush the store %s of group %q: the lines it did not save will be read again: %w", g.storeSpec, g.name, err))
 		}
 	}
 	for _, f := range s.feedOrder {
@@ -275,9 +440,141 @@ func (s *Server) Stop(ctx context.Context) error {
 		g.mu.Unlock()
 		errs = append(errs, g.stopProcessors(ctx, procs))
 	}
+	errs = append(errs, s.closeStores())
 	s.state = serverStopped
+	s.stopErr = errors.Join(errs...)
+	close(s.stopped)
 	s.log.Info("server stopped")
-	return errors.Join(errs...)
+	return s.stopErr
+}
+
+// fail records err as the server's fatal error (the first one is kept) and
+// makes the server stop without draining. It never blocks.
+func (s *Server) fail(err error) {
+	s.fatalOnce.Do(func() {
+		s.fatalErr = err
+		close(s.fatalCh)
+		s.log.Error("fatal error: the server stops without draining; the lines not committed are read again at the next start", "err", err)
+	})
+}
+
+// watchFatal stops a running server after a fatal error.
+func (s *Server) watchFatal() {
+	select {
+	case <-s.fatalCh:
+	case <-s.stopped:
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.drain+stopGrace)
+	defer cancel()
+	if err := s.stop(ctx, false); err != nil && !errors.Is(err, ErrState) {
+		s.log.Error("stop after the fatal error failed", "err", err)
+	}
+}
+
+// Done returns a channel that is closed once the server has stopped: by
+// Stop, at the end of Run, or by itself after a fatal error (a processor's
+// [Fatal] error, a store's failed commit, a dead group, a feed that cannot
+// read its input). [Server.Err] then says why.
+func (s *Server) Done() <-chan struct{} { return s.stopped }
+
+// Err returns, once [Server.Done] is closed, the fatal error that stopped
+// the server joined with what its stop reported (a failed final commit, a
+// store that did not close); nil for a clean stop, and nil while the server
+// runs.
+func (s *Server) Err() error {
+	select {
+	case <-s.stopped:
+	default:
+		return nil
+	}
+	select {
+	case <-s.fatalCh:
+		return errors.Join(s.fatalErr, s.stopErr)
+	default:
+		return s.stopErr
+	}
+}
+
+// Run starts the server, runs it until ctx is done (or, with
+// Config.UntilSettled, until every feed has settled), then stops it
+// cleanly: the groups drain, the stores flush, the feeds commit. It
+// returns the first fatal error (a processor's [Fatal] error, a store's
+// failed commit, a dead group, a feed that cannot read its input; the
+// server then stops without draining), a stalled feed's [*StalledError] in
+// a run until settled, or what the stop reported; nil after a clean run.
+// A run until settled that ctx ends first returns an error wrapping ctx's
+// cause. Use [Server.SignalContext] to stop on SIGINT and SIGTERM.
+func (s *Server) Run(ctx context.Context) error {
+	s.managed.Store(true)
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	var runErr error
+	var settled chan error
+	if s.cfg.UntilSettled {
+		settled = make(chan error, 1)
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() { settled <- s.waitAllSettled(sctx) }()
+	}
+	select {
+	case <-ctx.Done():
+		if s.cfg.UntilSettled {
+			runErr = fmt.Errorf("framework: run: stopped before every feed settled: %w", context.Cause(ctx))
+		}
+	case runErr = <-settled:
+	case <-s.fatalCh:
+	}
+	select {
+	case <-s.fatalCh:
+		<-s.stopped // watchFatal stops it, without draining
+		return s.Err()
+	default:
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.drain+stopGrace)
+	defer cancel()
+	stopErr := s.stop(sctx, true)
+	if errors.Is(stopErr, ErrState) {
+		<-s.stopped // a fatal error came meanwhile, and stopped it
+		return errors.Join(runErr, s.Err())
+	}
+	return errors.Join(runErr, stopErr)
+}
+
+// waitAllSettled waits until every feed is settled at once. It returns a
+// *StalledError for a stalled feed, and an error wrapping ErrInputMissing
+// for a feed whose input does not exist: neither ever settles by waiting.
+func (s *Server) waitAllSettled(ctx context.Context) error {
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for {
+		all := true
+		for _, f := range s.feedOrder {
+			st, err := s.FeedStatus(f.name)
+			if err != nil {
+				return err
+			}
+			switch {
+			case st.Stalled:
+				return &StalledError{Feed: f.name, Reason: st.StallReason}
+			case st.State == feed.StateWaiting:
+				return fmt.Errorf("framework: feed %q: %s: a run until settled cannot settle on an input that is not there; check the path: %w", f.name, st.Detail, ErrInputMissing)
+			case !st.Settled:
+				all = false
+			}
+		}
+		if all {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.fatalCh:
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 func (s *Server) wakeFeeds() {
@@ -470,6 +767,9 @@ func (s *Server) RestartGroup(ctx context.Context, groupName string) error {
 		g.state.Store(groupDead)
 		close(inc.done)
 		g.log.Error("group restart failed: the group is dead and the feeds it subscribed to pause until it is removed", "err", err)
+		if s.managed.Load() {
+			s.fail(fmt.Errorf("framework: processor group %q is dead (its restart failed): %w", groupName, err))
+		}
 		s.wakeFeeds()
 		return err
 	}

@@ -18,6 +18,7 @@ type yamlConfig struct {
 	EventFeeds      []yamlFeed    `yaml:"eventFeeds"`
 	ProcessorGroups []yamlGroup   `yaml:"processorGroups"`
 	DrainTimeout    time.Duration `yaml:"drainTimeout"`
+	UntilSettled    bool          `yaml:"untilSettled"`
 }
 
 type yamlFeed struct {
@@ -54,10 +55,12 @@ type yamlGroup struct {
 	AgentName  string      `yaml:"agentName"`
 	Processors []string    `yaml:"processors"`
 	Failure    yamlFailure `yaml:"failure"`
+	Store      string      `yaml:"store"`
+	Resume     yamlResume  `yaml:"resume"`
 }
 
 type yamlFailure struct {
-	Retries    int           `yaml:"retries"`
+	Retries    *int          `yaml:"retries"`
 	Backoff    time.Duration `yaml:"backoff"`
 	MaxBackoff time.Duration `yaml:"maxBackoff"`
 	Action     yamlAction    `yaml:"action"`
@@ -90,6 +93,18 @@ func (p *yamlPolicy) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+type yamlResume struct{ v ResumeMode }
+
+func (m *yamlResume) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: resume must be a name", n.Line)
+	}
+	if err := m.v.UnmarshalText([]byte(n.Value)); err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	return nil
+}
+
 type yamlAction struct{ v FailureAction }
 
 func (a *yamlAction) UnmarshalYAML(n *yaml.Node) error {
@@ -106,6 +121,7 @@ func (a *yamlAction) UnmarshalYAML(n *yaml.Node) error {
 // every key is optional except the names:
 //
 //	drainTimeout: 10s
+//	untilSettled: false           # true: Server.Run returns once every feed settled
 //	eventFeeds:
 //	  - name: orders
 //	    instance:                 # or filename/readStrategy directly here
@@ -124,7 +140,10 @@ func (a *yamlAction) UnmarshalYAML(n *yaml.Node) error {
 //	  - agentName: orders-agent
 //	    processors: [ledger]
 //	    failure: {retries: 3, backoff: 10ms, maxBackoff: 1s, action: SKIP}  # or QUARANTINE
+//	    store: bbolt:data/orders  # or pebble:DIR; the group's store (see GroupConfig.Store)
+//	    resume: STORE             # or POINTER (see ResumeMode)
 //
+// failure.retries left out means DefaultRetries; "retries: 0" means none.
 // Unknown keys are errors that name the key and its line.
 // The Logger, Checkpoints, sources and processors are not part of the YAML:
 // set them on the result, and bind processors by name with [New].
@@ -142,7 +161,7 @@ func LoadConfig(r io.Reader) (Config, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return Config{}, fmt.Errorf("framework: load config: %w: more than one YAML document", ErrInvalidConfig)
 	}
-	cfg := Config{DrainTimeout: y.DrainTimeout}
+	cfg := Config{DrainTimeout: y.DrainTimeout, UntilSettled: y.UntilSettled}
 	for i, yf := range y.EventFeeds {
 		fc := FeedConfig{
 			Name:          yf.Name,
@@ -172,16 +191,29 @@ func LoadConfig(r io.Reader) (Config, error) {
 		}
 		cfg.Feeds = append(cfg.Feeds, fc)
 	}
-	for _, yg := range y.ProcessorGroups {
+	for i, yg := range y.ProcessorGroups {
+		retries := 0 // DefaultRetries
+		if r := yg.Failure.Retries; r != nil {
+			switch {
+			case *r < 0:
+				return Config{}, fmt.Errorf("framework: load config: %w: processor group %d (%q): retries %d: want 0 (no retries) or more", ErrInvalidConfig, i+1, yg.AgentName, *r)
+			case *r == 0:
+				retries = NoRetries
+			default:
+				retries = *r
+			}
+		}
 		cfg.Groups = append(cfg.Groups, GroupConfig{
 			Name:       yg.AgentName,
 			Processors: yg.Processors,
 			Failure: FailurePolicy{
-				Retries:    yg.Failure.Retries,
+				Retries:    retries,
 				Backoff:    yg.Failure.Backoff,
 				MaxBackoff: yg.Failure.MaxBackoff,
 				Action:     yg.Failure.Action.v,
 			},
+			Store:  yg.Store,
+			Resume: yg.Resume.v,
 		})
 	}
 	return cfg, nil

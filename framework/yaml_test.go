@@ -156,3 +156,39 @@ func TestNewBoundsSizes(t *testing.T) {
 		require.ErrorContains(t, err, "must be within")
 	}
 }
+
+// A group's store and resume mode come from YAML; retries: 0 means none,
+// an absent retries the default.
+func TestLoadConfigStoreResumeAndRetries(t *testing.T) {
+	const doc = `untilSettled: true
+eventFeeds:
+  - {name: a, filename: a.log}
+processorGroups:
+  - agentName: g
+    processors: [p]
+    store: pebble:data/g
+    resume: pointer
+    failure: {retries: 0}
+  - agentName: h
+    processors: [q]
+    store: bbolt:data/h
+`
+	cfg, err := framework.LoadConfig(strings.NewReader(doc))
+	require.NoError(t, err)
+	require.True(t, cfg.UntilSettled)
+	require.Equal(t, "pebble:data/g", cfg.Groups[0].Store)
+	require.Equal(t, framework.ResumeFromPointer, cfg.Groups[0].Resume)
+	require.Equal(t, framework.NoRetries, cfg.Groups[0].Failure.Retries)
+	require.Equal(t, "bbolt:data/h", cfg.Groups[1].Store)
+	require.Equal(t, framework.ResumeFromStore, cfg.Groups[1].Resume)
+	require.Zero(t, cfg.Groups[1].Failure.Retries, "absent: the default")
+
+	for _, bad := range []struct{ doc, want string }{
+		{"processorGroups:\n  - {agentName: g, processors: [p], resume: sometimes}\n", "line 2: framework: unknown resume mode"},
+		{"processorGroups:\n  - {agentName: g, processors: [p], failure: {retries: -2}}\n", "retries -2"},
+	} {
+		_, err := framework.LoadConfig(strings.NewReader(bad.doc))
+		require.ErrorIs(t, err, framework.ErrInvalidConfig)
+		require.ErrorContains(t, err, bad.want)
+	}
+}
