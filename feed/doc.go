@@ -276,6 +276,22 @@
 // names, else through the operating system (stats and reads still go
 // through Config.FS); platforms without file identities do not scan.
 //
+// # The input must be a regular file
+//
+// A file feed reads a file it can read again: the input must be a regular
+// file once symbolic links are followed (a link to one is read as that file;
+// its pointer is named after the link). A FIFO, a device such as /dev/zero,
+// a socket or a directory is refused with an error wrapping [ErrNotRegular]
+// that names the path and what it is: by NewFileSource when the path names
+// one already, and by Poll at every open of the input (the start, each
+// reopen after a rotation, the search for an input renamed away), since the
+// path may come to name one later. Such a file is never opened in a way
+// that can block: the source stats the path before it opens it, opens it
+// with O_NONBLOCK (a FIFO made between the two does not block the open),
+// and checks the opened file again before it reads a byte. No pointer file
+// is made for it. Poll returns the error again at every call until the path
+// names a regular file; a framework treats it as fatal.
+//
 // # Tailing, rotation and truncation
 //
 // Poll never blocks: at the end of the input it returns 0 and nil, and the

@@ -342,7 +342,9 @@ func (h *inputFile) close() error {
 
 // NewFileSource validates cfg and returns a source. It opens nothing: the
 // first Poll opens the input (and the pointer file for Committed), so the
-// input need not exist yet.
+// input need not exist yet. A path that names something other than a
+// regular file (a FIFO, a device, a socket, a directory) is refused with an
+// error wrapping ErrNotRegular.
 func NewFileSource(cfg Config) (*FileSource, error) {
 	switch {
 	case cfg.Path == "":
@@ -369,6 +371,10 @@ func NewFileSource(cfg Config) (*FileSource, error) {
 	}
 	if s.fs == nil {
 		s.fs = vfs.Default()
+	}
+	if fi, err := s.fs.Stat(s.path); err == nil && !fi.Mode().IsRegular() {
+		// Checked again at every open: the path may come to name one.
+		return nil, notRegular(s.path, fi.Mode())
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -739,15 +745,11 @@ func (s *FileSource) startsNewEpoch(c *continuation) bool {
 	if !c.ok {
 		return true
 	}
-	f, err := s.fs.Open(s.path)
+	f, fi, err := s.openInput(s.path)
 	if err != nil {
 		return true
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return true
-	}
 	h := &inputFile{f: f, name: s.path}
 	size := fi.Size()
 	head, err := s.readHead(h, size)
@@ -821,7 +823,7 @@ type renamedInput struct {
 // open opens the input at the path and decides where to read it. When the
 // file does not exist the source waits: s.in stays nil.
 func (s *FileSource) open(first bool) error {
-	f, err := s.fs.Open(s.path)
+	f, fi, err := s.openInput(s.path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			if first {
@@ -846,13 +848,12 @@ func (s *FileSource) open(first bool) error {
 			s.setState(StateWaiting, "waiting for "+s.path)
 			return nil
 		}
+		if errors.Is(err, ErrNotRegular) {
+			return err
+		}
 		return fmt.Errorf("feed: open input %s: %w; check that it is a readable file", s.path, err)
 	}
 	s.waitWarned = false
-	fi, err := f.Stat()
-	if err != nil {
-		return errors.Join(fmt.Errorf("feed: stat input %s: %w", s.path, err), f.Close())
-	}
 	h := &inputFile{f: f, name: s.path}
 	h.id, h.hasID = fileIdentity(fi)
 	size := fi.Size()
@@ -959,6 +960,51 @@ func (s *FileSource) begin(h *inputFile, size int64, fp dedupe.Fingerprint, d de
 		_ = s.store(d.start)
 	}
 	return nil
+}
+
+// openInput opens name for reading, and only when it is a regular file
+// (symbolic links followed). It stats the path first, so that a FIFO or a
+// device is never opened; it opens with O_NONBLOCK, so that a path that
+// becomes a FIFO between the stat and the open does not block the open;
+// and it checks the opened file again (fstat) before it returns it. The
+// error of anything but a regular file wraps ErrNotRegular; that of a
+// missing file wraps fs.ErrNotExist.
+func (s *FileSource) openInput(name string) (vfs.File, fs.FileInfo, error) {
+	if fi, err := s.fs.Stat(name); err == nil && !fi.Mode().IsRegular() {
+		return nil, nil, notRegular(name, fi.Mode())
+	}
+	f, err := s.fs.OpenFile(name, os.O_RDONLY|openNonblock, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("feed: stat input %s: %w; the next poll retries", name, err), f.Close())
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, nil, errors.Join(notRegular(name, fi.Mode()), f.Close())
+	}
+	return f, fi, nil
+}
+
+// notRegular is the error of an input path that names mode, not a
+// regular file.
+func notRegular(path string, mode fs.FileMode) error {
+	kind := "not a regular file"
+	switch {
+	case mode&fs.ModeNamedPipe != 0:
+		kind = "a FIFO (named pipe)"
+	case mode&fs.ModeSocket != 0:
+		kind = "a socket"
+	case mode&fs.ModeCharDevice != 0:
+		kind = "a character device"
+	case mode&fs.ModeDevice != 0:
+		kind = "a block device"
+	case mode.IsDir():
+		kind = "a directory"
+	}
+	return fmt.Errorf("%w: %s is %s (mode %v): a file feed reads a regular file that it can read again after a restart; point the feed at the file itself (a symbolic link to a regular file is fine), and write a stream to a file first",
+		ErrNotRegular, path, kind, mode)
 }
 
 // readHead reads the first min(4096, size) bytes of the input into s.head.
@@ -1159,16 +1205,12 @@ func (s *FileSource) findRenamed(p Pointer) (*renamedInput, error) {
 // content p describes. It returns nil and why not otherwise, and an error
 // when the file cannot be opened or read.
 func (s *FileSource) openRenamed(name string, p Pointer) (*renamedInput, string, error) {
-	f, err := s.fs.Open(name)
+	f, fi, err := s.openInput(name)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrNotRegular) {
 			return nil, "renamed again while being opened", nil
 		}
 		return nil, "", fmt.Errorf("feed: open %s, the input %s renamed away: %w; the next poll retries", name, s.path, err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, "", errors.Join(fmt.Errorf("feed: stat %s, the input %s renamed away: %w; the next poll retries", name, s.path, err), f.Close())
 	}
 	h := &inputFile{f: f, name: name}
 	h.id, h.hasID = fileIdentity(fi)

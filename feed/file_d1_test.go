@@ -3,7 +3,9 @@ package feed
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -154,9 +156,13 @@ type countReadAt struct {
 }
 
 func (c *countReadAt) Open(name string) (vfs.File, error) {
-	f, err := c.FS.Open(name)
-	if err != nil {
-		return nil, err
+	return c.OpenFile(name, os.O_RDONLY, 0)
+}
+
+func (c *countReadAt) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
+	f, err := c.FS.OpenFile(name, flag, perm)
+	if err != nil || flag&(os.O_WRONLY|os.O_RDWR) != 0 {
+		return f, err // the pointer file's writes are not counted
 	}
 	return &countReadAtFile{File: f, c: c}, nil
 }

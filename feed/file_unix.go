@@ -18,3 +18,8 @@ func fileIdentity(fi fs.FileInfo) (dedupe.Identity, bool) {
 	}
 	return dedupe.Identity{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}, true //nolint:unconvert // Dev is int32 on some platforms
 }
+
+// openNonblock is or-ed into the flags of an input's open, so that a path
+// that names a FIFO by the time it is opened does not block the open; the
+// source then sees it is not a regular file and closes it.
+const openNonblock = syscall.O_NONBLOCK
