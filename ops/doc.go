@@ -34,6 +34,27 @@
 // reverse proxy on the same host every request looks like loopback: set a
 // token there.
 //
+// # Limits
+//
+// The listener's own server (Start) holds under a flood of connections.
+// It keeps at most Config.MaxConns connections open (DefaultMaxConns,
+// 100): at the cap it closes the connection that has been quiet the
+// longest, one that has not sent a whole request header yet or a
+// keep-alive connection between requests, so that a new client is served
+// instead of waiting behind connections that do nothing. Connections in a
+// request are never closed for room; their time is bounded by
+// ReadHeaderTimeout (5 s), ReadTimeout (10 s, the body included),
+// WriteTimeout (30 s, to the end of the response) and, between requests,
+// IdleTimeout (60 s). A request body is read only by a release and is at
+// most [MaxRequestBody] (64 KiB, else 413); a GET with a body is refused
+// (400), and a refused request's body is never read: its connection is
+// closed after the answer. Refusals are counted by reason and logged at
+// most once a minute per reason, so a flood does not flood the log.
+//
+// A host that serves [Listener.Handler] on its own server keeps the access
+// rules and the body rules; the connection cap and the timeouts are then
+// that server's to set.
+//
 // # Metrics
 //
 // Registered on a private registry, and on Config.Registerer when set;
@@ -57,6 +78,11 @@
 //	  _failed (0/1), _applied_total, _redeliveries_skipped_total,
 //	  _redeliveries_skipped_by_lineage_total, _staged, _backpressure_total,
 //	  _durable_position_bytes{feed}, _durable_epoch{feed}
+//	the listener itself
+//	  tidemark_ops_status_errors (feeds whose status failed at this scrape),
+//	  tidemark_ops_connections (open), _connections_evicted_total (closed
+//	  to make room at the cap), _requests_refused_total{reason}
+//	  (non_loopback_client, host, token, body)
 //
 // Fed by the framework and the stores through an [Observer]:
 //

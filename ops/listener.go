@@ -1,12 +1,14 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
@@ -28,6 +31,23 @@ const DefaultAddr = "127.0.0.1:0"
 // DefaultRefresh is how often the page at / reloads itself when
 // Config.Refresh is zero.
 const DefaultRefresh = 2 * time.Second
+
+// The defaults of the listener's limits (see Config).
+const (
+	DefaultMaxConns          = 100
+	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultReadTimeout       = 10 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+)
+
+// MaxRequestBody is the largest request body the listener reads (only a
+// release takes one, a form with the consumer's name); a larger one is
+// refused with 413.
+const MaxRequestBody = 64 << 10
+
+// maxHeaderBytes bounds a request's header.
+const maxHeaderBytes = 64 << 10
 
 // shutdownTimeout bounds how long Close waits for requests in flight.
 const shutdownTimeout = 5 * time.Second
@@ -110,6 +130,28 @@ type Config struct {
 	// while it runs: one log record per stall, reopen, drop or failed
 	// commit. Zero means no watcher.
 	Watch time.Duration
+
+	// MaxConns caps the connections the listener holds open at once (each
+	// is a file descriptor); zero means DefaultMaxConns. At the cap the
+	// listener closes the connection that has been quiet the longest (one
+	// that has not sent a whole request header yet, or a keep-alive
+	// connection between requests) to make room for a new one. A
+	// connection in a request is never closed for room: when every one is
+	// in a request, new connections wait in the kernel's accept queue
+	// until one ends, which the timeouts below bound.
+	MaxConns int
+	// ReadHeaderTimeout bounds the reading of a request's header; zero
+	// means DefaultReadHeaderTimeout.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds the reading of a whole request, body included;
+	// zero means DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds the time from the end of a request's header to
+	// the end of its response; zero means DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// IdleTimeout bounds how long a keep-alive connection waits for its
+	// next request; zero means DefaultIdleTimeout.
+	IdleTimeout time.Duration
 }
 
 // Listener is the operator's HTTP endpoint of a running server:
@@ -128,9 +170,11 @@ type Listener struct {
 	reg     *prometheus.Registry
 	obs     *Observer
 	handler http.Handler
+	refused refusals
 
 	mu     sync.Mutex
 	ln     net.Listener
+	gate   *connGate
 	srv    *http.Server
 	served chan struct{}
 	stop   func() bool
@@ -165,9 +209,28 @@ func New(cfg Config) (*Listener, error) {
 		}
 		seen[sc.Name] = true
 	}
+	for _, lim := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"ReadHeaderTimeout", cfg.ReadHeaderTimeout}, {"ReadTimeout", cfg.ReadTimeout},
+		{"WriteTimeout", cfg.WriteTimeout}, {"IdleTimeout", cfg.IdleTimeout},
+	} {
+		if lim.v < 0 {
+			return nil, fmt.Errorf("%w: %s is %v: a timeout must be positive (zero means its default)", ErrInvalidConfig, lim.name, lim.v)
+		}
+	}
+	if cfg.MaxConns < 0 {
+		return nil, fmt.Errorf("%w: MaxConns is %d: the cap must be positive (zero means DefaultMaxConns, %d)", ErrInvalidConfig, cfg.MaxConns, DefaultMaxConns)
+	}
 	if cfg.Addr == "" {
 		cfg.Addr = DefaultAddr
 	}
+	cfg.MaxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns)
+	cfg.ReadHeaderTimeout = cmp.Or(cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, DefaultReadTimeout)
+	cfg.WriteTimeout = cmp.Or(cfg.WriteTimeout, DefaultWriteTimeout)
+	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout)
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = DefaultRefresh
 	}
@@ -224,10 +287,17 @@ func (l *Listener) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ops: listen on %s: %w; choose a free address (port 0 picks one)", l.cfg.Addr, err)
 	}
+	ln = netutil.LimitListener(ln, l.cfg.MaxConns)
 	l.ln = ln
+	l.gate = newConnGate(l.cfg.MaxConns, l.log)
 	l.srv = &http.Server{
 		Handler:           l.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: l.cfg.ReadHeaderTimeout,
+		ReadTimeout:       l.cfg.ReadTimeout,
+		WriteTimeout:      l.cfg.WriteTimeout,
+		IdleTimeout:       l.cfg.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ConnState:         l.gate.track,
 		ErrorLog:          slogErrorLog{l.log}.logger(),
 	}
 	l.served = make(chan struct{})
@@ -308,30 +378,107 @@ func (l *Listener) Close() error {
 }
 
 // guard applies the access rules: no token, loopback only; with a token,
-// any address, and the token on every mutating request.
+// any address, and the token on every mutating request. It also refuses a
+// body where none is taken and bounds the one that is.
 func (l *Listener) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if l.cfg.Token == "" && !isLoopbackRemote(r.RemoteAddr) {
-			l.log.Warn("ops: refused a request from a non-loopback address: no token is configured",
-				"remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
-			httpError(w, http.StatusForbidden, "only loopback clients are served: configure a token to allow other addresses")
+		switch {
+		case l.cfg.Token == "" && !isLoopbackRemote(r.RemoteAddr):
+			l.refuse(w, r, refusedRemote, http.StatusForbidden,
+				"only loopback clients are served: configure a token to allow other addresses")
 			return
-		}
-		if l.cfg.Token == "" && !isLoopbackHost(r.Host) {
-			l.log.Warn("ops: refused a request for a host name that is not loopback: no token is configured",
-				"remote", r.RemoteAddr, "host", r.Host, "method", r.Method, "path", r.URL.Path)
-			httpError(w, http.StatusForbidden, "without a token the listener answers only requests for localhost or a loopback address (a guard against DNS rebinding): use http://127.0.0.1:PORT, or configure a token")
+		case l.cfg.Token == "" && !isLoopbackHost(r.Host):
+			l.refuse(w, r, refusedHost, http.StatusForbidden,
+				"without a token the listener answers only requests for localhost or a loopback address (a guard against DNS rebinding): use http://127.0.0.1:PORT, or configure a token")
 			return
-		}
-		if l.cfg.Token != "" && !safeMethod(r.Method) && !l.tokenOK(r) {
-			l.log.Warn("ops: refused a mutating request without the right token",
-				"remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+		case l.cfg.Token != "" && !safeMethod(r.Method) && !l.tokenOK(r):
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tidemark"`)
-			httpError(w, http.StatusUnauthorized, "this request needs the listener's token: send Authorization: Bearer <token>")
+			l.refuse(w, r, refusedToken, http.StatusUnauthorized,
+				"this request needs the listener's token: send Authorization: Bearer <token>")
+			return
+		case safeMethod(r.Method) && r.ContentLength != 0:
+			// A body nobody reads would be read anyway to keep the
+			// connection: refused, and the connection closed at once.
+			l.refuse(w, r, refusedBody, http.StatusBadRequest,
+				"a "+r.Method+" request takes no body")
 			return
 		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBody)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// The reasons a request is refused, as the label of
+// tidemark_ops_requests_refused_total.
+const (
+	refusedRemote = "non_loopback_client"
+	refusedHost   = "host"
+	refusedToken  = "token"
+	refusedBody   = "body"
+)
+
+var refusalMessages = map[string]string{
+	refusedRemote: "ops: refused requests from non-loopback addresses: no token is configured",
+	refusedHost:   "ops: refused requests for a host name that is not loopback: no token is configured",
+	refusedToken:  "ops: refused requests without the right token",
+	refusedBody:   "ops: refused requests with a body the endpoint does not take",
+}
+
+// refuse answers a refused request with code and msg, and counts it. A
+// request with a body has its connection closed after the answer, the body
+// unread: net/http would otherwise read up to 256 KiB of it, as slowly as
+// the client sends it. The log gets one record per reason per
+// refuseLogEvery, with the count since the last.
+func (l *Listener) refuse(w http.ResponseWriter, r *http.Request, reason string, code int, msg string) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
+	httpError(w, code, msg)
+	if r.ContentLength != 0 {
+		// Not supported by a host's own ResponseWriter: then its server's
+		// timeouts bound the read.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	}
+	if n, log := l.refused.add(reason); log {
+		l.log.Warn(refusalMessages[reason], "refused", n, "remote", r.RemoteAddr, "host", r.Host,
+			"method", r.Method, "path", r.URL.Path)
+	}
+}
+
+// refuseLogEvery is how often, at most, the listener logs refused requests
+// of one reason.
+const refuseLogEvery = time.Minute
+
+// refusals counts refused requests by reason and says when to log.
+type refusals struct {
+	mu     sync.Mutex
+	total  map[string]uint64
+	logged map[string]uint64
+	at     map[string]time.Time
+}
+
+// add counts a refusal of reason; it reports whether to log and how many
+// refusals of reason the record covers.
+func (c *refusals) add(reason string) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.total == nil {
+		c.total, c.logged, c.at = map[string]uint64{}, map[string]uint64{}, map[string]time.Time{}
+	}
+	c.total[reason]++
+	if t, ok := c.at[reason]; ok && time.Since(t) < refuseLogEvery {
+		return 0, false
+	}
+	n := c.total[reason] - c.logged[reason]
+	c.logged[reason], c.at[reason] = c.total[reason], time.Now()
+	return n, true
+}
+
+// counts returns the refusals by reason.
+func (c *refusals) counts() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.total)
 }
 
 func (l *Listener) tokenOK(r *http.Request) bool {
@@ -409,6 +556,14 @@ type ReleaseResult struct {
 
 func (l *Listener) serveRelease(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("feed")
+	if err := r.ParseForm(); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("release on feed %q: the form is larger than %d bytes: send consumer=<group> alone", name, MaxRequestBody))
+			return
+		}
+		httpError(w, http.StatusBadRequest, fmt.Sprintf("release on feed %q: read the form: %v", name, err))
+		return
+	}
 	consumer := r.FormValue("consumer")
 	if consumer == "" {
 		httpError(w, http.StatusBadRequest, fmt.Sprintf("release on feed %q: name the removed consumer (its group) with consumer=<group>; GET /status lists the removed queues that hold the feed", name))

@@ -1,10 +1,11 @@
 package ops_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/stretchr/testify/require"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +15,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
 
+	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/ops"
 )
 
@@ -391,4 +394,81 @@ func TestStartCloseLifecycle(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), l1.Addr().String())
 	require.False(t, errors.Is(err, ops.ErrStarted))
+}
+
+// The limits of the listener's own server: an idle keep-alive connection
+// and a request whose body stops coming are closed when their timeout
+// passes; a body is refused where none is taken, and bounded where one is.
+func TestListenerLimits(t *testing.T) {
+	fs := &fakeServer{}
+	fs.set(framework.FeedStatus{Name: "orders"})
+	l := startListener(t, ops.Config{Server: fs, Feeds: []string{"orders"},
+		IdleTimeout: 50 * time.Millisecond, ReadTimeout: 100 * time.Millisecond})
+	addr := l.Addr().String()
+	dial := func() (net.Conn, *bufio.Reader) {
+		c, err := net.DialTimeout("tcp", addr, deadline)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		require.NoError(t, c.SetDeadline(time.Now().Add(deadline)))
+		return c, bufio.NewReader(c)
+	}
+	host := "Host: " + addr + "\r\n"
+
+	// An idle keep-alive connection is closed by the listener: the read
+	// after the response ends, well before the test's own deadline.
+	c, br := dial()
+	_, err := io.WriteString(c, "GET /status HTTP/1.1\r\n"+host+"\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.False(t, resp.Close, "a keep-alive response")
+	_, err = br.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the idle connection is closed by the listener")
+
+	// A body that stops coming is cut off by ReadTimeout.
+	c, br = dial()
+	_, err = io.WriteString(c, "POST /feeds/orders/release HTTP/1.1\r\n"+host+
+		"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\nconsumer=")
+	require.NoError(t, err)
+	resp, err = http.ReadResponse(br, nil)
+	if err == nil {
+		// The handler saw the read fail and answered; then the listener
+		// closes the connection.
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_, err = br.ReadByte()
+	}
+	require.ErrorIs(t, err, io.EOF, "the slow body's connection is closed")
+	require.Empty(t, fs.released, "nothing released from half a form")
+
+	// A body larger than MaxRequestBody is refused.
+	big := "consumer=" + strings.Repeat("g", ops.MaxRequestBody)
+	code, body := do(t, http.MethodPost, base(l)+"/feeds/orders/release", "", strings.NewReader(big))
+	require.Equal(t, http.StatusRequestEntityTooLarge, code, body)
+	require.Contains(t, body, "larger than")
+	require.Empty(t, fs.released)
+	// A GET with a body is refused, and its connection closed unread.
+	c, br = dial()
+	_, err = io.WriteString(c, "GET /metrics HTTP/1.1\r\n"+host+"Content-Length: 100000\r\n\r\nabc")
+	require.NoError(t, err)
+	resp, err = http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.True(t, resp.Close)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_, err = br.ReadByte()
+	require.ErrorIs(t, err, io.EOF)
+
+	_, body = get(t, base(l)+"/metrics")
+	require.Equal(t, "1", metric(body, `tidemark_ops_requests_refused_total{reason="body"}`), body)
+
+	// Limits must be positive; zero means the default.
+	for _, cfg := range []ops.Config{{MaxConns: -1}, {ReadTimeout: -time.Second}, {IdleTimeout: -1}} {
+		cfg.Server, cfg.Feeds = fs, []string{"orders"}
+		_, err := ops.New(cfg)
+		require.ErrorIs(t, err, ops.ErrInvalidConfig)
+	}
 }

@@ -165,12 +165,15 @@ var (
 	dDurPos     = desc("tidemark_store_durable_position_bytes", "Last position of a feed a store made durable.", lStoreFeed)
 	dDurEpoch   = desc("tidemark_store_durable_epoch", "Epoch of the last position of a feed a store made durable.", lStoreFeed)
 	dScrapeErr  = desc("tidemark_ops_status_errors", "Feeds whose status could not be read at this scrape.", nil)
+	dConns      = desc("tidemark_ops_connections", "Connections the operator listener holds open.", nil)
+	dEvicted    = desc("tidemark_ops_connections_evicted_total", "Quiet connections the operator listener closed to make room at its connection cap.", nil)
+	dRefused    = desc("tidemark_ops_requests_refused_total", "Requests the operator listener refused, by reason.", []string{"reason"})
 	allDescs    = []*prometheus.Desc{
 		dReadPos, dPointerPos, dCommitPos, dEpoch, dFileSize, dBehind, dLinesRead, dDelivered, dDropped,
 		dFailed, dSkipped, dOversize, dPartDrop, dReleased, dPollErr, dCommitErr, dPending, dCommitLag, dConsumers,
 		dStalled, dSettled, dState, dReopens, dDepth, dProcessed, dQFailures, dQSkipped, dQDropped,
 		dFenced, dHeld, dCommits, dFailedCmt, dStoreFail, dApplied, dRedeliv, dByLineage, dStaged,
-		dBackPress, dDurPos, dDurEpoch, dScrapeErr,
+		dBackPress, dDurPos, dDurEpoch, dScrapeErr, dConns, dEvicted, dRefused,
 	}
 	allStates = []feed.State{feed.StateStarting, feed.StateWaiting, feed.StateBehind, feed.StateCaughtUp, feed.StateDone, feed.StateStopped}
 )
@@ -268,6 +271,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	gauge(dScrapeErr, float64(errs))
+	c.l.mu.Lock()
+	gate := c.l.gate
+	c.l.mu.Unlock()
+	if gate != nil {
+		open, evicted := gate.counts()
+		gauge(dConns, float64(open))
+		counter(dEvicted, evicted)
+	}
+	refused := c.l.refused.counts()
+	for _, reason := range sortedKeys(refused) {
+		counter(dRefused, refused[reason], reason)
+	}
 	for _, sc := range c.l.cfg.Stores {
 		r := newStoreReport(sc, storeFeeds(sc, feeds))
 		counter(dCommits, r.Commits, sc.Name)
