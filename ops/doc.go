@@ -21,16 +21,35 @@
 //
 // # Access
 //
-// The listener binds 127.0.0.1 unless Config.Addr says otherwise. Without a
-// Config.Token it serves loopback clients only: a request from any other
-// address is refused with 403, and so is a request whose Host is not
-// localhost or a loopback address (a web page that rebinds its own name to
-// 127.0.0.1 cannot read the status). With a token it serves every address, and
-// demands "Authorization: Bearer <token>" on every mutating request (POST),
-// loopback included; reads (GET) need no token, so that a Prometheus server
-// on another host can scrape. Mutating requests a browser sends from
-// another origin are refused (net/http's CrossOriginProtection), so a web
-// page cannot release a hold through the loopback listener. Behind a
+// The listener binds 127.0.0.1 unless Config.Addr says otherwise.
+//
+// Without a Config.Token it serves loopback clients only: a request from
+// any other address is refused with 403.
+//
+// With a token it serves every address, and demands the token on every
+// request, reads included, loopback included: as "Authorization: Bearer
+// <token>", or as the password of HTTP Basic authentication with any user
+// name, which is what a browser prompts for on the page. A Prometheus
+// server scrapes with the token as a bearer:
+//
+//	scrape_configs:
+//	  - job_name: tidemark
+//	    authorization:
+//	      type: Bearer
+//	      credentials_file: /etc/prometheus/tidemark.token
+//	    static_configs:
+//	      - targets: ["tidemark-1.example.net:9100"]
+//
+// and tidemark status and release take --token (or $TIDEMARK_TOKEN).
+//
+// Either way, a request must name in its Host header localhost, an IP
+// address, or one of Config.AllowedHosts (for the example above,
+// "tidemark-1.example.net"); any other is refused with 403. A web page
+// that points its own name at the listener's address (DNS rebinding) sends
+// its own name, so it cannot read the status even from the loopback
+// interface; an IP address cannot be rebound. Mutating requests a browser
+// sends from another origin are refused as well (net/http's
+// CrossOriginProtection), so a web page cannot release a hold. Behind a
 // reverse proxy on the same host every request looks like loopback: set a
 // token there.
 //

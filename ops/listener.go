@@ -95,12 +95,22 @@ type Config struct {
 	// a Token: without one, every request from a non-loopback address is
 	// refused anyway.
 	Addr string
-	// Token, when set, allows requests from any address and is demanded
-	// (as "Authorization: Bearer <token>") on every mutating request,
-	// loopback included. Read-only requests (GET, HEAD: metrics, status,
-	// the page) need no token. When empty, only loopback clients are
-	// served, and they need no token.
+	// Token, when set, allows requests from any address and is demanded on
+	// every request, reads included, loopback included: as
+	// "Authorization: Bearer <token>", or as the password of HTTP Basic
+	// authentication (any user name), which is what a browser asks for.
+	// Only the probes /livez and /healthz, and /readyz without its
+	// reasons, answer without it (see the package documentation). When
+	// empty, only loopback clients are served, and they need no token.
 	Token string
+	// AllowedHosts are host names, besides localhost and IP addresses,
+	// that a request may name in its Host header: the names by which
+	// clients on other hosts reach the listener (say
+	// "tidemark-1.example.net"). A request naming any other host is
+	// refused, with a token or without, so that a web page that points its
+	// own name at the listener's address (DNS rebinding) is not served.
+	// Names are compared without case, a port and a final dot.
+	AllowedHosts []string
 	// Server is the framework server to report on and act on.
 	Server Server
 	// Feeds names the feeds to report, in order. Nil means the server's
@@ -166,6 +176,7 @@ type Config struct {
 // Make one with New, then Start it; Close stops it.
 type Listener struct {
 	cfg     Config
+	hosts   map[string]bool // AllowedHosts, as hostName has them
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	obs     *Observer
@@ -223,6 +234,14 @@ func New(cfg Config) (*Listener, error) {
 	if cfg.MaxConns < 0 {
 		return nil, fmt.Errorf("%w: MaxConns is %d: the cap must be positive (zero means DefaultMaxConns, %d)", ErrInvalidConfig, cfg.MaxConns, DefaultMaxConns)
 	}
+	hosts := map[string]bool{}
+	for _, h := range cfg.AllowedHosts {
+		n := hostName(h)
+		if n == "" || strings.ContainsAny(n, "/ ") {
+			return nil, fmt.Errorf("%w: AllowedHosts has %q: want a host name such as tidemark.example.net", ErrInvalidConfig, h)
+		}
+		hosts[n] = true
+	}
 	if cfg.Addr == "" {
 		cfg.Addr = DefaultAddr
 	}
@@ -234,7 +253,7 @@ func New(cfg Config) (*Listener, error) {
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = DefaultRefresh
 	}
-	l := &Listener{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, reg: prometheus.NewRegistry()}
+	l := &Listener{cfg: cfg, hosts: hosts, log: cfg.Logger, obs: cfg.Observer, reg: prometheus.NewRegistry()}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -377,9 +396,10 @@ func (l *Listener) Close() error {
 	return nil
 }
 
-// guard applies the access rules: no token, loopback only; with a token,
-// any address, and the token on every mutating request. It also refuses a
-// body where none is taken and bounds the one that is.
+// guard applies the access rules: without a token, loopback clients
+// only; with one, any client that sends it; either way, only a Host the
+// listener serves. It also refuses a body where none is taken and bounds
+// the one that is.
 func (l *Listener) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -387,14 +407,15 @@ func (l *Listener) guard(next http.Handler) http.Handler {
 			l.refuse(w, r, refusedRemote, http.StatusForbidden,
 				"only loopback clients are served: configure a token to allow other addresses")
 			return
-		case l.cfg.Token == "" && !isLoopbackHost(r.Host):
-			l.refuse(w, r, refusedHost, http.StatusForbidden,
-				"without a token the listener answers only requests for localhost or a loopback address (a guard against DNS rebinding): use http://127.0.0.1:PORT, or configure a token")
+		case !l.hostAllowed(r.Host):
+			l.refuse(w, r, refusedHost, http.StatusForbidden, fmt.Sprintf(
+				"the request names the host %q, which this listener does not serve (a guard against DNS rebinding): use localhost or the listener's IP address, or add the name to the listener's allowed hosts", r.Host))
 			return
-		case l.cfg.Token != "" && !safeMethod(r.Method) && !l.tokenOK(r):
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tidemark"`)
+		case l.cfg.Token != "" && !l.tokenOK(r):
+			w.Header().Add("WWW-Authenticate", `Bearer realm="tidemark"`)
+			w.Header().Add("WWW-Authenticate", `Basic realm="tidemark", charset="UTF-8"`)
 			l.refuse(w, r, refusedToken, http.StatusUnauthorized,
-				"this request needs the listener's token: send Authorization: Bearer <token>")
+				"this request needs the listener's token: send Authorization: Bearer <token> (or the token as the password of Basic authentication)")
 			return
 		case safeMethod(r.Method) && r.ContentLength != 0:
 			// A body nobody reads would be read anyway to keep the
@@ -419,7 +440,7 @@ const (
 
 var refusalMessages = map[string]string{
 	refusedRemote: "ops: refused requests from non-loopback addresses: no token is configured",
-	refusedHost:   "ops: refused requests for a host name that is not loopback: no token is configured",
+	refusedHost:   "ops: refused requests for a host name the listener does not serve (add it to the allowed hosts if it is the listener's own)",
 	refusedToken:  "ops: refused requests without the right token",
 	refusedBody:   "ops: refused requests with a body the endpoint does not take",
 }
@@ -481,13 +502,18 @@ func (c *refusals) counts() map[string]uint64 {
 	return maps.Clone(c.total)
 }
 
+// tokenOK reports whether r carries the token: as a bearer token, or as
+// the password of Basic authentication.
 func (l *Listener) tokenOK(r *http.Request) bool {
-	h := r.Header.Get("Authorization")
-	scheme, tok, ok := strings.Cut(h, " ")
+	want := []byte(l.cfg.Token)
+	if _, pass, ok := r.BasicAuth(); ok {
+		return subtle.ConstantTimeCompare([]byte(pass), want) == 1
+	}
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(l.cfg.Token)) == 1
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), want) == 1
 }
 
 func safeMethod(m string) bool {
@@ -504,19 +530,28 @@ func isLoopbackRemote(remote string) bool {
 	return ap.Addr().Unmap().IsLoopback()
 }
 
-// isLoopbackHost reports whether a request's Host names the loopback
-// interface: localhost or a loopback address, with or without a port. A web
-// page that rebinds its own name to 127.0.0.1 still sends its name.
-func isLoopbackHost(host string) bool {
+// hostAllowed reports whether a request's Host is one the listener
+// serves: localhost, an IP address, or one of Config.AllowedHosts. A web
+// page that rebinds its own name to the listener's address still sends its
+// name, and an address cannot be rebound.
+func (l *Listener) hostAllowed(host string) bool {
+	h := hostName(host)
+	// No Host at all (HTTP/1.0) is no browser's request.
+	if h == "" || h == "localhost" || l.hosts[h] {
+		return true
+	}
+	_, err := netip.ParseAddr(h)
+	return err == nil
+}
+
+// hostName is a Host header's name: without a port, brackets, a final dot,
+// in lower case.
+func hostName(host string) string {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.Unmap().IsLoopback()
+	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
 func isLoopbackListen(a net.Addr) bool {

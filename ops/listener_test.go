@@ -3,6 +3,7 @@ package ops_test
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -227,9 +228,9 @@ func TestReleaseOverHTTP(t *testing.T) {
 	require.Empty(t, metric(body, `tidemark_queue_removed_held_items{feed="in",group="A"}`))
 }
 
-// A request from a non-loopback address is refused without a token, and
-// with one, reads pass and writes need it. The remote address is simulated:
-// no traffic leaves the loopback interface.
+// A request from a non-loopback address is refused without a token; with
+// one, every request needs it, reads included, from any address. The
+// remote address is simulated: no traffic leaves the loopback interface.
 func TestAccessRules(t *testing.T) {
 	f := startFixture(t, 20, 5)
 	f.stall(t, 20)
@@ -247,7 +248,7 @@ func TestAccessRules(t *testing.T) {
 
 	open, err := ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}})
 	require.NoError(t, err)
-	for _, target := range []string{"/", "/status", "/metrics"} {
+	for _, target := range []string{"/", "/status", "/status/in", "/metrics"} {
 		require.Equal(t, http.StatusForbidden, serve(open, http.MethodGet, target, remote, "").Code, target)
 		require.Equal(t, http.StatusForbidden, serve(open, http.MethodGet, target, "[2001:db8::1]:80", "").Code, target)
 		require.Equal(t, http.StatusForbidden, serve(open, http.MethodGet, target, "not an address", "").Code, target)
@@ -264,8 +265,21 @@ func TestAccessRules(t *testing.T) {
 
 	guarded, err := ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}, Token: "s3cret"})
 	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, serve(guarded, http.MethodGet, "/status", remote, "").Code)
-	require.Equal(t, http.StatusOK, serve(guarded, http.MethodGet, "/metrics", remote, "").Code)
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("anyone:s3cret"))
+	for _, target := range []string{"/", "/status", "/status/in", "/metrics"} {
+		for _, from := range []string{remote, "127.0.0.1:5000"} {
+			for _, auth := range []string{"", "Bearer wrong", "Basic s3cret", "s3cret", "Bearer s3cret2",
+				"Basic " + base64.StdEncoding.EncodeToString([]byte("s3cret:wrong"))} {
+				w := serve(guarded, http.MethodGet, target, from, auth)
+				require.Equal(t, http.StatusUnauthorized, w.Code, "GET %s with %q from %s", target, auth, from)
+				require.Equal(t, []string{`Bearer realm="tidemark"`, `Basic realm="tidemark", charset="UTF-8"`}, w.Header().Values("WWW-Authenticate"))
+				require.NotContains(t, w.Body.String(), `"in"`, "nothing of the status leaks")
+			}
+			require.Equal(t, http.StatusOK, serve(guarded, http.MethodGet, target, from, "Bearer s3cret").Code, target)
+			require.Equal(t, http.StatusOK, serve(guarded, http.MethodGet, target, from, "bearer  s3cret").Code, target)
+			require.Equal(t, http.StatusOK, serve(guarded, http.MethodGet, target, from, basic).Code, target)
+		}
+	}
 	for _, auth := range []string{"", "Bearer wrong", "Basic s3cret", "s3cret", "Bearer s3cret2"} {
 		for _, from := range []string{remote, "127.0.0.1:5000"} {
 			w := serve(guarded, http.MethodPost, "/feeds/in/release?consumer=A", from, auth)
@@ -279,40 +293,57 @@ func TestAccessRules(t *testing.T) {
 	w = serve(guarded, http.MethodPost, "/feeds/in/release?consumer=A", remote, "Bearer s3cret")
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 	require.NoError(t, f.srv.WaitSettled(context.Background(), "in"))
+
+	_, err = ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}, AllowedHosts: []string{""}})
+	require.ErrorIs(t, err, ops.ErrInvalidConfig)
 }
 
-// Without a token, a request for a host name that is not loopback is
-// refused even from a loopback address: a web page that rebinds its name to
-// 127.0.0.1 cannot read the status. With a token the host is not checked.
+// A request for a host name the listener does not serve is refused, with a
+// token or without, from loopback or not: a web page that rebinds its name
+// to the listener's address cannot read the status. localhost, IP
+// addresses and the allowed hosts are served.
 func TestDNSRebindingRefused(t *testing.T) {
 	f := startFixture(t, 1, 0)
-	open, err := ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}})
+	open, err := ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}, AllowedHosts: []string{"Tidemark-1.example.net."}})
 	require.NoError(t, err)
-	guarded, err := ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}, Token: "t"})
+	guarded, err := ops.New(ops.Config{Server: f.srv, Feeds: []string{"in"}, Token: "t", AllowedHosts: []string{"tidemark-1.example.net:9100"}})
 	require.NoError(t, err)
 	for host, want := range map[string]int{
-		"evil.example":       http.StatusForbidden,
-		"evil.example:8080":  http.StatusForbidden,
-		"127.0.0.1:8080":     http.StatusOK,
-		"127.0.0.2":          http.StatusOK,
-		"localhost:9":        http.StatusOK,
-		"LOCALHOST":          http.StatusOK,
-		"[::1]:9":            http.StatusOK,
-		"10.0.0.1:9":         http.StatusForbidden,
-		"localhost.evil.com": http.StatusForbidden,
+		"evil.example":                http.StatusForbidden,
+		"evil.example:8080":           http.StatusForbidden,
+		"127.0.0.1:8080":              http.StatusOK,
+		"127.0.0.2":                   http.StatusOK,
+		"localhost:9":                 http.StatusOK,
+		"localhost.:9":                http.StatusOK,
+		"LOCALHOST":                   http.StatusOK,
+		"[::1]:9":                     http.StatusOK,
+		"10.0.0.1:9":                  http.StatusOK, // an address cannot be rebound
+		"[2001:db8::1]:9":             http.StatusOK,
+		"localhost.evil.com":          http.StatusForbidden,
+		"tidemark-1.example.net:9100": http.StatusOK,
+		"TIDEMARK-1.example.net":      http.StatusOK,
+		"tidemark-1.example.net.evil": http.StatusForbidden,
+		"x.tidemark-1.example.net":    http.StatusForbidden,
 	} {
-		req := httptest.NewRequest(http.MethodGet, "/status", nil)
-		req.Host = host
-		req.RemoteAddr = "127.0.0.1:5000"
-		w := httptest.NewRecorder()
-		open.Handler().ServeHTTP(w, req)
-		require.Equal(t, want, w.Code, "host %s", host)
-		if want == http.StatusForbidden {
-			require.Contains(t, w.Body.String(), "DNS rebinding")
+		for _, tc := range []struct {
+			l    *ops.Listener
+			from string
+			auth string
+		}{{open, "127.0.0.1:5000", ""}, {guarded, "127.0.0.1:5000", "Bearer t"}, {guarded, "10.1.1.1:5000", "Bearer t"}} {
+			req := httptest.NewRequest(http.MethodGet, "/status", nil)
+			req.Host = host
+			req.RemoteAddr = tc.from
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			w := httptest.NewRecorder()
+			tc.l.Handler().ServeHTTP(w, req)
+			require.Equal(t, want, w.Code, "host %s from %s, token %v", host, tc.from, tc.auth != "")
+			if want == http.StatusForbidden {
+				require.Contains(t, w.Body.String(), "DNS rebinding")
+				require.Contains(t, w.Body.String(), "allowed hosts")
+			}
 		}
-		w = httptest.NewRecorder()
-		guarded.Handler().ServeHTTP(w, req)
-		require.Equal(t, http.StatusOK, w.Code, "host %s with a token", host)
 	}
 }
 

@@ -19,5 +19,5 @@ func Example() {
 	// lines that consumer left unfinished: that consumer never processes them.
 	// Use it when a run must complete without a restart; "tidemark status" lists
 	// the removed queues that hold a feed. A listener with a token demands it
-	// (--token).
+	// (--token, or $TIDEMARK_TOKEN).
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,6 +23,7 @@ Prints the status of a running server, read from its operator listener
 (GET /status, see package ops): a table of feeds (state, epoch, positions,
 bytes behind, pending acks, consumers, settled or stalled and why), a table
 of the groups' queues on each feed, and the stores the listener reports.
+A listener with a token demands it (--token, or $TIDEMARK_TOKEN).
 --json prints the listener's JSON as it is. --check makes the exit status 3
 when a feed is stalled (it holds its pointer for a reason that waiting does
 not clear) or a store failed a commit: for a launcher that treats a stall
@@ -37,8 +39,13 @@ listener (POST /feeds/FEED/release). The pointer may then move past the
 lines that consumer left unfinished: that consumer never processes them.
 Use it when a run must complete without a restart; "tidemark status" lists
 the removed queues that hold a feed. A listener with a token demands it
-(--token).
+(--token, or $TIDEMARK_TOKEN).
 `
+
+// tokenEnv names the environment variable that holds the listener's token
+// when --token is not given: a token on the command line is visible to
+// every user of the host (ps).
+const tokenEnv = "TIDEMARK_TOKEN"
 
 // remoteFlags are the flags of the commands that talk to a listener.
 type remoteFlags struct {
@@ -49,7 +56,7 @@ type remoteFlags struct {
 
 func (r *remoteFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.addr, "addr", "", "the operator listener's HOST:PORT (or http://HOST:PORT)")
-	fs.StringVar(&r.token, "token", "", "the listener's token, if it has one")
+	fs.StringVar(&r.token, "token", "", "the listener's token, if it has one (default $"+tokenEnv+")")
 	fs.DurationVar(&r.timeout, "timeout", 10*time.Second, "how long to wait for the listener")
 }
 
@@ -77,8 +84,12 @@ func (r *remoteFlags) do(method, path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.token != "" {
-		req.Header.Set("Authorization", "Bearer "+r.token)
+	token := r.token
+	if token == "" {
+		token = os.Getenv(tokenEnv)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	c := &http.Client{Timeout: r.timeout}
 	resp, err := c.Do(req)
@@ -95,6 +106,13 @@ func (r *remoteFlags) do(method, path string) ([]byte, error) {
 		msg := strings.TrimSpace(string(body))
 		if json.Unmarshal(body, &eb) == nil && eb.Error != "" {
 			msg = eb.Error
+		}
+		if resp.StatusCode == http.StatusUnauthorized {
+			if token == "" {
+				msg += "; pass the listener's token with --token or $" + tokenEnv
+			} else {
+				msg += "; the token given is not the listener's"
+			}
 		}
 		return nil, fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, msg)
 	}

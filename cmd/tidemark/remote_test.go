@@ -109,7 +109,19 @@ func startStalled(t *testing.T, token string) (*framework.Server, string) {
 func TestStatusAndReleaseOfARunningServer(t *testing.T) {
 	srv, addr := startStalled(t, "s3cret")
 
+	// The listener has a token: reads need it too.
 	r := tm("status", "--addr", addr)
+	expect(t, r, exitFail)
+	require.Contains(t, r.stderr, "401")
+	require.Contains(t, r.stderr, "--token or $TIDEMARK_TOKEN")
+	r = tm("status", "--addr", addr, "--token", "wrong")
+	expect(t, r, exitFail)
+	require.Contains(t, r.stderr, "the token given is not the listener's")
+	t.Setenv("TIDEMARK_TOKEN", "s3cret")
+	expect(t, tm("status", "--addr", addr), exitOK)
+	t.Setenv("TIDEMARK_TOKEN", "")
+
+	r = tm("status", "--addr", addr, "--token", "s3cret")
 	expect(t, r, exitOK)
 	for _, want := range []string{
 		"FEED", "EPOCH", "BEHIND", "PENDING",
@@ -125,12 +137,12 @@ func TestStatusAndReleaseOfARunningServer(t *testing.T) {
 	require.Equal(t, "caught", fields[1])
 	require.Equal(t, "200", fields[4], "read position in %q", lines[1]) // in caught up EPOCH READ
 
-	r = tm("status", "--addr", addr, "--check")
+	r = tm("status", "--addr", addr, "--check", "--token", "s3cret")
 	expect(t, r, exitCheck)
 	require.Contains(t, r.stdout, "STALLED")
 	require.Contains(t, r.stderr, "unhealthy: feed in is stalled: a removed consumer left unprocessed items: A")
 
-	r = tm("status", "--addr", "http://"+addr+"/", "--json")
+	r = tm("status", "--addr", "http://"+addr+"/", "--json", "--token", "s3cret")
 	expect(t, r, exitOK)
 	var rep ops.Report
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
@@ -155,7 +167,7 @@ func TestStatusAndReleaseOfARunningServer(t *testing.T) {
 	expect(t, r, exitOK)
 	require.Contains(t, r.stdout, "released the hold of A on feed in")
 	require.NoError(t, srv.WaitSettled(context.Background(), "in"))
-	r = tm("status", "--addr", addr, "--check")
+	r = tm("status", "--addr", addr, "--check", "--token", "s3cret")
 	expect(t, r, exitOK)
 	require.Contains(t, r.stdout, "settled")
 	require.NotContains(t, r.stdout, "STALLED")
