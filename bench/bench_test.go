@@ -122,7 +122,8 @@ func BenchmarkQueueHandoff(b *testing.B) {
 func BenchmarkApply(b *testing.B) {
 	for _, backend := range []string{state.Bolt, state.Pebble} {
 		b.Run(backend, func(b *testing.B) {
-			st, err := state.Open(backend+":"+b.TempDir(), &state.Options{Logger: quiet})
+			// Unbound: no feed here; it flushes at the end itself.
+			st, err := state.Open(backend+":"+b.TempDir(), &state.Options{Logger: quiet, Unbound: true})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 // writing an output line, then flushes: the time is to durable.
 func benchApply(b *testing.B, be backend, o *Options) {
 	o.Logger = quietLogger()
+	o.Unbound = true // it flushes itself, at the end
 	s, err := be.open(b.TempDir(), o)
 	if err != nil {
 		b.Fatal(err)
@@ -76,6 +77,7 @@ func BenchmarkApplySync(b *testing.B) {
 // a final Flush made everything durable.
 func benchLedger(b *testing.B, be backend, o *Options) {
 	o.Logger = quietLogger()
+	o.Unbound = true // it flushes itself, at the end
 	var co commitTimes
 	o.Observer = &co
 	s, err := be.open(b.TempDir(), o)

@@ -87,6 +87,10 @@ func (e *boltEngine) commit(ws []write) error {
 
 func (e *boltEngine) close() error { return e.db.Close() }
 
+// limits are bbolt's: its Put refuses a longer key or value, and so would
+// fail the whole batch's commit.
+func (e *boltEngine) limits() (maxKey, maxValue int) { return bolt.MaxKeySize, bolt.MaxValueSize }
+
 // lockTimeout is how long an open waits for another process's lock.
 func (o *Options) lockTimeout() time.Duration {
 	if o.LockTimeout > 0 {

@@ -502,7 +502,7 @@ func TestReopenReportsAppliedAndFindsBackend(t *testing.T) {
 		}
 		// Open by directory alone: the backend is recorded in it.
 		for _, cfg := range []string{dir, be.name + ":" + dir} {
-			s2, err := Open(cfg, &Options{Logger: quietLogger()})
+			s2, err := Open(cfg, &Options{Logger: quietLogger(), Unbound: true})
 			if err != nil {
 				t.Fatalf("Open(%q): %v", cfg, err)
 			}

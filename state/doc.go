@@ -13,8 +13,16 @@
 //   - In the default, batched mode, Apply returns before the change is
 //     durable. A crash loses the changes staged since the last commit; that
 //     is safe only because the store, not the processor, tells the feed what
-//     is durable (bind the group's checkpoint with [Store.Bind]): the feed
-//     re-delivers the lost lines and they are applied again, once.
+//     is durable (the group's checkpoint is bound to the store): the feed
+//     re-delivers the lost lines and they are applied again, once. So a
+//     batched Apply of a feed that no checkpoint is bound to fails with
+//     [ErrNotBound]. A framework group's store is bound by the framework;
+//     bind one yourself with [Store.Bind], or open it with
+//     [Options].Unbound if you resume from [Store.AppliedAll] yourself.
+//   - A key or value longer than the backend takes (bbolt: a key of 32768
+//     bytes with the store's prefix) is refused inside Apply with a
+//     [*TooLargeError], a permanent error: the line goes to the failure
+//     policy, and the lines after it commit as usual.
 //   - A processor that also writes somewhere else (a socket, another file)
 //     repeats those effects after a crash. Write derived files through
 //     [Tx.Output] to have them exactly once.
@@ -30,8 +38,12 @@
 //
 // # Use
 //
-// Open a store, bind the processor group's checkpoint, and apply each line in
-// the processor's Handle:
+// A processor group of the framework declares its store
+// (framework.GroupConfig.Store): the framework opens it, binds it to the
+// checkpoint of every feed the group subscribes, flushes it when the group
+// drains and closes it at stop. Used on its own: open a store, bind the
+// processor group's checkpoint, and apply each line in the processor's
+// Handle:
 //
 //	st, err := state.Open("bbolt:data/state", nil) // or "pebble:DIR"
 //	...
@@ -161,7 +173,10 @@
 // # Errors
 //
 // A failed commit is returned by the next Apply and by Flush, wrapped in
-// [ErrFailed], and shown in [Stats] (FailedCommits, LastError). Open errors
+// [ErrFailed], and shown in [Stats] (FailedCommits, LastError). Apply's own
+// errors are [ErrNotBound] (a batched Apply of a feed no checkpoint is
+// bound to) and [*TooLargeError], which wraps [ErrTooLarge] (a key or value
+// the backend cannot store; its Permanent method returns true). Open errors
 // are [ErrNotStore], [ErrUnknownBackend], [ErrBackendMismatch], [ErrLocked]
 // and [ErrCorrupt]. Every error names the store's directory, and Apply's the
 // feed, epoch and position.

@@ -15,6 +15,11 @@ type engine interface {
 	commit(ws []write) error
 	// close releases the backend.
 	close() error
+	// limits returns the longest key (the store's prefix included) and
+	// the longest value the backend stores, 0 for no limit. The store
+	// refuses a longer write inside Apply (see TooLargeError), so that no
+	// commit fails on it.
+	limits() (maxKey, maxValue int)
 }
 
 // write is one change of a committed transaction.

@@ -1,6 +1,10 @@
 package state
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"strconv"
+)
 
 // Errors of opening a store.
 var (
@@ -51,10 +55,72 @@ var (
 	// the processor group (framework.GroupConfig.Store), which binds it, or
 	// [Store.Bind] the group's checkpoint, or open the store with
 	// [Options].Unbound when the caller resumes from the store itself.
+	//
+	// The Sync mode needs no binding (each Apply is durable before it
+	// returns), nor does a delivery without a feed name.
 	ErrNotBound = errors.New("state: no checkpoint of the feed is bound to the store")
 	// ErrTooLarge is wrapped by the error of a write whose key or value is
-	// larger than the backend can store. The error is permanent: retrying
-	// the line cannot succeed, so a framework failure policy skips or
-	// quarantines it at once.
+	// larger than the backend can store (see [TooLargeError] for the
+	// limits). The error is permanent: retrying the line cannot succeed, so
+	// a framework failure policy skips or quarantines it at once.
 	ErrTooLarge = errors.New("state: key or value too large for the backend")
 )
+
+// TooLargeError is the error of a write that the backend cannot store: a
+// key or a value longer than the backend's limit. It wraps [ErrTooLarge]
+// and is permanent. The write fails in the [Tx] call (Put, PutInt64,
+// AddInt64), and the whole line is refused: Apply returns the error even
+// when the function ignored it, and stages nothing of the line.
+//
+// The limits, counting the key with the store's prefix of namespace and
+// bucket (a few bytes plus their names):
+//
+//	bbolt   key ≤ 32768 bytes (bbolt.MaxKeySize), value ≤ 2147483646 bytes (bbolt.MaxValueSize)
+//	Pebble  key ≤ 16 MiB, value ≤ 64 MiB (the store's own limits: Pebble's is a batch
+//	        of 4 GiB, and the store commits a whole batch as one; it also cuts a
+//	        batch once it holds 1 GiB)
+//
+// A Delete of a key longer than the limit does nothing: no such key is
+// stored.
+type TooLargeError struct {
+	// Backend is [Bolt] or [Pebble]; Dir the store's directory.
+	Backend, Dir string
+	// Namespace and Bucket name where the write went.
+	Namespace, Bucket string
+	// What is "key" or "value"; Len its length (a key's with the store's
+	// prefix of PrefixLen bytes), Limit the backend's.
+	What           string
+	Len, PrefixLen int
+	Limit          int
+	// KeyLen is the key's length without the prefix, and KeyStart its
+	// first 32 bytes at most.
+	KeyLen   int
+	KeyStart []byte
+	// Feed, Epoch and Position are the delivery's.
+	Feed     string
+	Epoch    uint64
+	Position int64
+}
+
+// Error says what was refused, where, and what to do.
+func (e *TooLargeError) Error() string {
+	key := strconv.Quote(string(e.KeyStart))
+	if e.KeyLen > len(e.KeyStart) {
+		key += "…"
+	}
+	what, fix := fmt.Sprintf("key %s of %d bytes (%d with the store's prefix of namespace %q and bucket %q)", key, e.KeyLen, e.Len, e.Namespace, e.Bucket), "shorten or hash such keys"
+	if e.What != "key" {
+		what, fix = fmt.Sprintf("%s of %d bytes for key %s in bucket %q of namespace %q", e.What, e.Len, key, e.Bucket, e.Namespace), "keep such values elsewhere, or split them"
+	}
+	return fmt.Sprintf("state: %s is longer than %s takes (%d bytes): feed %q epoch %d position %d, store %s: "+
+		"the line cannot be stored and goes to the failure policy; %s",
+		what, e.Backend, e.Limit, e.Feed, e.Epoch, e.Position, e.Dir, fix)
+}
+
+// Unwrap returns [ErrTooLarge].
+func (e *TooLargeError) Unwrap() error { return ErrTooLarge }
+
+// Permanent reports true: the same line fails the same way every time, so
+// retrying it is pointless. The framework sends an error whose Permanent
+// method returns true straight to the failure policy.
+func (e *TooLargeError) Permanent() bool { return true }

@@ -15,11 +15,15 @@ import (
 )
 
 // A processor keeps balances in the store. A re-delivered line is skipped.
+//
+// A framework group's store is bound to the feed's checkpoint (see
+// [state.Store.Bind]); this example has no feed, and reads where to resume
+// from the store itself, so it opens the store Unbound.
 func Example() {
 	dir, _ := os.MkdirTemp("", "state-example")
 	defer os.RemoveAll(dir)
 
-	st, err := state.Open("bbolt:"+filepath.Join(dir, "state"), nil)
+	st, err := state.Open("bbolt:"+filepath.Join(dir, "state"), &state.Options{Unbound: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -109,11 +113,11 @@ func ExampleStore_Bind() {
 }
 
 // Output lines are committed with the state: exactly once, even across a
-// kill.
+// kill. (Unbound: no feed here; see Example.)
 func ExampleTx_Output() {
 	dir, _ := os.MkdirTemp("", "state-example")
 	defer os.RemoveAll(dir)
-	st, err := state.Open("bbolt:"+dir, nil)
+	st, err := state.Open("bbolt:"+dir, &state.Options{Unbound: true})
 	if err != nil {
 		log.Fatal(err)
 	}

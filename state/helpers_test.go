@@ -41,10 +41,13 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, be backend)) {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// opts returns options for tests: quiet, and batches that only a test cuts
-// (by Flush or by reaching BatchSize) unless it says otherwise.
+// testOpts returns options for tests: quiet, batches that only a test cuts
+// (by Flush or by reaching BatchSize) unless it says otherwise, and
+// Unbound: the tests check what the store holds themselves, and bind a
+// checkpoint where the test is about the marks (see TestApplyNeedsABinding
+// for the rule without Unbound).
 func testOpts() *Options {
-	return &Options{Logger: quietLogger(), BatchSize: 1 << 20, BatchInterval: time.Hour}
+	return &Options{Logger: quietLogger(), BatchSize: 1 << 20, BatchInterval: time.Hour, Unbound: true}
 }
 
 func mustOpen(t testing.TB, be backend, dir string, o *Options) Store {

@@ -119,6 +119,18 @@ func (e *pebbleEngine) commit(ws []write) (err error) {
 	return b.Close()
 }
 
+// The longest key and value the store writes to Pebble. Pebble itself has
+// no limit per key or value; its limit is a batch of 4 GiB (a batch's
+// length is a uint32), and the store commits a whole batch as one Pebble
+// batch. These limits, with the cut of a batch at maxBatchBytes, keep a
+// batch far below it.
+const (
+	pebbleMaxKey   = 16 << 20
+	pebbleMaxValue = 64 << 20
+)
+
+func (e *pebbleEngine) limits() (maxKey, maxValue int) { return pebbleMaxKey, pebbleMaxValue }
+
 // errPebbleFatal is returned by a Pebble engine after a fatal error.
 var errPebbleFatal = errors.New("pebble reported a fatal error earlier; restart the process")
 
@@ -153,9 +165,15 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 type pebbleFatal struct{ err error }
 
 // recoverFatal turns a Pebble fatal error into *err, and marks the engine
-// unusable. Other panics go on.
+// unusable; a batch too large for Pebble into *err. Other panics go on.
 func (e *pebbleEngine) recoverFatal(err *error) {
 	if r := recover(); r != nil {
+		if e, ok := r.(error); ok && errors.Is(e, pebble.ErrBatchTooLarge) {
+			// A batch Pebble cannot hold (the store cuts batches far
+			// below it): this commit fails, the database is intact.
+			*err = e
+			return
+		}
 		f, ok := r.(pebbleFatal)
 		if !ok {
 			panic(r)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -137,6 +138,9 @@ type feedState struct {
 	// at index idx of its applied records.
 	stagedIn uint64
 	idx      int
+	// admitted is set once an Apply of the feed passed the checks of
+	// admit: bound (or exempt), a record key the backend takes.
+	admitted bool
 }
 
 // appliedRec is the highest position of a feed in a batch.
@@ -185,7 +189,24 @@ type batch struct {
 
 	arena []byte  // keys and values of writes
 	ents  []entry // entries not used yet
+	// size counts the bytes of the arena's chunks and of the outputs
+	// (see core.full).
+	size int
 }
+
+// maxBatchBytes is the size at which a batch is cut whatever its count:
+// it bounds the memory of the staged batches, and keeps a batch far below
+// what a backend commits in one transaction (Pebble: 4 GiB).
+const maxBatchBytes = 1 << 30
+
+// grow gives the arena a new chunk with room for n bytes at least.
+func (b *batch) grow(n int) {
+	b.arena = make([]byte, 0, max(n, min(max(2*cap(b.arena), 1024), 64<<10)))
+	b.counted(cap(b.arena))
+}
+
+// counted adds n bytes to the batch's size.
+func (b *batch) counted(n int) { b.size += n }
 
 type markOf struct {
 	cp *checkpoint.Checkpoint
@@ -209,7 +230,7 @@ func (b *batch) bytes(p []byte) []byte {
 		return []byte{} // not nil: an empty value, as written
 	}
 	if cap(b.arena)-len(b.arena) < len(p) {
-		b.arena = make([]byte, 0, max(len(p), min(max(2*cap(b.arena), 1024), 64<<10)))
+		b.grow(len(p))
 	}
 	n := len(b.arena)
 	b.arena = append(b.arena, p...)
@@ -229,7 +250,7 @@ func (b *batch) add(q *bkey) *entry {
 	b.ents = b.ents[1:]
 	n := len(q.prefix) + len(q.key)
 	if cap(b.arena)-len(b.arena) < n {
-		b.arena = make([]byte, 0, max(n, min(max(2*cap(b.arena), 1024), 64<<10)))
+		b.grow(n)
 	}
 	k0 := len(b.arena)
 	b.arena = q.appendTo(b.arena)
@@ -249,9 +270,12 @@ type core struct {
 	kind, dir string
 	opts      Options
 	bsize     int // opts.batchSize()
+	maxBytes  int // maxBatchBytes; tests make it smaller
 	fsys      vfs.FS
 	eng       engine
 	log       *slog.Logger
+	// The longest key (with its prefix) and value the backend takes.
+	maxKey, maxVal int
 
 	// The token that serializes Apply and View (see acquire).
 	applyTok     atomic.Bool
@@ -313,6 +337,7 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 		dir:       dir,
 		opts:      *o,
 		bsize:     o.batchSize(),
+		maxBytes:  maxBatchBytes,
 		fsys:      fsys,
 		eng:       eng,
 		log:       o.logger(),
@@ -329,6 +354,13 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 		stopped:   make(chan struct{}),
 	}
 	c.stats.Backend, c.stats.Sync = kind, o.Sync
+	c.maxKey, c.maxVal = eng.limits()
+	if c.maxKey <= 0 {
+		c.maxKey = math.MaxInt
+	}
+	if c.maxVal <= 0 {
+		c.maxVal = math.MaxInt
+	}
 	if err := c.load(); err != nil {
 		return nil, err
 	}
@@ -389,6 +421,10 @@ func (c *core) load() error {
 	}
 	return nil
 }
+
+// full reports whether b is as big as a batch gets: BatchSize deliveries,
+// or maxBatchBytes.
+func (c *core) full(b *batch) bool { return b.count >= c.bsize || b.size >= c.maxBytes }
 
 // unusable returns why the store takes no more changes, or nil. c.mu held.
 func (c *core) unusable() error {
@@ -479,6 +515,11 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *dedupe.Delivery, fn fu
 	tw.open = true
 	err := fn(tx)
 	tx.done = true
+	if err == nil && tw.refused != nil {
+		// A write the backend cannot store refuses the whole line, even
+		// when the function went on without it.
+		err = tw.refused
+	}
 	if err != nil {
 		tw.rollback(tx.cur)
 		tw.open = false
@@ -530,7 +571,7 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *dedupe.Delivery, fn fu
 	if c.opts.Sync {
 		return c.applySync(*d)
 	}
-	if (b.count >= c.bsize || c.cutWanted.Load()) && c.sealed == nil {
+	if (c.full(b) || c.cutWanted.Load()) && c.sealed == nil {
 		c.cut()
 	}
 	c.leave()
@@ -554,13 +595,22 @@ func (c *core) exit() {
 // transaction for d.
 func (c *core) enter(ctx context.Context, ns *nsStore, d *dedupe.Delivery) (fs *feedState, tx *Tx, skip bool, err error) {
 	c.mu.Lock()
-	if c.closed || c.failed != nil || (c.cur.count >= c.bsize && !c.opts.Sync) {
+	if c.closed || c.failed != nil || (c.full(c.cur) && !c.opts.Sync) {
 		if err := c.beforeApply(ctx, *d); err != nil {
 			c.mu.Unlock()
 			return nil, nil, false, err
 		}
 	}
 	fs = c.feed(ns.ns, d.Feed)
+	if !fs.admitted {
+		if err := c.admit(fs, d); err != nil {
+			// fs is the last feed now: the next Apply must not enter
+			// without the lock, past this check.
+			c.fastOK = false
+			c.mu.Unlock()
+			return nil, nil, false, err
+		}
+	}
 	// A line at or below the recorded position is a re-delivery in the
 	// same epoch; in another epoch, the lineage decides.
 	if d.Epoch != 0 && fs.latest.Epoch != 0 && d.Position <= fs.latest.Position {
@@ -580,6 +630,35 @@ func (c *core) enter(ctx context.Context, ns *nsStore, d *dedupe.Delivery) (fs *
 	return fs, tx, false, nil
 }
 
+// admit checks, once per feed and namespace, what the first Apply of a
+// feed must: that a batched Apply has a checkpoint of the feed bound to
+// the store (see ErrNotBound), and that the backend takes the key of the
+// feed's applied record. A feed that fails is checked again by its next
+// Apply (a Bind may come meanwhile). c.mu held.
+func (c *core) admit(fs *feedState, d *dedupe.Delivery) error {
+	if n := len(appliedKey(fs.fk.ns, fs.fk.feed)); n > c.maxKey {
+		return c.applyErr(*d, fmt.Errorf("the record of the feed's position has a key of %d bytes (the feed's and the namespace's names), more than %s takes (%d): use shorter names: %w",
+			n, c.kind, c.maxKey, ErrTooLarge))
+	}
+	if d.Feed != "" && !c.opts.Sync && !c.opts.Unbound && !c.bound(d.Feed) {
+		return c.applyErr(*d, fmt.Errorf("%w: nothing keeps the feed's pointer behind what the store has made durable, so a crash would lose the lines of the last batches; "+
+			"declare the store on the processor group (framework.GroupConfig.Store), which binds it; or call Store.Bind(%q, checkpoint) before the first Apply; "+
+			"or, if the caller resumes from the store itself (Store.AppliedAll), open the store with Options.Unbound", ErrNotBound, d.Feed))
+	}
+	fs.admitted = true
+	return nil
+}
+
+// bound reports whether a checkpoint of feed is bound. c.mu held.
+func (c *core) bound(feed string) bool {
+	for _, cp := range c.binds {
+		if cp.Feed() == feed {
+			return true
+		}
+	}
+	return false
+}
+
 // leave records, as an Apply stages its line, what lets the next one in
 // without the lock (see apply): the view of the batches, the version of
 // what the committer changes, and whether the store is usable with room
@@ -587,7 +666,7 @@ func (c *core) enter(ctx context.Context, ns *nsStore, d *dedupe.Delivery) (fs *
 func (c *core) leave() {
 	c.snapshot()
 	c.fastVer = c.ver.Load()
-	c.fastOK = !c.closed && c.failed == nil && !c.opts.Sync && (c.cur.count < c.bsize || c.sealed == nil)
+	c.fastOK = !c.closed && c.failed == nil && !c.opts.Sync && (!c.full(c.cur) || c.sealed == nil)
 }
 
 // setLineage sets l to the position of d, with the identity and
@@ -609,9 +688,9 @@ func (c *core) beforeApply(ctx context.Context, d dedupe.Delivery) error {
 	if err := c.unusable(); err != nil {
 		return c.applyErr(d, err)
 	}
-	if !c.opts.Sync && c.cur.count >= c.bsize && c.sealed != nil {
+	if !c.opts.Sync && c.full(c.cur) && c.sealed != nil {
 		c.stats.BackPressure++
-		for c.cur.count >= c.bsize && c.sealed != nil && c.unusable() == nil {
+		for c.full(c.cur) && c.sealed != nil && c.unusable() == nil {
 			if err := c.wait(ctx); err != nil {
 				return fmt.Errorf("apply feed %q epoch %d position %d: waiting for a batch to commit: %w", d.Feed, d.Epoch, d.Position, err)
 			}
@@ -620,7 +699,7 @@ func (c *core) beforeApply(ctx context.Context, d dedupe.Delivery) error {
 			return c.applyErr(d, err)
 		}
 	}
-	if !c.opts.Sync && c.cur.count >= c.bsize && c.sealed == nil {
+	if !c.opts.Sync && c.full(c.cur) && c.sealed == nil {
 		// The committer could not cut the full batch when the last one
 		// committed: this Apply held the token, waiting. The line goes
 		// into the next batch.
@@ -659,6 +738,7 @@ func (c *core) stage(b *batch) {
 			c.outFree[o.name] = nil
 		}
 		b.outputs[o.name] = append(p, tw.obuf[o.o0:o.o1]...)
+		b.counted(o.o1 - o.o0)
 	}
 }
 
@@ -996,7 +1076,7 @@ func (c *core) commit(b *batch) {
 	// A batch that filled up, or grew old, while this one committed is cut
 	// at once rather than at the next tick.
 	if !c.opts.Sync && c.failed == nil && c.cur.count > 0 &&
-		(c.cur.count >= c.bsize || time.Since(c.cur.started) >= c.opts.batchInterval()) {
+		(c.full(c.cur) || time.Since(c.cur.started) >= c.opts.batchInterval()) {
 		c.tryCut()
 	}
 	c.broadcast()

@@ -195,6 +195,9 @@ type txWrites struct {
 	ubuf []byte // the old bytes of undo
 	outs []txOut
 	obuf []byte // output bytes of outs
+	// refused is the error of a write the backend cannot store: it
+	// fails the Apply even if the function goes on.
+	refused error
 }
 
 // undoRec is what an Apply's first change of an entry replaced: the entry
@@ -214,6 +217,7 @@ type txOut struct {
 
 func (w *txWrites) reset() {
 	w.gen++
+	w.refused = nil
 	w.undo = w.undo[:0]
 	w.outs = w.outs[:0]
 	// Do not keep the memory of an unusually large transaction.
@@ -387,10 +391,14 @@ func (tx *Tx) getOlder(q *bkey) ([]byte, bool, error) {
 	return v, ok, nil
 }
 
-// Put sets key to value. Both are copied.
+// Put sets key to value. Both are copied. A key or value longer than the
+// backend takes fails with a [*TooLargeError], and so does the Apply.
 func (b *Bucket) Put(key, value []byte) error {
 	if err := b.tx.check(true); err != nil {
 		return err
+	}
+	if c := b.tx.c; len(b.prefix)+len(key) > c.maxKey || len(value) > c.maxVal {
+		return b.tx.tooLarge(b.bucketInfo, key, value)
 	}
 	var q bkey
 	q.set(b.bucketInfo, key)
@@ -398,10 +406,14 @@ func (b *Bucket) Put(key, value []byte) error {
 	return nil
 }
 
-// Delete removes key.
+// Delete removes key. A key longer than the backend takes is not there:
+// deleting it does nothing.
 func (b *Bucket) Delete(key []byte) error {
 	if err := b.tx.check(true); err != nil {
 		return err
+	}
+	if len(b.prefix)+len(key) > b.tx.c.maxKey {
+		return nil
 	}
 	var q bkey
 	q.set(b.bucketInfo, key)
@@ -447,6 +459,9 @@ func (b *Bucket) AddInt64(key []byte, delta int64) (int64, error) {
 // addInt64 is AddInt64 in Apply: the key is hashed and looked up once,
 // and a key the staging batch holds is changed there in place.
 func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, error) {
+	if len(bi.prefix)+len(key) > tx.c.maxKey {
+		return 0, tx.tooLarge(bi, key, nil)
+	}
 	var q bkey
 	q.set(bi, key)
 	var v []byte
@@ -471,6 +486,25 @@ func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, error) {
 	binary.BigEndian.PutUint64(a[:], uint64(n))
 	tx.put(&q, e, a[:], false)
 	return n, nil
+}
+
+// tooLarge returns the error of a write of key and value to bucket bi
+// that the backend cannot store, and records it to fail the Apply.
+func (tx *Tx) tooLarge(bi *bucketInfo, key, value []byte) error {
+	c := tx.c
+	e := &TooLargeError{
+		Backend: c.kind, Dir: c.dir, Namespace: bi.ns, Bucket: bi.name,
+		What: "key", Len: len(bi.prefix) + len(key), PrefixLen: len(bi.prefix), Limit: c.maxKey,
+		KeyLen: len(key), KeyStart: append([]byte(nil), key[:min(len(key), 32)]...),
+		Feed: tx.d.Feed, Epoch: tx.d.Epoch, Position: tx.d.Position,
+	}
+	if e.Len <= c.maxKey {
+		e.What, e.Len, e.Limit = "value", len(value), c.maxVal
+	}
+	if tx.w.refused == nil {
+		tx.w.refused = e
+	}
+	return e
 }
 
 // ForEach calls fn for every key of the bucket in key order, as the

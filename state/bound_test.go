@@ -1,0 +1,114 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tidemark-go/tidemark/dedupe"
+)
+
+// TestApplyNeedsABinding: a batched Apply of a feed that no checkpoint is
+// bound to fails with ErrNotBound, naming the feed, the store and the fix,
+// calls no function and stages nothing; a Bind lets the feed in. The Sync
+// mode, Options.Unbound and a delivery without a feed need no binding.
+func TestApplyNeedsABinding(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		dir := t.TempDir()
+		o := testOpts()
+		o.Unbound = false
+		s := mustOpen(t, be, dir, o)
+		ctx := context.Background()
+		called := 0
+		fn := func(tx *Tx) error {
+			called++
+			_, err := tx.AddInt64([]byte("count"), 1)
+			return err
+		}
+		notBound := func(d dedupe.Delivery) {
+			t.Helper()
+			ok, err := s.Apply(ctx, d, fn)
+			if ok || !errors.Is(err, ErrNotBound) {
+				t.Fatalf("Apply of unbound feed %q: %v, %v; want ErrNotBound", d.Feed, ok, err)
+			}
+			for _, want := range []string{`"` + d.Feed + `"`, dir, "GroupConfig.Store", "Store.Bind", "Options.Unbound"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("error does not say %q: %v", want, err)
+				}
+			}
+		}
+		notBound(del("f", 1, 1))
+		notBound(del("f", 1, 2)) // the verdict is not cached as a success
+		// A bound feed applies, and an unbound one after it still fails:
+		// the way in without the lock never skips the check.
+		var p progress
+		if err := s.Bind("g", hold("g", &p)); err != nil {
+			t.Fatal(err)
+		}
+		for n := 1; n <= 3; n++ {
+			if ok, err := s.Apply(ctx, del("g", 1, n), fn); !ok || err != nil {
+				t.Fatalf("Apply of bound feed g: %v, %v", ok, err)
+			}
+		}
+		notBound(del("f", 1, 3))
+		notBound(del("f", 1, 4))
+		// The same feed in another namespace is the same feed: bound.
+		if ok, err := s.Namespace("other").Apply(ctx, del("g", 1, 1), fn); !ok || err != nil {
+			t.Fatalf("Apply of bound feed g in another namespace: %v, %v", ok, err)
+		}
+		// Epoch 0 is no exemption: the feed's pointer would still move.
+		notBound(dedupe.Delivery{Feed: "f"})
+		// A delivery without a feed name has no pointer to keep behind.
+		if ok, err := s.Apply(ctx, dedupe.Delivery{}, fn); !ok || err != nil {
+			t.Fatalf("Apply without a feed: %v, %v", ok, err)
+		}
+		if called != 5 {
+			t.Fatalf("function called %d times, want 5 (never for an unbound feed)", called)
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := s.Applied("f"); ok {
+			t.Fatal("an unbound feed's position was recorded")
+		}
+		if got := getInt(t, s, "count"); got != 4 {
+			t.Fatalf("count = %d, want 4", got)
+		}
+		// Bind comes late: the feed is let in from then on.
+		if err := s.Bind("f", hold("f", &p)); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s.Apply(ctx, del("f", 1, 5), fn); !ok || err != nil {
+			t.Fatalf("Apply after Bind: %v, %v", ok, err)
+		}
+	})
+}
+
+func TestApplyWithoutBindingWhereNoneIsNeeded(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		for _, tc := range []struct {
+			name string
+			set  func(o *Options)
+		}{
+			{"sync", func(o *Options) { o.Sync = true }},
+			{"unbound", func(o *Options) { o.Unbound = true }},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				o := testOpts()
+				o.Unbound = false
+				tc.set(o)
+				s := mustOpen(t, be, t.TempDir(), o)
+				for n := 1; n <= 3; n++ {
+					applyLine(t, s, del("f", 1, n))
+				}
+				if err := s.Flush(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if l, _ := s.Applied("f"); l.Position != 30 {
+					t.Fatalf("Applied = %+v", l)
+				}
+			})
+		}
+	})
+}
