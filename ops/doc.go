@@ -1,14 +1,17 @@
 // Package ops is the operator's side of a running tidemark server: an
 // opt-in HTTP listener that serves Prometheus metrics, every feed's status
-// as JSON and as a small page, and the operator command that releases a
-// removed consumer's hold.
+// as JSON and as a small page, liveness and readiness probes, and the
+// operator command that releases a removed consumer's hold.
 //
 // # Endpoints
 //
 //	GET  /                      the status as a page that reloads itself
-//	GET  /status                every feed's and store's status ([Report])
+//	GET  /status                the status of every feed, group and store ([Report])
 //	GET  /status/{feed}         one feed's status ([FeedReport])
 //	GET  /metrics               Prometheus metrics (names below)
+//	GET  /livez, /healthz       "ok": the process is alive and its listener answers
+//	GET  /readyz                200 when the server is ready, 503 when not,
+//	                            with one line per check (below)
 //	POST /feeds/{feed}/release  consumer=<group>: give up the hold a removed
 //	                            consumer has on the feed's pointer
 //
@@ -18,6 +21,27 @@
 // restart; a restart instead re-delivers the held lines to every consumer.
 // The command-line tool does the same: tidemark release --addr HOST:PORT
 // --feed F --consumer G.
+//
+// # Health
+//
+// /readyz answers 503 while the server is not ready: it has stopped, a
+// feed has not started reading or is stopped, stalled or failing to write
+// its pointer, a group is dead, fenced or restarting, a store has failed a
+// commit, or a status could not be read. A feed waiting for its input to
+// appear is ready. The body is plain text, a line per check, then the
+// verdict:
+//
+//	[+]feed orders ok
+//	[-]feed payments: stalled: a removed consumer left unprocessed items: audit (15 items); restart, or Release the hold
+//	[+]group ledger ok
+//	[-]group audit: is fenced: processor audit failed on feed payments at epoch 1764…, position 4096: …
+//	readyz check failed: 2 of 4 checks
+//
+// The verdict is [Report.Health], computed from the same report /status
+// serves: tidemark status --check computes it from /status and exits 3
+// with the same reasons. /livez (and its older name /healthz) answers "ok"
+// whenever the process answers at all: restart on liveness, route or alert
+// on readiness.
 //
 // # Access
 //
@@ -41,6 +65,13 @@
 //	      - targets: ["tidemark-1.example.net:9100"]
 //
 // and tidemark status and release take --token (or $TIDEMARK_TOKEN).
+//
+// The probes are the exception: a prober (a kubelet, a load balancer)
+// seldom holds a secret, so /livez and /healthz answer without the token
+// (they say nothing but "ok"), and so does /readyz, with its status code
+// and verdict alone; with the token, /readyz names the feeds and groups
+// and says why. Without a token, the probes too serve loopback clients
+// only: to probe from another host, set a token.
 //
 // Either way, a request must name in its Host header localhost, an IP
 // address, or one of Config.AllowedHosts (for the example above,
@@ -88,6 +119,12 @@
 //	  _lines_failed_total, _lines_skipped_total, _lines_oversize_total,
 //	  _partial_lines_dropped_total, _releases_total, _poll_errors_total,
 //	  _commit_errors_total, _reopens_total{reason}
+//	tidemark_build_info{version, revision, goversion}  1: the tidemark module's
+//	  version in the program (runtime/debug.ReadBuildInfo), its VCS revision
+//	  when tidemark is the main module, and the Go version
+//	per group (label group)
+//	  tidemark_group_state{state} (1 for the current state: running, fenced,
+//	  dead, removed, restarting)
 //	per feed and group (labels feed, group)
 //	  tidemark_queue_depth, _lines_processed_total, _failures_total,
 //	  _lines_skipped_total, _lines_dropped_total, _fenced (0/1),

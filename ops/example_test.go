@@ -69,3 +69,22 @@ func Example() {
 	fmt.Printf("%s: %s, read to %d of %d bytes, settled %v\n", f.Name, f.State, f.ReadPosition, f.FileSize, f.Settled)
 	// Output: orders: caught up, read to 13 of 13 bytes, settled true
 }
+
+// Report.Health is the verdict of /readyz and of tidemark status --check.
+func ExampleReport_Health() {
+	r := ops.Report{
+		Feeds: []ops.FeedReport{
+			{Name: "orders", State: "caught up"},
+			{Name: "payments", State: "behind", Stalled: true, StallReason: "no live consumer"},
+		},
+		Groups: []ops.GroupReport{{Name: "ledger", State: "running"}},
+	}
+	h := r.Health()
+	fmt.Println("ready:", h.Ready())
+	for _, c := range h.Problems() {
+		fmt.Println(c)
+	}
+	// Output:
+	// ready: false
+	// feed payments: stalled: no live consumer
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -74,6 +75,33 @@ type Server interface {
 type FeedNamer interface {
 	FeedNames() []string
 }
+
+// GroupReporter is implemented by a Server that reports its processor
+// groups, as a *framework.Server does: their states are in /status and
+// /metrics, and a dead, fenced or restarting group makes the server not
+// ready. Without it, readiness looks at the fences of the feeds' queues.
+type GroupReporter interface {
+	GroupNames() []string
+	GroupStatus(name string) (framework.GroupStatus, error)
+}
+
+// Lifecycle is implemented by a Server that says when it has stopped, as
+// a *framework.Server does: a stopped server is not ready, and /status
+// says why it stopped.
+type Lifecycle interface {
+	// Done is closed once the server has stopped.
+	Done() <-chan struct{}
+	// Err is the error that stopped it, once Done is closed; nil for a
+	// clean stop.
+	Err() error
+}
+
+var (
+	_ Server        = (*framework.Server)(nil)
+	_ FeedNamer     = (*framework.Server)(nil)
+	_ GroupReporter = (*framework.Server)(nil)
+	_ Lifecycle     = (*framework.Server)(nil)
+)
 
 // StoreConfig is a store whose counters and durable positions the listener
 // reports.
@@ -167,9 +195,11 @@ type Config struct {
 // Listener is the operator's HTTP endpoint of a running server:
 //
 //	GET  /                         a page with every feed's status, reloading itself
-//	GET  /status                   every feed's and store's status as JSON (Report)
+//	GET  /status                   every feed's, group's and store's status as JSON (Report)
 //	GET  /status/{feed}            one feed's status as JSON (FeedReport)
 //	GET  /metrics                  Prometheus metrics
+//	GET  /livez, /healthz          "ok" while the process answers
+//	GET  /readyz                   200 when ready, 503 when not, with the checks (Report.Health)
 //	POST /feeds/{feed}/release     give up a removed consumer's hold:
 //	                               consumer=<group> in the query or form
 //
@@ -261,7 +291,7 @@ func New(cfg Config) (*Listener, error) {
 		l.obs = NewObserver()
 	}
 	col := &collector{l: l}
-	for _, c := range []prometheus.Collector{col, l.obs} {
+	for _, c := range []prometheus.Collector{col, l.obs, newBuildInfo()} {
 		if err := l.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("ops: register metrics: %w", err)
 		}
@@ -281,6 +311,9 @@ func New(cfg Config) (*Listener, error) {
 	mux.HandleFunc("GET /status/{feed}", l.serveFeedStatus)
 	mux.HandleFunc("POST /feeds/{feed}/release", l.serveRelease)
 	mux.HandleFunc("GET /{$}", l.servePage)
+	mux.HandleFunc("GET /livez", serveAlive)
+	mux.HandleFunc("GET /healthz", serveAlive)
+	mux.HandleFunc("GET /readyz", l.serveReady)
 	l.handler = l.guard(http.NewCrossOriginProtection().Handler(mux))
 	return l, nil
 }
@@ -411,7 +444,7 @@ func (l *Listener) guard(next http.Handler) http.Handler {
 			l.refuse(w, r, refusedHost, http.StatusForbidden, fmt.Sprintf(
 				"the request names the host %q, which this listener does not serve (a guard against DNS rebinding): use localhost or the listener's IP address, or add the name to the listener's allowed hosts", r.Host))
 			return
-		case l.cfg.Token != "" && !l.tokenOK(r):
+		case l.cfg.Token != "" && !probes[r.URL.Path] && !l.tokenOK(r):
 			w.Header().Add("WWW-Authenticate", `Bearer realm="tidemark"`)
 			w.Header().Add("WWW-Authenticate", `Basic realm="tidemark", charset="UTF-8"`)
 			l.refuse(w, r, refusedToken, http.StatusUnauthorized,
@@ -565,6 +598,33 @@ func (l *Listener) feedNames() []string {
 		return l.cfg.Feeds
 	}
 	return l.cfg.Server.(FeedNamer).FeedNames()
+}
+
+// probes are the paths that answer without the token: a prober (a
+// kubelet, a load balancer) rarely holds a secret. /livez and /healthz say
+// nothing but that the process answers; /readyz without the token says
+// only ready or not.
+var probes = map[string]bool{"/livez": true, "/healthz": true, "/readyz": true}
+
+// serveAlive answers /livez and /healthz: the process is alive and its
+// listener answers.
+func serveAlive(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+// serveReady answers /readyz: 200 when the server is ready, 503 when not,
+// with a line per check (only the verdict when a token is configured and
+// the request does not carry it).
+func (l *Listener) serveReady(w http.ResponseWriter, r *http.Request) {
+	h := l.report().Health()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if !h.Ready() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	writeReadiness(w, h, l.cfg.Token == "" || l.tokenOK(r))
 }
 
 func (l *Listener) serveStatus(w http.ResponseWriter, r *http.Request) {

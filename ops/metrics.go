@@ -1,9 +1,13 @@
 package ops
 
 import (
+	"cmp"
 	"fmt"
 	"log"
 	"log/slog"
+	"reflect"
+	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/framework"
 )
 
 // Observer holds the histograms that cannot be read from status at scrape
@@ -164,7 +169,8 @@ var (
 	dBackPress  = desc("tidemark_store_backpressure_total", "Apply calls that waited for a batch to commit.", lStore)
 	dDurPos     = desc("tidemark_store_durable_position_bytes", "Last position of a feed a store made durable.", lStoreFeed)
 	dDurEpoch   = desc("tidemark_store_durable_epoch", "Epoch of the last position of a feed a store made durable.", lStoreFeed)
-	dScrapeErr  = desc("tidemark_ops_status_errors", "Feeds whose status could not be read at this scrape.", nil)
+	dGroupState = desc("tidemark_group_state", "1 for the processor group's current state (running, fenced, dead, removed, restarting).", []string{"group", "state"})
+	dScrapeErr  = desc("tidemark_ops_status_errors", "Feeds and groups whose status could not be read at this scrape.", nil)
 	dConns      = desc("tidemark_ops_connections", "Connections the operator listener holds open.", nil)
 	dEvicted    = desc("tidemark_ops_connections_evicted_total", "Quiet connections the operator listener closed to make room at its connection cap.", nil)
 	dRefused    = desc("tidemark_ops_requests_refused_total", "Requests the operator listener refused, by reason.", []string{"reason"})
@@ -173,10 +179,70 @@ var (
 		dFailed, dSkipped, dOversize, dPartDrop, dReleased, dPollErr, dCommitErr, dPending, dCommitLag, dConsumers,
 		dStalled, dSettled, dState, dReopens, dDepth, dProcessed, dQFailures, dQSkipped, dQDropped,
 		dFenced, dHeld, dCommits, dFailedCmt, dStoreFail, dApplied, dRedeliv, dByLineage, dStaged,
-		dBackPress, dDurPos, dDurEpoch, dScrapeErr, dConns, dEvicted, dRefused,
+		dBackPress, dDurPos, dDurEpoch, dGroupState, dScrapeErr, dConns, dEvicted, dRefused,
 	}
-	allStates = []feed.State{feed.StateStarting, feed.StateWaiting, feed.StateBehind, feed.StateCaughtUp, feed.StateDone, feed.StateStopped}
+	allStates      = []feed.State{feed.StateStarting, feed.StateWaiting, feed.StateBehind, feed.StateCaughtUp, feed.StateDone, feed.StateStopped}
+	allGroupStates = []framework.GroupState{framework.GroupRunning, framework.GroupFenced, framework.GroupDead, framework.GroupRemoved, framework.GroupRestarting}
 )
+
+// newBuildInfo returns the tidemark_build_info gauge: 1, with the version
+// of the tidemark module the program was built with, the VCS revision when
+// tidemark is the main module, and the Go version, as Prometheus' own
+// *_build_info metrics have them.
+func newBuildInfo() prometheus.Collector {
+	version, revision := buildVersion()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tidemark_build_info",
+		Help: "1, labelled with the tidemark version, VCS revision and Go version the program was built with.",
+		ConstLabels: prometheus.Labels{
+			"version": version, "revision": revision, "goversion": runtime.Version(),
+		},
+	})
+	g.Set(1)
+	return g
+}
+
+// modulePath is the tidemark module's path, found from this package's.
+var modulePath = strings.TrimSuffix(reflect.TypeFor[Listener]().PkgPath(), "/ops")
+
+// buildVersion returns the tidemark module's version in the running
+// program ("(devel)" for a build inside the module itself, "unknown"
+// without build information) and, when tidemark is the main module, the
+// VCS revision it was built from ("-modified" when the tree had changes).
+func buildVersion() (version, revision string) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown", ""
+	}
+	if bi.Main.Path == modulePath {
+		var modified bool
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				revision = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+		if modified && revision != "" {
+			revision += "-modified"
+		}
+		return cmp.Or(bi.Main.Version, "unknown"), revision
+	}
+	for _, d := range bi.Deps {
+		if d.Path != modulePath {
+			continue
+		}
+		if r := d.Replace; r != nil {
+			if r.Version == "" {
+				return "replaced by " + r.Path, ""
+			}
+			return r.Version, ""
+		}
+		return cmp.Or(d.Version, "unknown"), ""
+	}
+	return "unknown", ""
+}
 
 func desc(name, help string, labels []string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)
@@ -268,6 +334,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, g := range heldOrder {
 			gauge(dHeld, float64(held[g]), name, g)
+		}
+	}
+	if gr, ok := c.l.cfg.Server.(GroupReporter); ok {
+		for _, name := range gr.GroupNames() {
+			st, err := gr.GroupStatus(name)
+			if err != nil {
+				errs++
+				continue
+			}
+			for _, s := range allGroupStates {
+				gauge(dGroupState, b2f(s == st.State), name, string(s))
+			}
 		}
 	}
 	gauge(dScrapeErr, float64(errs))

@@ -6,18 +6,63 @@ import (
 	"github.com/tidemark-go/tidemark/framework"
 )
 
-// Report is the body of GET /status: every feed's status and every
-// configured store's counters at one moment. The command-line tool
-// (cmd/tidemark status) decodes it.
+// Report is the body of GET /status: every feed's status, every group's
+// and every configured store's counters at one moment. The command-line
+// tool (cmd/tidemark status) decodes it; [Report.Health] says whether it
+// shows a server that is ready.
 type Report struct {
 	// Time is when the report was made.
 	Time time.Time `json:"time"`
+	// Stopped is true once the server has stopped (for a Server that says
+	// so: see [Lifecycle]); StopError is the error that stopped it, if
+	// any.
+	Stopped   bool   `json:"stopped,omitempty"`
+	StopError string `json:"stopError,omitempty"`
 	// Feeds has one entry per feed, in the server's order.
 	Feeds []FeedReport `json:"feeds"`
+	// Groups has one entry per processor group, in the server's order,
+	// for a Server that reports them ([GroupReporter]); nil otherwise.
+	Groups []GroupReport `json:"groups,omitempty"`
 	// Stores has one entry per configured store.
 	Stores []StoreReport `json:"stores,omitempty"`
-	// Errors lists the feeds whose status could not be read, and why.
+	// Errors lists the feeds and groups whose status could not be read,
+	// and why.
 	Errors []string `json:"errors,omitempty"`
+}
+
+// GroupReport is the JSON form of [framework.GroupStatus].
+type GroupReport struct {
+	Name string `json:"name"`
+	// State is the group's [framework.GroupState]: running, fenced, dead,
+	// removed or restarting.
+	State      string   `json:"state"`
+	Processors []string `json:"processors,omitempty"`
+	// Feeds are the feeds the group has a live queue on.
+	Feeds []string `json:"feeds,omitempty"`
+	// Fence is the failure that quarantined a fenced group.
+	Fence *FenceReport `json:"fence,omitempty"`
+}
+
+// FenceReport is the JSON form of [framework.Fence]: the processor that
+// failed, the line it failed on, and its last error.
+type FenceReport struct {
+	Processor string `json:"processor"`
+	Feed      string `json:"feed"`
+	Epoch     uint64 `json:"epoch"`
+	Position  int64  `json:"position"`
+	Error     string `json:"error"`
+}
+
+// NewGroupReport converts a group's status to its report.
+func NewGroupReport(st framework.GroupStatus) GroupReport {
+	r := GroupReport{Name: st.Name, State: string(st.State), Processors: st.Processors, Feeds: st.Feeds}
+	if fc := st.Fence; fc != nil {
+		r.Fence = &FenceReport{Processor: fc.Processor, Feed: fc.Delivery.Feed, Epoch: fc.Delivery.Epoch, Position: fc.Delivery.Position}
+		if fc.Err != nil {
+			r.Fence.Error = fc.Err.Error()
+		}
+	}
+	return r
 }
 
 // FeedReport is the JSON form of [framework.FeedStatus]: its own fields,
@@ -204,9 +249,20 @@ func newStoreReport(sc StoreConfig, feeds []string) StoreReport {
 	return r
 }
 
-// report reads the status of every feed and store.
+// report reads the status of the server and of every feed, group and
+// store.
 func (l *Listener) report() Report {
 	r := Report{Time: time.Now().UTC(), Feeds: []FeedReport{}}
+	if lc, ok := l.cfg.Server.(Lifecycle); ok {
+		select {
+		case <-lc.Done():
+			r.Stopped = true
+			if err := lc.Err(); err != nil {
+				r.StopError = err.Error()
+			}
+		default:
+		}
+	}
 	feeds := l.feedNames()
 	for _, name := range feeds {
 		st, err := l.cfg.Server.FeedStatus(name)
@@ -215,6 +271,17 @@ func (l *Listener) report() Report {
 			continue
 		}
 		r.Feeds = append(r.Feeds, NewFeedReport(st))
+	}
+	if gr, ok := l.cfg.Server.(GroupReporter); ok {
+		r.Groups = []GroupReport{}
+		for _, name := range gr.GroupNames() {
+			st, err := gr.GroupStatus(name)
+			if err != nil {
+				r.Errors = append(r.Errors, "group "+name+": "+err.Error())
+				continue
+			}
+			r.Groups = append(r.Groups, NewGroupReport(st))
+		}
 	}
 	for _, sc := range l.cfg.Stores {
 		r.Stores = append(r.Stores, newStoreReport(sc, storeFeeds(sc, feeds)))

@@ -14,7 +14,9 @@
 // Flags may follow the positional arguments. The exit status is 0 when the
 // command did what it was asked, 1 when it failed or refused (the message
 // on stderr says why and what to do), 2 for a wrong command line, and 3 when
-// status --check found a stalled feed or a failed store.
+// status --check found the server not ready, by the rules of the
+// listener's /readyz (a stalled feed, a dead or fenced group, a failed
+// store, a stopped server; see ops.Report.Health).
 //
 // # Upgrading from the product tidemark replaces
 //

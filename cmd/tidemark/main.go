@@ -14,7 +14,7 @@ const (
 	exitOK    = 0 // done
 	exitFail  = 1 // the command failed or refused: stderr says why and what to do
 	exitUsage = 2 // the command line is wrong: stderr shows the usage
-	exitCheck = 3 // status --check: a feed is stalled or a store failed
+	exitCheck = 3 // status --check: the server is not ready (a stalled feed, a dead group, a failed store...)
 )
 
 const usageText = `tidemark: operator tool for tidemark feeds, pointer files and stores.
@@ -29,8 +29,8 @@ Usage:
   tidemark help [COMMAND]
 
 Exit status: 0 done, 1 failed or refused (the message says why and what to
-do), 2 wrong command line, 3 status --check found a stalled feed or a failed
-store.
+do), 2 wrong command line, 3 status --check found the server not ready (a
+stalled feed, a dead or fenced group, a failed store: what /readyz reports).
 
 Run "tidemark help COMMAND" for a command's details.
 `

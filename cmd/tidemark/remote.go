@@ -25,9 +25,11 @@ bytes behind, pending acks, consumers, settled or stalled and why), a table
 of the groups' queues on each feed, and the stores the listener reports.
 A listener with a token demands it (--token, or $TIDEMARK_TOKEN).
 --json prints the listener's JSON as it is. --check makes the exit status 3
-when a feed is stalled (it holds its pointer for a reason that waiting does
-not clear) or a store failed a commit: for a launcher that treats a stall
-as a failure.
+when the server is not ready, by the same rules as the listener's /readyz:
+it has stopped, a feed has not started or is stopped, stalled (it holds its
+pointer for a reason that waiting does not clear) or failing to write its
+pointer, a group is dead, fenced or restarting, or a store failed a
+commit; stderr says which and why.
 `
 
 const releaseHelp = `Usage:
@@ -124,7 +126,7 @@ func runStatus(args []string, stdout io.Writer) error {
 	var rf remoteFlags
 	rf.register(fs)
 	asJSON := fs.Bool("json", false, "print the listener's JSON")
-	check := fs.Bool("check", false, "exit 3 when a feed is stalled or a store failed")
+	check := fs.Bool("check", false, "exit 3 when the server is not ready (as /readyz says)")
 	pos, err := parse("status", fs, args)
 	if err != nil {
 		return err
@@ -157,24 +159,19 @@ func runStatus(args []string, stdout io.Writer) error {
 // errUnhealthy is wrapped by the error of status --check.
 var errUnhealthy = errors.New("unhealthy")
 
-// unhealthy returns an error wrapping errUnhealthy that lists the stalled
-// feeds and failed stores of r, or nil.
+// unhealthy returns an error wrapping errUnhealthy that lists what keeps
+// the server of r from being ready, or nil: the same verdict as the
+// listener's /readyz ([ops.Report.Health]).
 func unhealthy(r ops.Report) error {
-	var bad []string
-	for _, f := range r.Feeds {
-		if f.Stalled {
-			bad = append(bad, fmt.Sprintf("feed %s is stalled: %s", f.Name, f.StallReason))
-		}
-	}
-	for _, s := range r.Stores {
-		if s.Failed {
-			bad = append(bad, fmt.Sprintf("store %s failed a commit: %s", s.Name, s.LastError))
-		}
-	}
+	bad := r.Health().Problems()
 	if len(bad) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s", errUnhealthy, strings.Join(bad, "; "))
+	msgs := make([]string, len(bad))
+	for i, c := range bad {
+		msgs[i] = c.String()
+	}
+	return fmt.Errorf("%w: %s", errUnhealthy, strings.Join(msgs, "; "))
 }
 
 // printReport prints a status report as tables.
@@ -227,6 +224,21 @@ func printReport(out io.Writer, r ops.Report) error {
 			return err
 		}
 	}
+	if len(r.Groups) > 0 {
+		fmt.Fprintln(out)
+		w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "GROUP\tSTATE\tPROCESSORS\tFEEDS")
+		for _, g := range r.Groups {
+			state := g.State
+			if fc := g.Fence; fc != nil {
+				state += fmt.Sprintf(": processor %s failed on feed %s at position %d (epoch %d): %s", fc.Processor, fc.Feed, fc.Position, fc.Epoch, fc.Error)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", g.Name, state, strings.Join(g.Processors, ","), strings.Join(g.Feeds, ","))
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
 	if len(r.Stores) > 0 {
 		fmt.Fprintln(out)
 		w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -245,6 +257,13 @@ func printReport(out io.Writer, r ops.Report) error {
 		if err := w.Flush(); err != nil {
 			return err
 		}
+	}
+	if r.Stopped {
+		msg := "the server has stopped"
+		if r.StopError != "" {
+			msg += ": " + r.StopError
+		}
+		fmt.Fprintln(out, msg)
 	}
 	for _, e := range r.Errors {
 		fmt.Fprintf(out, "error: %s\n", e)

@@ -4,14 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/stretchr/testify/require"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/framework"
@@ -140,7 +143,16 @@ func TestStatusAndReleaseOfARunningServer(t *testing.T) {
 	r = tm("status", "--addr", addr, "--check", "--token", "s3cret")
 	expect(t, r, exitCheck)
 	require.Contains(t, r.stdout, "STALLED")
-	require.Contains(t, r.stderr, "unhealthy: feed in is stalled: a removed consumer left unprocessed items: A")
+	require.Contains(t, r.stderr, "unhealthy: feed in: stalled: a removed consumer left unprocessed items: A")
+	// The groups are listed, and the listener's /readyz says the same.
+	require.Contains(t, r.stdout, "GROUP  STATE")
+	resp, err := http.Get("http://" + addr + "/readyz")
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Contains(t, string(b), "readyz check failed")
 
 	r = tm("status", "--addr", "http://"+addr+"/", "--json", "--token", "s3cret")
 	expect(t, r, exitOK)
