@@ -84,9 +84,9 @@ func TestListenerHoldsUnderLoad(t *testing.T) {
 	host := "Host: " + addr + "\r\n"
 	kinds := []string{
 		"", // connects and sends nothing
-		"GET /livez HTTP/1.1\r\n" + host + "\r\n",                                // one request, then an idle keep-alive
-		"GET /status HTTP/1.1\r\n" + host + "X-Slow: a",                          // half a header
-		"GET /metrics HTTP/1.1\r\n" + host + "Content-Length: 100000\r\n\r\nabc", // a body a GET does not take, trickled
+		"GET /livez HTTP/1.1\r\n" + host + "\r\n",       // one request, then an idle keep-alive
+		"GET /status HTTP/1.1\r\n" + host + "X-Slow: a", // half a header
+		"GET /metrics HTTP/1.1\r\n" + host + "Authorization: Bearer " + token + "\r\nContent-Length: 100000\r\n\r\nabc",                             // a body a GET does not take, trickled, with the token
 		"POST /feeds/in/release HTTP/1.1\r\n" + host + "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100000\r\n\r\nconsumer=", // a slow body without the token
 	}
 	// A few slow bodies with the token: they are requests the listener
