@@ -220,6 +220,12 @@
 //	                                                       byte offset (**)
 //	legacy pointer past the end of the file                0                  new     warning
 //
+// Then, where the table keeps the epoch (the first two "kept" rows and the
+// renamed file) or migrates a legacy pointer, the start is lowered to the
+// floor of the stores when the framework passed resume points (see
+// "Resuming from the stores" below); every other row starts a new epoch
+// from 0, with nothing to lower.
+//
 // (**) The product tidemark replaces counted UTF-16 code units, which equal
 // bytes only for ASCII text. The count is taken as a byte offset; when that
 // falls inside a line (after non-ASCII text, it does), the source resumes
@@ -231,6 +237,44 @@
 // A pointer file that cannot be read at all (an I/O error, a permission) is
 // not guessed around: Poll returns the error, naming the file, and the next
 // Poll tries again.
+//
+// # Resuming from the stores
+//
+// The pointer file says how far the feed's commits got; a store that keeps
+// a processor's state says how far that processor durably applied the
+// lines. When they disagree the store is the truth: a store restored from
+// a backup, one that lost the tail of its log, or a new one, is behind the
+// pointer, and starting at the pointer would skip the lines it lacks.
+// [FileSource] implements [Resumer]: before the first Poll, the framework
+// passes one [ResumePoint] per store of the groups subscribing to the feed,
+// and at the first open, once the table above has kept the pointer's epoch
+// E at position P, the source starts at the lowest position they cover,
+// if that is below P:
+//
+//	the store's record                                  covers
+//	none (the store has no record of the feed)          nothing: read from 0
+//	in epoch E                                          its position (a line end of the bytes the pointer vouches for)
+//	of another epoch, and the input holds the bytes     its position: the store skips the lines it holds
+//	  it was applied from: its first Fingerprint.Len      by their lineage
+//	  bytes, at least its length, the TailLen bytes
+//	  before its position
+//	of another epoch, the input does not hold them      nothing: read from 0
+//
+// The start is min(P, the lowest cover), in epoch E: a store ahead of the
+// pointer changes nothing. The pointer file is not moved back: it stays at
+// P (Status.CommittedPosition too), and commits at or below P are not
+// stored until the reading passes it, so that a processor without a store
+// is not sent back after a crash. Those commits still say which lines are
+// processed: a rotation noticed while re-reading, or the input renamed away
+// read again from the store's position, waits for them before it moves to
+// a new epoch, as it waits for any delivered line. A legacy pointer's
+// migration takes the same floor against its count (every point is then of
+// another epoch), and stores the new epoch at once at the start. Each
+// rewind is logged once at WARN, with the path, the pointer file, the
+// epoch, the pointer's position, the holder, the store's epoch and
+// position, the start and the reason, and is counted in Status.Rewinds
+// (Status.LastRewind says the last one). The other strategies ignore the
+// points: Earliest reads from 0 anyway, and Latest has no past.
 //
 // # An input renamed away while stopped
 //
@@ -245,10 +289,11 @@
 // entries and reads only that file; it uses it only when its leading bytes,
 // its length and the 64 bytes before the pointer match the pointer (an
 // inode reused by another file is not taken for it: warning, not read),
-// and only when it holds bytes after the pointer (else it was read to its
-// end: info). Then:
+// and only when it holds bytes after the start: the pointer, or the floor
+// of the stores when one is behind (else it was read to its end: info).
+// Then:
 //
-//   - it reads that file from the pointer to its end, in the pointer's
+//   - it reads that file from the start to its end, in the pointer's
 //     epoch: the same position space, its Origin names that file, and
 //     commits move the pointer as usual ([Status] Detail says
 //     [ReasonRenamedAway], and a warning names the file);

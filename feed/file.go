@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -232,8 +233,18 @@ type FileSource struct {
 	seenLen int
 	scratch [MaxTailLen]byte
 	// lastDelivered is the position of the last line delivered in the
-	// epoch, asked the highest position Commit was asked to store.
-	lastDelivered, asked int64
+	// epoch, asked the highest position Commit was asked to store, acked
+	// the highest position of the epoch Commit was called with, stored or
+	// not (after a rewind, commits at or below the pointer are not stored,
+	// but they say which delivered lines are processed).
+	lastDelivered, asked, acked int64
+	// resume holds the points of ResumeFrom; resumed is set once it was
+	// called. rewinds counts the starts below the pointer, lastRewind
+	// says why (Status.Rewinds, Status.LastRewind).
+	resume     []ResumePoint
+	resumed    bool
+	rewinds    uint64
+	lastRewind string
 	// renamed is the path of the input renamed away that is being finished
 	// ("" when none).
 	renamed string
@@ -257,7 +268,10 @@ type FileSource struct {
 	lastCommitErr string
 }
 
-var _ Source = (*FileSource)(nil)
+var (
+	_ Source  = (*FileSource)(nil)
+	_ Resumer = (*FileSource)(nil)
+)
 
 // continuation is what a reopen knows of the file it left: where it read to
 // and the bytes just before that, so that the file found at the path can be
@@ -397,6 +411,56 @@ func NewFileSource(cfg Config) (*FileSource, error) {
 // resumes where it was after a restart; the other strategies re-read from
 // their start (Earliest) or skip to the end (Latest).
 func (s *FileSource) Rereadable() bool { return true }
+
+// ResumeFrom implements [Resumer]: the source starts where its stateful
+// subscribers' stores say, when that is below its own pointer. Call it once,
+// before the first Poll, with one point per store (an empty list changes
+// nothing); it returns an error after the first Poll, at a second call, and
+// after Close.
+//
+// Committed only. At the first open, once the pointer decision keeps the
+// pointer's epoch at its position P (the input appended to, a copy with the
+// same bytes, the input renamed away while stopped), the source starts at
+// the lowest position the points cover, if that is below P:
+//
+//	the point                                           covers
+//	not found (the store has no record of the feed)     nothing: the input is read from 0
+//	in the pointer's epoch                              its position, a line end of the bytes the pointer vouches for
+//	of another epoch, the input holds its bytes         its position (the store skips what it holds by its lineage)
+//	  (first Fingerprint.Len bytes, size, the TailLen
+//	  bytes before its position)
+//	of another epoch, the input does not                nothing: the input is read from 0
+//
+// A point above P leaves the start at P. The pointer file is not moved
+// back: it stays at P, commits at or below P are not stored (they still
+// count as processed for a rotation), and Status.CommittedPosition stays P
+// until the reading passes it. A decision that starts a new epoch from 0
+// (no pointer file, a replaced or truncated input) has nothing to rewind.
+// A legacy pointer's migration follows the same rule against its count
+// (points of other epochs only, there being no epoch yet), and then stores
+// the new epoch at once at the start. Each rewind is logged once at WARN
+// (path, pointer file, epoch, both positions, the holder, the store's
+// record, the start and the reason) and counted in Status.Rewinds and
+// Status.LastRewind.
+//
+// The other strategies accept the points and ignore them: Earliest and
+// OnceEarliest read from 0 on every run anyway, and Latest and OnceLatest
+// start at the end, by definition with no past to catch up.
+func (s *FileSource) ResumeFrom(points []ResumePoint) error {
+	switch {
+	case s.closed:
+		return ErrClosed
+	case s.polled:
+		return fmt.Errorf("feed: ResumeFrom on input %s after its first Poll: the source has started where its pointer says; call ResumeFrom once, before the first Poll", s.path)
+	case s.resumed:
+		return fmt.Errorf("feed: ResumeFrom on input %s called twice: call it once, before the first Poll, with every point", s.path)
+	}
+	s.resumed = true
+	if s.strat.Commits() {
+		s.resume = slices.Clone(points)
+	}
+	return nil
+}
 
 // Poll fills items with the lines available now, up to len(items), and
 // returns how many it filled. It never blocks: at the end of the input it
@@ -697,7 +761,7 @@ func (s *FileSource) reopen() error {
 	}
 	reason := s.reopenReason
 	c := s.leaving(reason)
-	if s.pf != nil && !c.forceNew && (s.lastDelivered > s.committed || unwritten) && s.startsNewEpoch(c) {
+	if s.pf != nil && !c.forceNew && (s.unprocessed() || unwritten) && s.startsNewEpoch(c) {
 		// The file at the path would start a new epoch, stored at once,
 		// while lines delivered from the file left are not committed: were
 		// the source killed before they are applied, the pointer would
@@ -708,7 +772,7 @@ func (s *FileSource) reopen() error {
 		// GroupCommit, written); meanwhile Poll returns 0, behind, and
 		// commits land as usual.
 		s.retryCommit()
-		if s.lastDelivered > s.committed {
+		if s.unprocessed() {
 			s.setState(StateBehind, reason+": waiting for the lines read from the old file to be committed")
 			return nil
 		}
@@ -735,6 +799,14 @@ func (s *FileSource) reopen() error {
 		s.log.Warn("feed: closing the old input failed", "path", s.path, "err", err)
 	}
 	return s.open(false)
+}
+
+// unprocessed reports whether lines delivered from the epoch are not
+// committed yet: not stored in the pointer, or, after a rewind below the
+// pointer, not named by a Commit (a commit at or below the pointer is not
+// stored, but it says the lines up to it are processed).
+func (s *FileSource) unprocessed() bool {
+	return s.lastDelivered > s.committed || s.lastDelivered > s.acked
 }
 
 // startsNewEpoch reports whether the file at the path, compared with the
@@ -931,7 +1003,7 @@ func (s *FileSource) begin(h *inputFile, size int64, fp dedupe.Fingerprint, d de
 		s.committed = 0
 		s.setWritten(0)
 		s.storedFP = 0
-		s.lastDelivered, s.asked = 0, 0
+		s.lastDelivered, s.asked, s.acked = 0, 0, 0
 		s.idStale = false
 	} else {
 		s.committed = d.committed
@@ -1074,6 +1146,9 @@ func (s *FileSource) decidePointer(h *inputFile, size int64, fp dedupe.Fingerpri
 		}
 		s.log.Info("feed: migrating legacy pointer file: its count is taken as a byte offset, resumed at the next line start, and stored at once under a new epoch",
 			"path", s.path, "pointer", pfPath, "count", count, "mid_line", d.resync)
+		if err := s.applyFloor(&d, 0, count, h, size); err != nil {
+			return decision{}, err
+		}
 		return d, nil
 	case !res.Found:
 		s.log.Warn("feed: pointer file holds no valid record: reading the input from 0 under a new epoch",
@@ -1092,13 +1167,17 @@ func (s *FileSource) decidePointer(h *inputFile, size int64, fp dedupe.Fingerpri
 				return decision{}, err
 			}
 			if r != nil {
-				if r.size > p.Position {
-					s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the pointer: finishing it in the pointer's epoch, then reading the file at the path",
-						"path", s.path, "renamed", r.in.name, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position, "size", r.size, "reason", why)
+				d := decision{start: p.Position, committed: p.Position, renamed: r}
+				if err := s.applyFloor(&d, p.Epoch, p.Position, r.in, r.size); err != nil {
+					return decision{}, errors.Join(err, r.in.close())
+				}
+				if r.size > d.start {
+					s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the start: finishing it in the pointer's epoch, then reading the file at the path",
+						"path", s.path, "renamed", r.in.name, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size, "reason", why)
 					s.epoch = p.Epoch
 					s.storedFP = p.Fingerprint.Len
 					s.storedID = p.Identity
-					return decision{start: p.Position, committed: p.Position, renamed: r}, nil
+					return d, nil
 				}
 				s.log.Info("feed: the input renamed away while the source was stopped was read to its end",
 					"path", s.path, "renamed", r.in.name, "epoch", p.Epoch, "position", p.Position)
@@ -1116,10 +1195,128 @@ func (s *FileSource) decidePointer(h *inputFile, size int64, fp dedupe.Fingerpri
 			"path", s.path, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position,
 			"old_dev", p.Identity.Dev, "old_ino", p.Identity.Ino, "dev", h.id.Dev, "ino", h.id.Ino)
 	}
+	d := decision{start: p.Position, committed: p.Position}
+	if err := s.applyFloor(&d, p.Epoch, p.Position, h, size); err != nil {
+		return decision{}, err
+	}
 	s.epoch = p.Epoch
 	s.storedFP = p.Fingerprint.Len
 	s.storedID = p.Identity
-	return decision{start: p.Position, committed: p.Position}, nil
+	return d, nil
+}
+
+// applyFloor lowers d's start to the floor of the resume points (see
+// ResumeFrom) when it is below it. epoch and position are the pointer's
+// (epoch 0 for a legacy pointer, which has none); h, of size bytes, is the
+// file d reads. A point of the pointer's epoch covers its position; one of
+// another epoch covers its position only when h holds the bytes it was
+// applied from; a point without a record covers nothing. The start never
+// rises: a store ahead of the pointer leaves it where it is. Each lowered
+// start is logged once, at WARN, and counted in Status.
+func (s *FileSource) applyFloor(d *decision, epoch uint64, position int64, h *inputFile, size int64) error {
+	if len(s.resume) == 0 {
+		return nil
+	}
+	start, at, reason := d.start, -1, ""
+	for i, pt := range s.resume {
+		if pt.Found && pt.Lineage.Position >= start {
+			continue // it cannot lower the start: nothing to check
+		}
+		c, why, err := s.covers(pt, epoch, h, size)
+		if err != nil {
+			return err
+		}
+		if c < start {
+			start, at, reason = c, i, why
+		}
+	}
+	if at < 0 {
+		return nil
+	}
+	pt := s.resume[at]
+	d.start, d.resync = start, false
+	if d.newEpoch {
+		// A legacy migration: the new epoch is stored at once at the
+		// floor, a line start, rather than at the count's next line start.
+		d.migrate, d.store = false, true
+	}
+	store := "no record"
+	if pt.Found {
+		store = fmt.Sprintf("epoch %d, position %d", pt.Lineage.Epoch, pt.Lineage.Position)
+	}
+	s.rewinds++
+	s.lastRewind = fmt.Sprintf("%s (%s): %s; started at %d, the pointer is at %d (epoch %d)",
+		pt.Holder, store, reason, start, position, epoch)
+	s.log.Warn("feed: a store is behind the pointer: reading from where the store is, not from the pointer (the store is the truth; the pointer is not moved back)",
+		"path", s.path, "pointer", s.pf.Path(), "epoch", epoch, "pointer_position", position,
+		"holder", pt.Holder, "store_found", pt.Found, "store_epoch", pt.Lineage.Epoch, "store_position", pt.Lineage.Position,
+		"start", start, "reason", reason)
+	return nil
+}
+
+// covers returns the position up to which pt says the lines of h are
+// applied, and why; see applyFloor. An error means h cannot be read.
+func (s *FileSource) covers(pt ResumePoint, epoch uint64, h *inputFile, size int64) (int64, string, error) {
+	l := pt.Lineage
+	switch {
+	case !pt.Found:
+		return 0, "the store has no record of the feed: reading the input from its start", nil
+	case l.Position <= 0:
+		return 0, "the store has applied nothing of the input: reading it from its start", nil
+	case epoch != 0 && l.Epoch == epoch:
+		if l.Position > size {
+			return 0, fmt.Sprintf("the store's position %d in the pointer's epoch is past the end of the input (%d bytes): reading it from its start", l.Position, size), nil
+		}
+		var b [1]byte
+		if _, err := h.f.ReadAt(b[:], l.Position-1); err != nil {
+			return 0, "", fmt.Errorf("feed: read input %s at %d, the position of %s: %w; the next poll retries", h.name, l.Position-1, pt.Holder, err)
+		}
+		if b[0] != '\n' {
+			return 0, fmt.Sprintf("the store's position %d in the pointer's epoch is not a line start of the input: reading it from its start", l.Position), nil
+		}
+		return l.Position, "the store is behind the pointer in the pointer's epoch", nil
+	}
+	why, err := lineageDiffers(h, size, l)
+	if err != nil {
+		return 0, "", fmt.Errorf("feed: check the lineage of %s against input %s: %w; the next poll retries", pt.Holder, h.name, err)
+	}
+	if why != "" {
+		return 0, fmt.Sprintf("the store's record is of epoch %d, and the input does not hold the bytes it was applied from (%s): reading it from its start", l.Epoch, why), nil
+	}
+	return l.Position, fmt.Sprintf("the store's record is of epoch %d, and the input holds the bytes it was applied from (its lineage)", l.Epoch), nil
+}
+
+// lineageDiffers returns why h, of size bytes, does not hold the bytes l was
+// applied from ("" when it does): its first l.Fingerprint.Len bytes and the
+// l.TailLen bytes before l.Position, which end a line. A record without a
+// tail hash never matches.
+func lineageDiffers(h *inputFile, size int64, l dedupe.Lineage) (string, error) {
+	switch {
+	case size < l.Position:
+		return fmt.Sprintf("the input (%d bytes) is shorter than the position %d", size, l.Position), nil
+	case size < int64(l.Fingerprint.Len):
+		return fmt.Sprintf("the input (%d bytes) is shorter than the %d bytes fingerprinted", size, l.Fingerprint.Len), nil
+	case l.TailLen <= 0 || int64(l.TailLen) > l.Position || l.TailLen > MaxTailLen || l.Fingerprint.Len < 0 || l.Fingerprint.Len > MaxFingerprintLen:
+		return fmt.Sprintf("the record has no usable tail hash (tail %d bytes, fingerprint %d bytes)", l.TailLen, l.Fingerprint.Len), nil
+	}
+	head := make([]byte, l.Fingerprint.Len)
+	if _, err := h.f.ReadAt(head, 0); err != nil && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	if HashBytes(head) != l.Fingerprint.Hash {
+		return fmt.Sprintf("the first %d bytes differ", l.Fingerprint.Len), nil
+	}
+	tail := make([]byte, l.TailLen)
+	if _, err := h.f.ReadAt(tail, l.Position-int64(l.TailLen)); err != nil && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	if HashBytes(tail) != l.TailHash {
+		return fmt.Sprintf("the %d bytes before position %d differ", l.TailLen, l.Position), nil
+	}
+	if tail[len(tail)-1] != '\n' {
+		return fmt.Sprintf("position %d is not a line start", l.Position), nil
+	}
+	return "", nil
 }
 
 // decideMissing is the decision at the start when the path names no file:
@@ -1139,17 +1336,21 @@ func (s *FileSource) decideMissing() (decision, error) {
 		s.renamedTried = err == nil
 		return decision{}, err
 	}
-	if r.size <= p.Position {
+	d := decision{start: p.Position, committed: p.Position, renamed: r}
+	if err := s.applyFloor(&d, p.Epoch, p.Position, r.in, r.size); err != nil {
+		return decision{}, errors.Join(err, r.in.close())
+	}
+	if r.size <= d.start {
 		// Read to its end: the file that appears at the path is compared
 		// with the pointer as usual.
 		return decision{}, r.in.close()
 	}
-	s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the pointer, and the path names no file: finishing it in the pointer's epoch, then waiting for the file at the path",
-		"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "size", r.size)
+	s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the start, and the path names no file: finishing it in the pointer's epoch, then waiting for the file at the path",
+		"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size)
 	s.epoch = p.Epoch
 	s.storedFP = p.Fingerprint.Len
 	s.storedID = p.Identity
-	return decision{start: p.Position, committed: p.Position, renamed: r}, nil
+	return d, nil
 }
 
 // findRenamed looks in the input's folder for the file the pointer names
@@ -1316,15 +1517,20 @@ func (s *FileSource) Commit(epoch uint64, position int64) error {
 	if s.closed {
 		return ErrClosed
 	}
+	if s.pf != nil && s.in != nil && epoch == s.epoch {
+		if read := s.fr.position(); position > read {
+			return fmt.Errorf("%w: position %d of epoch %d of input %s, read only to %d; commit only positions of delivered lines",
+				ErrCommitAhead, position, epoch, s.path, read)
+		}
+		s.acked = max(s.acked, position)
+	}
 	if s.pf == nil || s.in == nil || epoch != s.epoch || position <= s.committed {
+		// After a rewind below the pointer, the commits up to the pointer
+		// land here: the pointer does not move back.
 		if s.gw != nil {
 			return s.gw.retry()
 		}
 		return nil
-	}
-	if read := s.fr.position(); position > read {
-		return fmt.Errorf("%w: position %d of epoch %d of input %s, read only to %d; commit only positions of delivered lines",
-			ErrCommitAhead, position, epoch, s.path, read)
 	}
 	s.asked = position
 	return s.store(position)
@@ -1536,6 +1742,8 @@ func (s *FileSource) publish() {
 		LastReopenAt:      s.lastReopenAt,
 		CommitErrors:      s.commitErrors,
 		LastCommitError:   s.lastCommitErr,
+		Rewinds:           s.rewinds,
+		LastRewind:        s.lastRewind,
 	}
 }
 

@@ -157,7 +157,8 @@ type ResumePoint struct {
 // store's positions, the reason) and counted in [Status].Rewinds.
 //
 // An error means the points cannot be honoured (the source has started
-// already); the framework refuses to run the feed.
+// already, or was given its points before); the framework refuses to run
+// the feed. [FileSource.ResumeFrom] details the file source's rule.
 type Resumer interface {
 	ResumeFrom(points []ResumePoint) error
 }

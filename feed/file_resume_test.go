@@ -1,0 +1,367 @@
+package feed
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/tidemark-go/tidemark/dedupe"
+)
+
+// lineageOf is the record a store keeps after applying path's lines up to
+// pos in epoch: the file's fingerprint (its first min(4096, size) bytes)
+// and the hash of the up to 64 bytes before pos.
+func lineageOf(t *testing.T, path string, epoch uint64, pos int64) dedupe.Lineage {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := data[:min(len(data), MaxFingerprintLen)]
+	n := int(min(pos, MaxTailLen))
+	return dedupe.Lineage{
+		Applied:     dedupe.Applied{Epoch: epoch, Position: pos},
+		Fingerprint: dedupe.Fingerprint{Len: len(fp), Hash: HashBytes(fp)},
+		TailLen:     n,
+		TailHash:    HashBytes(data[pos-int64(n) : pos]),
+	}
+}
+
+// inEpoch is a found point of epoch at pos without lineage: in the
+// pointer's epoch, the position alone counts.
+func inEpoch(holder string, epoch uint64, pos int64) ResumePoint {
+	return ResumePoint{Holder: holder, Found: true, Lineage: dedupe.Lineage{Applied: dedupe.Applied{Epoch: epoch, Position: pos}}}
+}
+
+// TestResumeFromDecision is the table of the floor: a Committed source
+// stopped with its pointer at line 100 (of 300 lines of 32 bytes) in epoch
+// E, then started again with resume points, starts at the lowest position
+// the points cover, never above the pointer, keeping the pointer file
+// where it was.
+func TestResumeFromDecision(t *testing.T) {
+	const total, at = 300, 100
+	content := genLines("a", 0, total)
+	const P = at * 32
+	otherEpoch := uint64(7) // an epoch the pointer never had
+	cases := []struct {
+		name string
+		// change alters the input or the pointer file after the first run;
+		// nil changes nothing.
+		change func(t *testing.T, p string)
+		points func(t *testing.T, p string, e uint64) []ResumePoint
+		// start is where the second run starts; newEpoch whether it
+		// starts a new epoch; rewind whether it counts a rewind.
+		start    int64
+		newEpoch bool
+		rewind   bool
+		reason   string
+		holder   string // of the lowest point; "" means g1
+	}{
+		{name: "same epoch behind", points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			return []ResumePoint{inEpoch("g1", e, 40*32)}
+		}, start: 40 * 32, rewind: true, reason: "behind the pointer in the pointer's epoch"},
+		{name: "same epoch ahead", points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			return []ResumePoint{inEpoch("g1", e, 150*32)}
+		}, start: P},
+		{name: "same epoch equal", points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			return []ResumePoint{inEpoch("g1", e, P)}
+		}, start: P},
+		{name: "same epoch inside a line", points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			return []ResumePoint{inEpoch("g1", e, 40*32+5)}
+		}, start: 0, rewind: true, reason: "not a line start"},
+		{name: "not found", points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			return []ResumePoint{{Holder: "g1"}}
+		}, start: 0, rewind: true, reason: "no record of the feed"},
+		{name: "found at 0", points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			return []ResumePoint{inEpoch("g1", e, 0)}
+		}, start: 0, rewind: true, reason: "applied nothing"},
+		{name: "other epoch matching", points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			return []ResumePoint{{Holder: "g1", Found: true, Lineage: lineageOf(t, p, otherEpoch, 30*32)}}
+		}, start: 30 * 32, rewind: true, reason: "holds the bytes it was applied from"},
+		{name: "other epoch matching ahead", points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			return []ResumePoint{{Holder: "g1", Found: true, Lineage: lineageOf(t, p, otherEpoch, 200*32)}}
+		}, start: P},
+		{name: "other epoch not matching (tail)", points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			l := lineageOf(t, p, otherEpoch, 30*32)
+			l.TailHash++
+			return []ResumePoint{{Holder: "g1", Found: true, Lineage: l}}
+		}, start: 0, rewind: true, reason: "bytes before position 960 differ"},
+		{name: "other epoch not matching (fingerprint)", points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			l := lineageOf(t, p, otherEpoch, 30*32)
+			l.Fingerprint.Hash++
+			return []ResumePoint{{Holder: "g1", Found: true, Lineage: l}}
+		}, start: 0, rewind: true, reason: "first 4096 bytes differ"},
+		{name: "other epoch with a shorter fingerprint", points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			// Applied when the file was 100 bytes long: its fingerprint
+			// covers those 100 bytes, and is compared on them.
+			l := lineageOf(t, p, otherEpoch, 30*32)
+			l.Fingerprint = dedupe.Fingerprint{Len: 100, Hash: HashBytes([]byte(content[:100]))}
+			return []ResumePoint{{Holder: "g1", Found: true, Lineage: l}}
+		}, start: 30 * 32, rewind: true, reason: "holds the bytes"},
+		{name: "other epoch without a tail hash", points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			l := lineageOf(t, p, otherEpoch, 30*32)
+			l.TailLen, l.TailHash = 0, 0
+			return []ResumePoint{{Holder: "g1", Found: true, Lineage: l}}
+		}, start: 0, rewind: true, reason: "no usable tail hash"},
+		{name: "other epoch past the end", points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			l := lineageOf(t, p, otherEpoch, 30*32)
+			l.Position = 400 * 32
+			return []ResumePoint{{Holder: "g1", Found: true, Lineage: l}, inEpoch("g2", e, 60*32)}
+		}, start: 60 * 32, rewind: true, reason: "behind the pointer", holder: "g2"},
+		{name: "several points: the lowest", points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			return []ResumePoint{
+				inEpoch("g1", e, 70*32),
+				{Holder: "g2", Found: true, Lineage: lineageOf(t, p, otherEpoch, 20*32)},
+				inEpoch("g3", e, 250*32),
+				inEpoch("g4", e, 50*32),
+			}
+		}, start: 20 * 32, rewind: true, reason: "g2 (epoch 7, position 640)", holder: "g2"},
+		{name: "no points", points: func(t *testing.T, p string, e uint64) []ResumePoint { return nil }, start: P},
+		{name: "pointer missing", change: func(t *testing.T, p string) {
+			if err := os.Remove(p + PointerSuffix); err != nil {
+				t.Fatal(err)
+			}
+		}, points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			return []ResumePoint{inEpoch("g1", e, 40*32)}
+		}, start: 0, newEpoch: true},
+		{name: "file replaced", change: func(t *testing.T, p string) {
+			write(t, p, genLines("b", 0, total))
+		}, points: func(t *testing.T, p string, e uint64) []ResumePoint {
+			return []ResumePoint{inEpoch("g1", e, 40*32), {Holder: "g2"}}
+		}, start: 0, newEpoch: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := input(t, content)
+			e := stopAfter(t, p, at)
+			if tc.change != nil {
+				tc.change(t, p)
+			}
+			s := open(t, p, Config{})
+			if err := s.ResumeFrom(tc.points(t, p, e)); err != nil {
+				t.Fatal(err)
+			}
+			g := s.drain()
+			cur := content
+			if tc.name == "file replaced" {
+				cur = genLines("b", 0, total)
+			}
+			got := wantLines(t, "second run", g, cur, tc.start)
+			st := s.Status()
+			if tc.newEpoch != (got != e) {
+				t.Fatalf("epoch %d, pointer's %d: want new %v", got, e, tc.newEpoch)
+			}
+			if tc.rewind != (st.Rewinds == 1) || st.Rewinds > 1 {
+				t.Fatalf("rewinds %d (%q), want a rewind: %v", st.Rewinds, st.LastRewind, tc.rewind)
+			}
+			w := s.log.find(slog.LevelWarn, "a store is behind the pointer")
+			if len(w) != int(st.Rewinds) {
+				t.Fatalf("%d rewind warnings for %d rewinds:\n%s", len(w), st.Rewinds, s.log)
+			}
+			if !tc.rewind {
+				return
+			}
+			if !strings.Contains(st.LastRewind, tc.reason) {
+				t.Fatalf("LastRewind %q does not say %q", st.LastRewind, tc.reason)
+			}
+			holder := "g1"
+			if tc.holder != "" {
+				holder = tc.holder
+			}
+			a := attrs(w[0])
+			if a["path"].String() != p || a["pointer"].String() != p+PointerSuffix || a["epoch"].Uint64() != e ||
+				a["pointer_position"].Int64() != P || a["start"].Int64() != tc.start || a["holder"].String() != holder ||
+				a["reason"].String() == "" || !strings.Contains(st.LastRewind, a["reason"].String()) || !strings.HasPrefix(st.LastRewind, holder+" ") {
+				t.Fatalf("warning %v, LastRewind %q", a, st.LastRewind)
+			}
+			// The pointer file was not moved back, and the source says so.
+			if res := loadPointer(t, p); res.Pointer.Epoch != e || res.Pointer.Position != P {
+				t.Fatalf("pointer %+v, want epoch %d position %d", res.Pointer, e, P)
+			}
+			if st.CommittedPosition != P || st.Epoch != e {
+				t.Fatalf("status %+v", st)
+			}
+		})
+	}
+}
+
+// TestResumeFromEndToEnd: a file read and committed to its end, then
+// started again with a store behind the pointer: exactly the lines after
+// the store's position are delivered, the pointer file never moves back
+// while they are committed, and once the reading passes the pointer, new
+// lines move it forward as usual. With and without group commit.
+func TestResumeFromEndToEnd(t *testing.T) {
+	for _, group := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sync", true: "group"}[group], func(t *testing.T) {
+			content := genLines("a", 0, 500)
+			p := input(t, content)
+			e := stopAfter(t, p, 500)
+			const P = 500 * 32
+			if res := loadPointer(t, p); res.Pointer.Position != P {
+				t.Fatalf("pointer %+v", res.Pointer)
+			}
+			s := open(t, p, Config{GroupCommit: group})
+			const X = 123 * 32
+			if err := s.ResumeFrom([]ResumePoint{inEpoch("group ledger, store bbolt:data", e, X), inEpoch("group audit", e, 400*32)}); err != nil {
+				t.Fatal(err)
+			}
+			var all []got
+			for {
+				g, err := s.poll()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(g) == 0 {
+					break
+				}
+				all = append(all, g...)
+				last := g[len(g)-1]
+				if err := s.Commit(last.Epoch, last.Position); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				res := loadPointer(t, p)
+				if res.Pointer.Epoch != e || res.Pointer.Position != P {
+					t.Fatalf("after the commit of %d: pointer %+v, want it at %d until the reading passes it", last.Position, res.Pointer, P)
+				}
+				if st := s.Status(); st.CommittedPosition != P || st.AskedPosition != P {
+					t.Fatalf("status %+v", st)
+				}
+			}
+			wantLines(t, "resumed", all, content, X)
+			if all[0].Epoch != e {
+				t.Fatalf("epoch %d, want the pointer's %d", all[0].Epoch, e)
+			}
+			// New lines, past the pointer: committed as usual.
+			more := genLines("b", 0, 10)
+			appendTo(t, p, more)
+			g := s.takeCommit(10)
+			wantLines(t, "appended", g, content+more, P)
+			if err := s.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if res := loadPointer(t, p); res.Pointer.Epoch != e || res.Pointer.Position != P+10*32 {
+				t.Fatalf("pointer %+v", res.Pointer)
+			}
+			if st := s.Status(); st.Rewinds != 1 || st.CommittedPosition != P+10*32 {
+				t.Fatalf("status %+v", st)
+			}
+		})
+	}
+}
+
+// TestResumeFromRenamedAway: the pointer names a file renamed away while
+// the source was stopped, read to its end (the pointer at its end), and a
+// store is behind the pointer: the renamed file is read again from the
+// store's position in the pointer's epoch, and the source moves to the
+// new file only once the lines it delivered are committed, although those
+// commits are at or below the pointer and do not move it.
+func TestResumeFromRenamedAway(t *testing.T) {
+	a, b := genLines("a", 0, 200), genLines("b", 0, 20)
+	p := input(t, a)
+	e := stopAfter(t, p, 200)
+	rename(t, p, p+".1")
+	write(t, p, b)
+	s := open(t, p, Config{})
+	if err := s.ResumeFrom([]ResumePoint{inEpoch("g1", e, 150*32)}); err != nil {
+		t.Fatal(err)
+	}
+	g := s.waitLines(50)
+	if wantLines(t, "renamed file", g, a, 150*32) != e {
+		t.Fatalf("epoch %d, want %d", g[0].Epoch, e)
+	}
+	for range 3 {
+		if h, err := s.poll(); len(h) != 0 || err != nil {
+			t.Fatalf("moved on before the renamed file's lines were committed: %+v %v", h, err)
+		}
+	}
+	if st := s.Status(); st.State != StateBehind || !strings.Contains(st.Detail, "to be committed") || st.Rewinds != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	if err := s.Commit(e, g[len(g)-1].Position); err != nil {
+		t.Fatal(err)
+	}
+	if e2 := wantLines(t, "new file", s.takeCommit(20), b, 0); e2 <= e {
+		t.Fatalf("new file in epoch %d", e2)
+	}
+}
+
+// TestResumeFromRenamedAwayPathMissing: the same with no file at the path
+// at the start.
+func TestResumeFromRenamedAwayPathMissing(t *testing.T) {
+	a := genLines("a", 0, 200)
+	p := input(t, a)
+	e := stopAfter(t, p, 200)
+	rename(t, p, p+".1")
+	s := open(t, p, Config{})
+	if err := s.ResumeFrom([]ResumePoint{{Holder: "g1", Found: true, Lineage: lineageOf(t, p+".1", 3, 180*32)}}); err != nil {
+		t.Fatal(err)
+	}
+	if wantLines(t, "renamed file", s.waitLines(20), a, 180*32) != e {
+		t.Fatal("not the pointer's epoch")
+	}
+	if st := s.Status(); st.Rewinds != 1 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestResumeFromLegacy: a legacy pointer's migration follows the floor: a
+// store whose lineage the input holds, below the legacy count, starts the
+// new epoch at its position, stored at once.
+func TestResumeFromLegacy(t *testing.T) {
+	content := genLines("a", 0, 100)
+	p := input(t, content)
+	writeLegacy(t, p, 60*32+7) // inside line 61
+	s := open(t, p, Config{})
+	if err := s.ResumeFrom([]ResumePoint{{Holder: "g1", Found: true, Lineage: lineageOf(t, p, 5, 50*32)}}); err != nil {
+		t.Fatal(err)
+	}
+	g := s.drain()
+	e := wantLines(t, "migrated", g, content, 50*32)
+	res := loadPointer(t, p)
+	if !res.Found || res.Pointer.Epoch != e || res.Pointer.Position != 50*32 {
+		t.Fatalf("pointer %+v, want the new epoch %d at 1600", res, e)
+	}
+	if st := s.Status(); st.Rewinds != 1 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestResumeFromCalls: ResumeFrom is called once, before the first Poll;
+// the other strategies accept it and ignore it.
+func TestResumeFromCalls(t *testing.T) {
+	p := input(t, "a\nb\n")
+	s := open(t, p, Config{})
+	if err := s.ResumeFrom(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ResumeFrom(nil); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("second call: %v", err)
+	}
+	s.drain()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ResumeFrom(nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+	s = open(t, p, Config{})
+	s.drain()
+	if err := s.ResumeFrom([]ResumePoint{{Holder: "g"}}); err == nil || !strings.Contains(err.Error(), "after its first Poll") || !strings.Contains(err.Error(), p) {
+		t.Fatalf("after Poll: %v", err)
+	}
+	for _, strat := range []ReadStrategy{Earliest, Latest} {
+		s := open(t, p, Config{Strategy: strat})
+		if err := s.ResumeFrom([]ResumePoint{{Holder: "g"}}); err != nil {
+			t.Fatalf("%v: %v", strat, err)
+		}
+		n := len(s.drain())
+		if want := map[ReadStrategy]int{Earliest: 2, Latest: 0}[strat]; n != want || s.Status().Rewinds != 0 {
+			t.Fatalf("%v: %d lines, status %+v", strat, n, s.Status())
+		}
+	}
+}
