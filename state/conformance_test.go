@@ -168,7 +168,7 @@ func TestFnErrorStagesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b, _ := os.ReadFile(filepath.Join(dir, "out.txt")); len(b) != 0 {
+		if b := readOutput(t, be, dir, "out.txt"); len(b) != 0 {
 			t.Fatalf("output of a failed fn was written: %q", b)
 		}
 	})
@@ -500,14 +500,19 @@ func TestReopenReportsAppliedAndFindsBackend(t *testing.T) {
 		if _, err := s.Apply(context.Background(), del("f", 7, 9), func(*Tx) error { return nil }); !errors.Is(err, ErrClosed) {
 			t.Fatalf("Apply after Close: %v", err)
 		}
-		// Open by directory alone: the backend is recorded in it.
-		for _, cfg := range []string{dir, be.name + ":" + dir} {
+		// Open by directory alone: the backend is recorded in it. A remote
+		// store is opened by its spec.
+		cfgs := []string{dir, be.name + ":" + dir}
+		if be.remote {
+			cfgs = []string{pgSpec(t, dir)}
+		}
+		for _, cfg := range cfgs {
 			s2, err := Open(cfg, &Options{Logger: quietLogger(), Unbound: true})
 			if err != nil {
 				t.Fatalf("Open(%q): %v", cfg, err)
 			}
 			l, ok := s2.Applied("f")
-			if !ok || l.Applied != (dedupe.Applied{Epoch: 7, Position: 30}) || s2.Backend() != be.name || s2.Dir() != dir {
+			if !ok || l.Applied != (dedupe.Applied{Epoch: 7, Position: 30}) || s2.Backend() != be.name || s2.Dir() != s.Dir() {
 				t.Fatalf("Open(%q): Applied = %+v %v, backend %s", cfg, l, ok, s2.Backend())
 			}
 			if getInt(t, s2, "count") != 3 {
@@ -519,6 +524,9 @@ func TestReopenReportsAppliedAndFindsBackend(t *testing.T) {
 			if err := s2.Close(); err != nil {
 				t.Fatal(err)
 			}
+		}
+		if be.remote {
+			return
 		}
 		other := Bolt
 		if be.name == Bolt {
@@ -587,22 +595,40 @@ func TestOutputIsCommittedWithTheState(t *testing.T) {
 			write(s, n)
 		}
 		path := filepath.Join(dir, "out.csv")
-		if b, _ := os.ReadFile(path); len(b) != 0 {
+		if b := readOutput(t, be, dir, "out.csv"); len(b) != 0 {
 			t.Fatalf("staged output already in the file: %q", b)
 		}
 		if err := s.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
 		want := "line 1\nline 2\nline 3\n"
-		if b, _ := os.ReadFile(path); string(b) != want {
+		if b := readOutput(t, be, dir, "out.csv"); string(b) != want {
 			t.Fatalf("output = %q, want %q", b, want)
 		}
 		o, err := s.Output("out.csv")
+		if be.remote {
+			path = ""
+		}
 		if err != nil || o.Committed() != int64(len(want)) || o.Path() != path || o.Name() != "out.csv" {
 			t.Fatalf("Output = %+v, %v", o, err)
 		}
+		var got strings.Builder
+		if n, err := o.WriteTo(&got); err != nil || n != int64(len(want)) || got.String() != want {
+			t.Fatalf("WriteTo = %d, %v: %q, want %q", n, err, got.String(), want)
+		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
+		}
+		if be.remote {
+			s = mustOpen(t, be, dir, testOpts())
+			write(s, 4)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if b := readOutput(t, be, dir, "out.csv"); string(b) != want+"line 4\n" {
+				t.Fatalf("output = %q", b)
+			}
+			return // no file: the rest is about one
 		}
 		// Bytes past the committed length (a batch whose state never
 		// committed) are cut off on open.
@@ -648,14 +674,9 @@ func TestCommitFailureStopsDurability(t *testing.T) {
 		for _, errKind := range []error{nil, vfs.ErrNoSpace} {
 			t.Run(fmt.Sprint(errKind), func(t *testing.T) {
 				dir := t.TempDir()
-				counter := &vfs.Counter{
-					Match:  func(op vfs.Op, path string) bool { return op == vfs.OpSync && filepath.Base(path) == "out.csv" },
-					FailAt: 2, // the first batch syncs, the second fails
-					Sticky: true,
-					Err:    errKind,
-				}
 				o := testOpts()
-				o.FS = vfs.Inject(vfs.Default(), counter.Injector())
+				// The first batch syncs, the second fails.
+				heal, injected := outputFault(t, be, dir, o, "out.csv", vfs.OpSync, 2, true, errKind)
 				s, err := be.open(dir, o)
 				if err != nil {
 					t.Fatal(err)
@@ -692,7 +713,7 @@ func TestCommitFailureStopsDurability(t *testing.T) {
 				if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "out.csv") {
 					t.Fatalf("Flush after a failed sync: %v", err)
 				}
-				if errKind != nil && !errors.Is(err, errKind) {
+				if !injected(err) {
 					t.Fatalf("error does not wrap %v: %v", errKind, err)
 				}
 				st := s.Stats()
@@ -718,11 +739,12 @@ func TestCommitFailureStopsDurability(t *testing.T) {
 				}
 				// Restart: state, position and output agree; the feed
 				// re-delivers from the pointer (at most the durable mark).
+				heal()
 				s = mustOpen(t, be, dir, testOpts())
 				if l, _ := s.Applied("f"); l.Position != 30 || getInt(t, s, "count") != 3 {
 					t.Fatalf("after restart Applied = %+v count = %d", l, getInt(t, s, "count"))
 				}
-				if b, _ := os.ReadFile(filepath.Join(dir, "out.csv")); string(b) != "1\n2\n3\n" {
+				if b := readOutput(t, be, dir, "out.csv"); string(b) != "1\n2\n3\n" {
 					t.Fatalf("after restart output = %q", b)
 				}
 				for n := 1; n <= 7; n++ {
@@ -738,7 +760,7 @@ func TestCommitFailureStopsDurability(t *testing.T) {
 				if err := s.Close(); err != nil {
 					t.Fatal(err)
 				}
-				if b, _ := os.ReadFile(filepath.Join(dir, "out.csv")); string(b) != "1\n2\n3\n4\n5\n6\n7\n" {
+				if b := readOutput(t, be, dir, "out.csv"); string(b) != "1\n2\n3\n4\n5\n6\n7\n" {
 					t.Fatalf("after replay output = %q", b)
 				}
 			})
@@ -866,15 +888,10 @@ func TestCancelledContextDoesNotFailARunnableApply(t *testing.T) {
 // In the Sync mode the Apply whose commit fails returns the failure.
 func TestSyncModeCommitFailure(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
-		counter := &vfs.Counter{
-			Match:  func(op vfs.Op, path string) bool { return op == vfs.OpWrite && filepath.Base(path) == "out.csv" },
-			FailAt: 3,
-			Err:    vfs.ErrNoSpace,
-		}
 		o := testOpts()
 		o.Sync = true
-		o.FS = vfs.Inject(vfs.Default(), counter.Injector())
 		dir := t.TempDir()
+		heal, injected := outputFault(t, be, dir, o, "out.csv", vfs.OpWrite, 3, false, vfs.ErrNoSpace)
 		s := mustOpen(t, be, dir, o)
 		var p progress
 		cp := hold("f", &p)
@@ -893,7 +910,7 @@ func TestSyncModeCommitFailure(t *testing.T) {
 			}
 			errs = append(errs, err)
 		}
-		if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], ErrFailed) || !errors.Is(errs[2], vfs.ErrNoSpace) || !errors.Is(errs[3], ErrFailed) {
+		if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], ErrFailed) || !injected(errs[2]) || !errors.Is(errs[3], ErrFailed) {
 			t.Fatalf("errors = %v", errs)
 		}
 		if l, _ := s.Applied("f"); l.Position != 20 {
@@ -903,8 +920,9 @@ func TestSyncModeCommitFailure(t *testing.T) {
 			t.Fatalf("durable mark %d after the failure", got)
 		}
 		s.Close()
+		heal()
 		s = mustOpen(t, be, dir, testOpts())
-		if b, _ := os.ReadFile(filepath.Join(dir, "out.csv")); string(b) != "1\n2\n" {
+		if b := readOutput(t, be, dir, "out.csv"); string(b) != "1\n2\n" {
 			t.Fatalf("output after restart = %q", b)
 		}
 	})
@@ -913,7 +931,7 @@ func TestSyncModeCommitFailure(t *testing.T) {
 // A file the store did not write is not output: declaring its name empties
 // it, so that the output holds only committed lines.
 func TestOutputDeclarationEmptiesAnUnknownFile(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "out.csv")
 		if err := os.WriteFile(path, []byte("left over\n"), 0o644); err != nil {

@@ -15,6 +15,8 @@ import (
 //	'd' uvarint(len ns) ns uvarint(len b) b key → value        (data)
 //	'a' uvarint(len ns) ns feed            → lineage record   (applied position)
 //	'o' name                               → uint64 length    (committed output length)
+//	'O' uvarint(len name) name uint64 off  → bytes            (output bytes at off, for an
+//	                                                            engine that keeps outputs)
 //
 // A lineage record:
 //
@@ -29,6 +31,9 @@ const (
 	tagData    = 'd'
 	tagApplied = 'a'
 	tagOutput  = 'o'
+	// tagOutputData keys the output bytes of an engine without local
+	// files (see outputsInEngine).
+	tagOutputData = 'O'
 
 	formatVersion = "tidemark-state 1"
 	lineageV1     = 1
@@ -72,6 +77,17 @@ func parseAppliedKey(k []byte) (ns, feed string, ok bool) {
 }
 
 func outputKey(name string) []byte { return append([]byte{tagOutput}, name...) }
+
+// outputDataPrefix is the prefix of the chunks of output name.
+func outputDataPrefix(name string) []byte { return appendName([]byte{tagOutputData}, name) }
+
+// outputChunkKey keys the chunk of output name that starts at off: the
+// chunks of an output sort by offset.
+func outputChunkKey(name string, off int64) []byte {
+	return binary.BigEndian.AppendUint64(outputDataPrefix(name), uint64(off))
+}
+
+func isOutputChunk(k []byte) bool { return len(k) > 0 && k[0] == tagOutputData }
 
 func encodeLineage(l dedupe.Lineage) []byte {
 	b := make([]byte, 0, lineageLen)

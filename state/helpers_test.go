@@ -5,7 +5,10 @@ import (
 	"errors"
 	"hash/fnv"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/tidemark-go/tidemark/checkpoint"
 	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
 // backend is one row of the conformance table: how to open a store of that
@@ -20,13 +24,68 @@ import (
 type backend struct {
 	name string
 	open func(dir string, o *Options) (Store, error)
+	// remote is true for a backend whose store does not live in the
+	// directory: the directory only names it (PostgreSQL: the store of
+	// that name in a schema of the test server), and it has no STORE
+	// file, no output files and no file lock.
+	remote bool
 }
 
 func backends() []backend {
 	return []backend{
-		{Bolt, OpenBolt},
-		{Pebble, OpenPebble},
+		{Bolt, OpenBolt, false},
+		{Pebble, OpenPebble, false},
+		{Postgres, openPGDir, true},
 	}
+}
+
+// forEachLocalBackend runs fn as a subtest per backend whose store lives
+// in its directory: for tests of its files.
+func forEachLocalBackend(t *testing.T, fn func(t *testing.T, be backend)) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		if !be.remote {
+			fn(t, be)
+		}
+	})
+}
+
+// readOutput returns the committed bytes of output name of the store in
+// dir (open or closed): the file, or the rows of a remote store.
+func readOutput(t testing.TB, be backend, dir, name string) []byte {
+	t.Helper()
+	if be.remote {
+		return pgReadOutput(t, dir, name)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// outputFault makes the commits of the store in dir fail as they write
+// output name: the failAt-th write (op, of the file; for a remote store, of
+// a chunk of it) and, if sticky, every later one; err is the error (nil:
+// an I/O error, or vfs.ErrNoSpace: a full disk). For the local backends it
+// sets o.FS. It returns the function that removes the fault (call it
+// before a reopen), and the test of an error for the injected one.
+func outputFault(t testing.TB, be backend, dir string, o *Options, name string, op vfs.Op, failAt int, sticky bool, err error) (heal func(), injected func(error) bool) {
+	t.Helper()
+	if be.remote {
+		code := "58030" // io_error
+		if errors.Is(err, vfs.ErrNoSpace) {
+			code = "53100" // disk_full
+		}
+		return pgFault(t, dir, name, failAt, sticky, code), func(e error) bool { return pgCode(e, code) }
+	}
+	counter := &vfs.Counter{
+		Match:  func(o vfs.Op, path string) bool { return o == op && filepath.Base(path) == name },
+		FailAt: failAt,
+		Sticky: sticky,
+		Err:    err,
+	}
+	o.FS = vfs.Inject(vfs.Default(), counter.Injector())
+	return func() {}, func(e error) bool { return err == nil || errors.Is(e, err) }
 }
 
 // forEachBackend runs fn as a subtest per backend.

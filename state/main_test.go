@@ -5,14 +5,17 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/tidemark-go/tidemark/internal/pgtest"
 )
 
 // TestMain checks that no test leaves a goroutine behind (a committer that
 // was not stopped, a Pebble that was not closed). The crash child is
-// exempt: it is killed.
+// exempt: it is killed. The PostgreSQL server the tests start is
+// removed at the end (see pgtest.Main).
 func TestMain(m *testing.M) {
 	if os.Getenv(envCrashChild) != "" {
 		os.Exit(m.Run())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(pgtest.Main(m))
 }

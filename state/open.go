@@ -133,7 +133,9 @@ func (o *Options) batchInterval() time.Duration {
 // Open opens or creates the store named by config: "bbolt:DIR" or
 // "pebble:DIR" opens DIR with that backend, creating the store if DIR holds
 // none; a plain "DIR" opens an existing store with the backend recorded in
-// DIR/STORE (see [OpenDir]). A nil opts means the defaults.
+// DIR/STORE (see [OpenDir]); a URL "postgres://user@host/db?store=NAME"
+// opens the store NAME in that PostgreSQL database (see [OpenPostgres]).
+// A nil opts means the defaults.
 func Open(config string, opts *Options) (Store, error) {
 	kind, dir, ok := strings.Cut(config, ":")
 	if !ok || len(kind) == 1 || strings.ContainsAny(kind, `/\`) { // no backend, or a drive letter
@@ -142,8 +144,10 @@ func Open(config string, opts *Options) (Store, error) {
 	switch kind {
 	case Bolt, Pebble:
 		return open(kind, dir, opts)
+	case Postgres, "postgresql":
+		return openPostgresSpec(config, opts)
 	}
-	return nil, fmt.Errorf("open store %q: backend %q (want %q or %q): %w", config, kind, Bolt, Pebble, ErrUnknownBackend)
+	return nil, fmt.Errorf("open store %q: backend %q (want %q, %q or %q): %w", redactDSN(config), kind, Bolt, Pebble, Postgres, ErrUnknownBackend)
 }
 
 // OpenDir opens an existing store with the backend recorded in dir/STORE,

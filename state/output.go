@@ -1,8 +1,10 @@
 package state
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -19,9 +21,14 @@ import (
 //
 // Read the file after [Store.Flush] or [Store.Close]: before, it may end
 // with bytes of a batch still committing.
+//
+// A PostgreSQL store has no directory: its outputs are rows of its table,
+// written in the same transaction as the state, and read back with
+// [Output.WriteTo]. Path is "" for them.
 type Output struct {
 	name, path string
-	f          vfs.File
+	f          vfs.File // nil for an output the engine keeps
+	c          *core
 
 	mu        sync.Mutex
 	committed int64
@@ -30,7 +37,8 @@ type Output struct {
 // Name returns the output's name.
 func (o *Output) Name() string { return o.name }
 
-// Path returns the output file's path.
+// Path returns the output file's path; "" for an output kept in a
+// database.
 func (o *Output) Path() string { return o.path }
 
 // Committed returns the output's committed length: every byte before it is
@@ -45,6 +53,79 @@ func (o *Output) setCommitted(n int64) {
 	o.mu.Lock()
 	o.committed = n
 	o.mu.Unlock()
+}
+
+// WriteTo writes the output's committed bytes to w: every byte of a batch
+// that is durable, and none of a batch still committing. Call it while the
+// store is open.
+func (o *Output) WriteTo(w io.Writer) (int64, error) {
+	n := o.Committed()
+	if o.f != nil {
+		return io.Copy(w, io.NewSectionReader(o.f, 0, n))
+	}
+	o.c.mu.Lock()
+	closed := o.c.closed
+	o.c.mu.Unlock()
+	if closed {
+		return 0, fmt.Errorf("read output %q of store %s: %w", o.name, o.c.dir, ErrClosed)
+	}
+	var off int64
+	prefix := outputDataPrefix(o.name)
+	err := o.c.eng.scan(prefix, func(k, v []byte) error {
+		if len(k) != len(prefix)+8 {
+			return fmt.Errorf("output chunk key %q: %w", k, ErrCorrupt)
+		}
+		at := int64(binary.BigEndian.Uint64(k[len(prefix):]))
+		if at >= n {
+			return errEnough // of a batch committed since n was read
+		}
+		if at != off || at+int64(len(v)) > n {
+			return fmt.Errorf("output chunk at %d of %d bytes, after %d bytes of %d committed: %w", at, len(v), off, n, ErrCorrupt)
+		}
+		if _, err := w.Write(v); err != nil {
+			return err
+		}
+		off += int64(len(v))
+		return nil
+	})
+	if errors.Is(err, errEnough) {
+		err = nil
+	}
+	if err == nil && off != n {
+		err = fmt.Errorf("the chunks hold %d bytes of the %d committed: %w", off, n, ErrCorrupt)
+	}
+	if err != nil {
+		return off, fmt.Errorf("read output %q of store %s: %w", o.name, o.c.dir, err)
+	}
+	return off, nil
+}
+
+// errEnough stops a scan that read what it wanted.
+var errEnough = errors.New("enough")
+
+// outputChunk is the most bytes of one output chunk of an engine that
+// keeps outputs.
+const outputChunk = 1 << 20
+
+// stage makes p durable with the batch: for a file, it appends p at the
+// committed length and syncs it now; for an output the engine keeps, it
+// adds p to ws as chunks. Then it adds the new length to ws, and returns
+// ws and the new length.
+func (o *Output) stage(p []byte, ws []write) ([]write, int64, error) {
+	var n int64
+	if o.f != nil {
+		var err error
+		if n, err = o.append(p); err != nil {
+			return ws, 0, err
+		}
+	} else {
+		off := o.Committed()
+		for i := 0; i < len(p); i += outputChunk {
+			ws = append(ws, write{key: outputChunkKey(o.name, off+int64(i)), val: p[i:min(len(p), i+outputChunk)]})
+		}
+		n = off + int64(len(p))
+	}
+	return append(ws, write{key: outputKey(o.name), val: encodeInt64(n)}), n, nil
 }
 
 // append writes p at the committed length (over the bytes of an earlier
@@ -93,6 +174,10 @@ func (c *core) output(name string) (*Output, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.f == nil {
+		c.outputs[name] = o
+		return o, nil
+	}
 	if err := c.fsys.SyncDir(c.dir); err != nil {
 		return nil, errors.Join(fmt.Errorf("declare output %q: sync directory %s: %w", name, c.dir, err), o.f.Close())
 	}
@@ -102,6 +187,9 @@ func (c *core) output(name string) (*Output, error) {
 
 // openOutput opens the output file and cuts it back to committed.
 func (c *core) openOutput(name string, committed int64) (*Output, error) {
+	if _, ok := c.eng.(interface{ outputsInEngine() }); ok {
+		return &Output{name: name, c: c, committed: committed}, nil
+	}
 	path := filepath.Join(c.dir, name)
 	f, err := c.fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -126,7 +214,7 @@ func (c *core) openOutput(name string, committed int64) (*Output, error) {
 			return nil, errors.Join(fmt.Errorf("cut output %s back to %d bytes: %w", path, committed, err), f.Close())
 		}
 	}
-	return &Output{name: name, path: path, f: f, committed: committed}, nil
+	return &Output{name: name, path: path, f: f, c: c, committed: committed}, nil
 }
 
 func (c *core) closeOutputs() error {
@@ -134,6 +222,10 @@ func (c *core) closeOutputs() error {
 	defer c.outMu.Unlock()
 	var errs []error
 	for name, o := range c.outputs {
+		if o.f == nil {
+			delete(c.outputs, name)
+			continue
+		}
 		if err := o.f.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close output %s: %w", o.path, err))
 		}

@@ -1121,12 +1121,12 @@ func (c *core) write(b *batch) error {
 		c.outMu.Lock()
 		o := c.outputs[name]
 		c.outMu.Unlock()
-		n, err := o.append(p)
-		if err != nil {
+		var n int64
+		var err error
+		if ws, n, err = o.stage(p, ws); err != nil {
 			return err
 		}
 		lens[o] = n
-		ws = append(ws, write{key: outputKey(name), val: encodeInt64(n)})
 	}
 	if h := c.opts.hooks; h != nil && h.afterOutput != nil && len(b.outputs) > 0 {
 		h.afterOutput()

@@ -1,0 +1,774 @@
+package state
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Postgres is the backend that keeps a store in a PostgreSQL database (see
+// [OpenPostgres]).
+const Postgres = "postgres"
+
+// Defaults of a PostgreSQL store, changed by parameters of its DSN.
+const (
+	// DefaultLease is how long a PostgreSQL store's lease lasts without a
+	// commit or a renewal (DSN parameter lease=DURATION).
+	DefaultLease = 15 * time.Second
+	// DefaultReadCache is the most bytes of durable keys and values a
+	// PostgreSQL store keeps in memory (DSN parameter cache=BYTES).
+	DefaultReadCache = 256 << 20
+)
+
+// Limits of the PostgreSQL backend. A key is the whole key the store
+// writes: the namespace's and the bucket's names, a few bytes of framing,
+// and the key given to the Tx.
+const (
+	// pgMaxStoreName is the longest store name, in bytes.
+	pgMaxStoreName = 200
+	// pgMaxKey is the longest key, in bytes: a btree entry of (store,
+	// key) must fit in a third of an 8 KB page (2704 bytes), and the
+	// store's name takes up to pgMaxStoreName of it.
+	pgMaxKey = 2400
+	// pgMaxValue is the largest value, in bytes (PostgreSQL's own limit
+	// for a bytea is 1 GB; one statement carries the value whole).
+	pgMaxValue = 64 << 20
+)
+
+// limits are the btree's (see pgMaxKey) and a bound of one statement's.
+func (e *pgEngine) limits() (maxKey, maxValue int) { return pgMaxKey, pgMaxValue }
+
+// ErrFenced is wrapped (inside [ErrFailed]) by the error of a commit that
+// a PostgreSQL store refused because another owner took the store over:
+// its lease ran out (the process was paused, or cut off from the database
+// for longer than the lease) and another process opened the store. Nothing
+// of the refused batch is visible. The process must stop using the store;
+// the new owner resumes from what is durable.
+var ErrFenced = errors.New("state: the store was taken over by another owner")
+
+// The SQL objects of the backend, in the schema the connection's
+// search_path names first.
+//
+//	tidemark_kv     one row a key: (store, k) → v; k in the key space of
+//	                encoding.go, so bytea's bytewise order is the key order
+//	tidemark_owner  one row a store: the lease (owner, lease_until, token)
+//	                and the number of commits
+//	tidemark_fence  the check every commit starts with
+var pgSchema = []string{
+	`CREATE TABLE IF NOT EXISTS tidemark_kv (
+		store text NOT NULL,
+		k bytea NOT NULL,
+		v bytea NOT NULL,
+		PRIMARY KEY (store, k)
+	) WITH (fillfactor = 80)`,
+	`CREATE TABLE IF NOT EXISTS tidemark_owner (
+		store text PRIMARY KEY,
+		token bigint NOT NULL,
+		commits bigint NOT NULL,
+		owner text NOT NULL,
+		lease_until timestamptz NOT NULL,
+		acquired timestamptz
+	) WITH (fillfactor = 50)`,
+	// tidemark_fence counts a commit of the lease holder and extends its
+	// lease, or raises TMFEN (and so aborts the transaction) when token is
+	// not the store's current one, or commits is not the number of commits
+	// made so far: another owner took over, or a commit this owner thought
+	// durable was lost.
+	`CREATE OR REPLACE FUNCTION tidemark_fence(p_store text, p_token bigint, p_commits bigint, p_lease_ms bigint)
+	RETURNS void LANGUAGE plpgsql AS $$
+	DECLARE
+		cur tidemark_owner%ROWTYPE;
+	BEGIN
+		UPDATE tidemark_owner SET commits = commits + 1, lease_until = now() + p_lease_ms * interval '1 millisecond'
+		 WHERE store = p_store AND token = p_token AND commits = p_commits;
+		IF NOT FOUND THEN
+			SELECT * INTO cur FROM tidemark_owner WHERE store = p_store;
+			RAISE EXCEPTION 'tidemark store % is fenced: this owner holds lease token % at commit %, the store is at token % commit % (owner %)',
+				p_store, p_token, p_commits, cur.token, cur.commits, cur.owner USING ERRCODE = 'TMFEN';
+		END IF;
+	END $$`,
+}
+
+// pgSchemaLock is the advisory lock that serializes processes creating the
+// schema at once (CREATE ... IF NOT EXISTS is not safe against that).
+const pgSchemaLock = 0x7469_6465_6d61_726b // "tidemark"
+
+// pgFenceCode is the SQLSTATE tidemark_fence raises.
+const pgFenceCode = "TMFEN"
+
+// SQL of the engine.
+const (
+	sqlFence  = `SELECT tidemark_fence($1, $2, $3, $4)`
+	sqlUpsert = `INSERT INTO tidemark_kv (store, k, v) SELECT $1, t.k, t.v FROM unnest($2::bytea[], $3::bytea[]) AS t(k, v)
+		ON CONFLICT (store, k) DO UPDATE SET v = excluded.v`
+	sqlDelete = `DELETE FROM tidemark_kv WHERE store = $1 AND k = ANY($2::bytea[])`
+	sqlGet    = `SELECT v FROM tidemark_kv WHERE store = $1 AND k = $2`
+	sqlScan   = `SELECT k, v FROM tidemark_kv WHERE store = $1 AND k >= $2 ORDER BY k`
+	sqlScanTo = `SELECT k, v FROM tidemark_kv WHERE store = $1 AND k >= $2 AND k < $3 ORDER BY k`
+	// The take-over: a store whose lease ran out (or was released) gets
+	// this owner and the next token.
+	sqlCreateOwner = `INSERT INTO tidemark_owner (store, token, commits, owner, lease_until) VALUES ($1, 0, 0, '', '-infinity')
+		ON CONFLICT (store) DO NOTHING`
+	sqlTakeOver = `UPDATE tidemark_owner SET token = token + 1, owner = $2, lease_until = now() + $3 * interval '1 millisecond', acquired = now()
+		WHERE store = $1 AND lease_until < now() RETURNING token, commits`
+	sqlHolder  = `SELECT owner, token, extract(epoch FROM lease_until - now()) FROM tidemark_owner WHERE store = $1`
+	sqlRenew   = `UPDATE tidemark_owner SET lease_until = now() + $3 * interval '1 millisecond' WHERE store = $1 AND token = $2`
+	sqlRelease = `UPDATE tidemark_owner SET lease_until = '-infinity' WHERE store = $1 AND token = $2`
+)
+
+// pgStatementBytes is about the most keys and values one upsert carries;
+// a batch that changes more is written by several statements of the same
+// transaction.
+const pgStatementBytes = 16 << 20
+
+// pgConfig is what a DSN says, parameters of the store taken out.
+type pgConfig struct {
+	pool  *pgxpool.Config
+	store string
+	lease time.Duration
+	cache int
+}
+
+// parsePostgres parses dsn (a URL or a keyword/value string) and takes out
+// the store's own parameters: store (if store is ""), lease and cache.
+func parsePostgres(dsn, store string) (*pgConfig, error) {
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres store: parse DSN: %w", err)
+	}
+	cfg := &pgConfig{pool: pc, store: store, lease: DefaultLease, cache: DefaultReadCache}
+	rp := pc.ConnConfig.RuntimeParams
+	if v, ok := rp["store"]; ok {
+		if store == "" {
+			cfg.store = v
+		} else if v != store {
+			return nil, fmt.Errorf("open postgres store %q: the DSN names store %q", store, v)
+		}
+		delete(rp, "store")
+	}
+	if v, ok := rp["lease"]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 100*time.Millisecond {
+			return nil, fmt.Errorf("open postgres store %q: lease=%q: want a duration of at least 100ms, such as 15s", cfg.store, v)
+		}
+		cfg.lease = d
+		delete(rp, "lease")
+	}
+	if v, ok := rp["cache"]; ok {
+		n, err := parseBytes(v)
+		if err != nil {
+			return nil, fmt.Errorf("open postgres store %q: cache=%q: %w", cfg.store, v, err)
+		}
+		cfg.cache = n
+		delete(rp, "cache")
+	}
+	switch {
+	case cfg.store == "":
+		return nil, fmt.Errorf("open postgres store: no store name: give one, or add store=NAME to the DSN: %w", ErrNotStore)
+	case len(cfg.store) > pgMaxStoreName || !utf8.ValidString(cfg.store) || strings.ContainsRune(cfg.store, 0):
+		return nil, fmt.Errorf("open postgres store %q: a store name is valid UTF-8 without NUL, at most %d bytes: %w", cfg.store, pgMaxStoreName, ErrNotStore)
+	}
+	// Every commit waits for its WAL to be flushed, whatever the server's
+	// default: a commit acknowledged and then lost would let the feed move
+	// past lines the store does not hold.
+	rp["synchronous_commit"] = "on"
+	if _, ok := rp["application_name"]; !ok {
+		rp["application_name"] = "tidemark store " + cfg.store
+	}
+	if pc.MaxConns > 4 {
+		pc.MaxConns = 4 // the committer, the reads, the lease
+	}
+	return cfg, nil
+}
+
+// parseBytes parses a size: digits, optionally followed by B, KB, MB, GB
+// (powers of 1024; KiB, MiB and GiB too).
+func parseBytes(s string) (int, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		m      int
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.m
+			break
+		}
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n < 0 {
+		return 0, errors.New("want a size such as 256MB, or 0 for no cache")
+	}
+	return n * mult, nil
+}
+
+// OpenPostgres opens or creates the store named store in the PostgreSQL
+// database of dsn, and takes it over: the store is owned through a lease
+// (see the package documentation, "PostgreSQL"), and only its owner can
+// commit. dsn is a URL ("postgres://user@host:5432/db?sslmode=disable") or
+// a keyword/value string that pgx accepts; its parameters lease=DURATION
+// (default [DefaultLease]) and cache=BYTES (default [DefaultReadCache])
+// are the store's, and store=NAME names the store when store is "".
+//
+// When another owner's lease is live, OpenPostgres waits up to
+// opts.LockTimeout for it to end, then fails with an error that names the
+// owner and wraps [ErrLocked]. The tables are created if they do not exist
+// (in the first schema of the search_path). A nil opts means the defaults.
+func OpenPostgres(dsn, store string, opts *Options) (Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	cfg, err := parsePostgres(dsn, store)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := openPGEngine(cfg, &o)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newCore(Postgres, eng.dir(), &o, o.fs(), eng)
+	if err != nil {
+		return nil, errors.Join(err, eng.close())
+	}
+	return newNS(c, ""), nil
+}
+
+// openPostgresSpec opens the store of a spec "postgres://…?store=NAME".
+func openPostgresSpec(spec string, opts *Options) (Store, error) {
+	if u, err := url.Parse(spec); err != nil || u.Query().Get("store") == "" {
+		return nil, fmt.Errorf("open store %q: a postgres store is named by a URL with a store parameter, postgres://user@host/db?store=NAME: %w", redactDSN(spec), ErrNotStore)
+	}
+	return OpenPostgres(spec, "", opts)
+}
+
+// redactDSN returns dsn without its password, for messages.
+func redactDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			return u.String()
+		}
+	}
+	return dsn
+}
+
+// pgEngine is the PostgreSQL engine of one store.
+type pgEngine struct {
+	pool    *pgxpool.Pool
+	store   string
+	owner   string // this process's name in the lease
+	lease   time.Duration
+	timeout time.Duration // of one statement or transaction
+	log     *slog.Logger
+
+	// mu serializes commits and lease renewals, and guards what follows.
+	mu      sync.Mutex
+	token   int64 // the lease token this owner holds
+	commits int64 // the commits of the store so far
+	// dead is set once a commit failed or the lease was lost: no commit
+	// is tried again.
+	dead    error
+	renewed time.Time // when the lease was last extended (sent)
+
+	cache pgCache
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// newOwnerName names this process in the lease: host, pid and a random
+// suffix, so that two opens in one process are two owners.
+func newOwnerName() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+func openPGEngine(cfg *pgConfig, o *Options) (*pgEngine, error) {
+	e := &pgEngine{
+		store:   cfg.store,
+		owner:   newOwnerName(),
+		lease:   cfg.lease,
+		timeout: max(2*cfg.lease, 30*time.Second),
+		log:     o.logger(),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	e.cache.max = cfg.cache
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg.pool)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres store %q: %w", e.store, err)
+	}
+	e.pool = pool
+	fail := func(err error) (*pgEngine, error) {
+		pool.Close()
+		return nil, err
+	}
+	if err := e.createSchema(ctx); err != nil {
+		return fail(fmt.Errorf("open postgres store %q: create its tables: %w", e.store, err))
+	}
+	if err := e.takeOver(o.lockTimeout()); err != nil {
+		return fail(err)
+	}
+	if err := e.preload(); err != nil {
+		return fail(errors.Join(err, e.release()))
+	}
+	go e.renewer()
+	return e, nil
+}
+
+func (e *pgEngine) dir() string { return Postgres + ":" + e.store }
+
+// createSchema creates the tables and the function if one is missing,
+// holding an advisory lock so that concurrent creators do not collide.
+func (e *pgEngine) createSchema(ctx context.Context) error {
+	var ok bool
+	err := e.pool.QueryRow(ctx, `SELECT to_regclass('tidemark_kv') IS NOT NULL AND to_regclass('tidemark_owner') IS NOT NULL
+		AND to_regprocedure('tidemark_fence(text,bigint,bigint,bigint)') IS NOT NULL`).Scan(&ok)
+	if err != nil || ok {
+		return err
+	}
+	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(pgSchemaLock)); err != nil {
+			return err
+		}
+		for _, q := range pgSchema {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// takeOver takes the store's lease with the next token, waiting up to
+// wait for a live lease of another owner to end.
+func (e *pgEngine) takeOver(wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+		ok, holder, left, err := e.tryTakeOver(ctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("open postgres store %q: take its lease: %w", e.store, err)
+		}
+		if ok {
+			return nil
+		}
+		now := time.Now()
+		if now.After(deadline) {
+			return fmt.Errorf("open postgres store %q: owned by %s, whose lease ends in %v (waited %v); stop that process, or wait for its lease to end: %w",
+				e.store, holder, left.Round(time.Millisecond), wait, ErrLocked)
+		}
+		time.Sleep(min(max(left, 5*time.Millisecond), 100*time.Millisecond, time.Until(deadline)+time.Millisecond))
+	}
+}
+
+func (e *pgEngine) tryTakeOver(ctx context.Context) (ok bool, holder string, left time.Duration, err error) {
+	if _, err := e.pool.Exec(ctx, sqlCreateOwner, e.store); err != nil {
+		return false, "", 0, err
+	}
+	var token, commits int64
+	err = e.pool.QueryRow(ctx, sqlTakeOver, e.store, e.owner, e.lease.Milliseconds()).Scan(&token, &commits)
+	if err == nil {
+		e.mu.Lock()
+		e.token, e.commits, e.renewed = token, commits, time.Now()
+		e.mu.Unlock()
+		e.log.Info("state: postgres store taken over", "store", e.store, "owner", e.owner, "token", token, "commits", commits, "lease", e.lease)
+		return true, "", 0, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return false, "", 0, err
+	}
+	var secs float64
+	if err := e.pool.QueryRow(ctx, sqlHolder, e.store).Scan(&holder, &token, &secs); err != nil {
+		return false, "", 0, err
+	}
+	return false, fmt.Sprintf("%s (lease token %d)", holder, token), time.Duration(secs * float64(time.Second)), nil
+}
+
+// renewer extends the lease every third of its length when no commit did.
+func (e *pgEngine) renewer() {
+	defer close(e.done)
+	t := time.NewTicker(e.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+		e.mu.Lock()
+		if e.dead == nil && time.Since(e.renewed) >= e.lease/3 {
+			e.renew()
+		}
+		e.mu.Unlock()
+	}
+}
+
+// renew extends the lease. e.mu held.
+func (e *pgEngine) renew() {
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), e.lease/3)
+	defer cancel()
+	tag, err := e.pool.Exec(ctx, sqlRenew, e.store, e.token, e.lease.Milliseconds())
+	switch {
+	case err != nil:
+		e.log.Warn("state: postgres store could not renew its lease; trying again", "store", e.store, "err", err)
+	case tag.RowsAffected() == 0:
+		e.dead = fmt.Errorf("postgres store %q: lease token %d was taken over by another owner while the store was idle: %w", e.store, e.token, ErrFenced)
+		e.log.Error("state: postgres store lost its lease; its next commit fails", "store", e.store, "token", e.token)
+	default:
+		e.renewed = sent
+	}
+}
+
+// release ends the lease, so that the next owner need not wait for it to
+// run out. It is safe after a failed commit too: the release is
+// conditional on the token, and a commit in doubt changes nothing it
+// relies on. An error is returned only for an engine that had not failed.
+func (e *pgEngine) release() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	_, err := e.pool.Exec(ctx, sqlRelease, e.store, e.token)
+	failed := e.dead != nil
+	e.dead = ErrClosed
+	if err != nil && !failed {
+		return fmt.Errorf("postgres store %q: release the lease: %w", e.store, err)
+	}
+	return nil
+}
+
+func (e *pgEngine) get(key []byte) ([]byte, bool, error) {
+	cacheable := !isOutputChunk(key)
+	if cacheable {
+		if v, ok, hit := e.cache.get(key); hit {
+			return v, ok, nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	var v []byte
+	err := e.pool.QueryRow(ctx, sqlGet, e.store, key).Scan(&v)
+	found := err == nil
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("postgres store %q: read key %q: %w", e.store, key, err)
+	}
+	if v == nil && found {
+		v = []byte{}
+	}
+	if cacheable {
+		e.cache.fill(key, v, found)
+	}
+	return v, found, nil
+}
+
+func (e *pgEngine) scan(prefix []byte, fn func(k, v []byte) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	var rows pgx.Rows
+	var err error
+	if end := prefixEnd(prefix); end != nil {
+		rows, err = e.pool.Query(ctx, sqlScanTo, e.store, prefix, end)
+	} else {
+		rows, err = e.pool.Query(ctx, sqlScan, e.store, prefix)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres store %q: scan %q: %w", e.store, prefix, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		raw := rows.RawValues()
+		if err := fn(raw[0], raw[1]); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("postgres store %q: scan %q: %w", e.store, prefix, err)
+	}
+	return nil
+}
+
+// commit writes ws in one transaction, pipelined in one round trip:
+//
+//	BEGIN
+//	SELECT tidemark_fence(store, token, commits, lease)  -- or TMFEN: abort
+//	INSERT … SELECT … unnest(keys, values) ON CONFLICT DO UPDATE  -- one or more
+//	DELETE … WHERE k = ANY(keys)
+//	COMMIT
+//
+// Any error (the fence, a statement, a connection lost before COMMIT's
+// reply) fails the commit and the engine for good: a commit in doubt is a
+// failed commit, and the store's owner restarts and reloads what is
+// durable.
+func (e *pgEngine) commit(ws []write) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.dead != nil {
+		return e.dead
+	}
+	for _, w := range ws {
+		if len(w.key) > pgMaxKey || len(w.val) > pgMaxValue {
+			return fmt.Errorf("postgres store %q: key of %d bytes, value of %d (the most are %d and %d): %w",
+				e.store, len(w.key), len(w.val), pgMaxKey, pgMaxValue, ErrTooLarge)
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sqlFence, e.store, e.token, e.commits, e.lease.Milliseconds())
+	var keys, vals, dels [][]byte
+	size := 0
+	for _, w := range ws {
+		if w.del {
+			dels = append(dels, w.key)
+			continue
+		}
+		if size+len(w.key)+len(w.val) > pgStatementBytes && len(keys) > 0 {
+			b.Queue(sqlUpsert, e.store, keys, vals)
+			keys, vals, size = nil, nil, 0
+		}
+		val := w.val
+		if val == nil {
+			val = []byte{} // an empty value is not NULL
+		}
+		keys, vals, size = append(keys, w.key), append(vals, val), size+len(w.key)+len(w.val)
+	}
+	if len(keys) > 0 {
+		b.Queue(sqlUpsert, e.store, keys, vals)
+	}
+	if len(dels) > 0 {
+		b.Queue(sqlDelete, e.store, dels)
+	}
+	b.Queue("COMMIT")
+	sent := time.Now()
+	if err := e.send(b); err != nil {
+		e.dead = err
+		return err
+	}
+	e.commits++
+	e.renewed = sent
+	e.cache.commit(ws)
+	return nil
+}
+
+// send runs the batch b and checks that its last statement committed.
+func (e *pgEngine) send(b *pgx.Batch) error {
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres store %q: connect: %w", e.store, err)
+	}
+	br := conn.SendBatch(ctx, b)
+	var tag pgconn.CommandTag
+	for range b.Len() {
+		if tag, err = br.Exec(); err != nil {
+			break
+		}
+	}
+	err = errors.Join(err, br.Close())
+	if err == nil && tag.String() != "COMMIT" {
+		err = fmt.Errorf("the transaction ended with %q", tag.String())
+	}
+	if err != nil {
+		// The connection may be in a transaction, or in doubt: never
+		// reuse it.
+		_ = conn.Conn().Close(context.Background())
+	}
+	conn.Release()
+	if err == nil {
+		return nil
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == pgFenceCode {
+		return fmt.Errorf("postgres store %q: commit refused: %s: %w", e.store, pe.Message, ErrFenced)
+	}
+	return fmt.Errorf("postgres store %q: commit (lease token %d, commit %d): %w", e.store, e.token, e.commits+1, err)
+}
+
+func (e *pgEngine) close() error {
+	close(e.stop)
+	<-e.done
+	err := e.release()
+	e.pool.Close()
+	return err
+}
+
+// preload reads every key of the store (output chunks aside) into the
+// read cache, while they fit in it: then a read of a key not in the cache
+// needs no round trip, the key does not exist.
+func (e *pgEngine) preload() error {
+	if e.cache.max <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	rows, err := e.pool.Query(ctx, `SELECT k, v FROM tidemark_kv WHERE store = $1 AND (k < $2 OR k >= $3)`,
+		e.store, []byte{tagOutputData}, []byte{tagOutputData + 1})
+	if err != nil {
+		return fmt.Errorf("open postgres store %q: load its keys: %w", e.store, err)
+	}
+	defer rows.Close()
+	complete := true
+	for rows.Next() {
+		raw := rows.RawValues()
+		if !e.cache.load(raw[0], raw[1]) {
+			complete = false
+			cancel() // the rest would not fit: do not read it
+			break
+		}
+	}
+	if err := rows.Err(); err != nil && complete {
+		return fmt.Errorf("open postgres store %q: load its keys: %w", e.store, err)
+	}
+	e.cache.setComplete(complete)
+	return nil
+}
+
+// outputsInEngine says that the engine keeps outputs in its own key space
+// (see Output): a database shared by machines has no local files.
+func (e *pgEngine) outputsInEngine() {}
+
+// pgCache is the read cache of a PostgreSQL store: durable values by key.
+// It is safe because every write of the store goes through this engine
+// (another owner is fenced), and it is updated once a commit is durable.
+// When complete, it holds every key of the store but the output chunks.
+type pgCache struct {
+	mu       sync.Mutex
+	m        map[string]pgCached
+	bytes    int
+	max      int
+	complete bool
+}
+
+type pgCached struct {
+	v  []byte
+	ok bool
+}
+
+// pgCacheOverhead is about what an entry costs beyond its key and value.
+const pgCacheOverhead = 64
+
+// get returns the cached value of key: hit is false when the database
+// must be asked.
+func (c *pgCache) get(key []byte) (v []byte, ok, hit bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, found := c.m[string(key)]; found {
+		if !e.ok {
+			return nil, false, true
+		}
+		return append([]byte{}, e.v...), true, true
+	}
+	return nil, false, c.complete
+}
+
+// load adds a key read at open; false when it does not fit.
+func (c *pgCache) load(k, v []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bytes+len(k)+len(v)+pgCacheOverhead > c.max {
+		return false
+	}
+	c.put(k, v, true)
+	return true
+}
+
+func (c *pgCache) setComplete(b bool) {
+	c.mu.Lock()
+	c.complete = b
+	c.mu.Unlock()
+}
+
+// fill caches what a read found.
+func (c *pgCache) fill(k, v []byte, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.max > 0 {
+		c.put(k, v, ok)
+		c.trim()
+	}
+}
+
+// commit applies the writes of a durable commit.
+func (c *pgCache) commit(ws []write) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.max <= 0 {
+		return
+	}
+	for _, w := range ws {
+		if isOutputChunk(w.key) {
+			continue
+		}
+		if w.del && c.complete {
+			c.drop(w.key)
+			continue
+		}
+		c.put(w.key, w.val, !w.del)
+	}
+	c.trim()
+}
+
+// put sets key's entry. c.mu held.
+func (c *pgCache) put(k, v []byte, ok bool) {
+	if c.m == nil {
+		c.m = make(map[string]pgCached)
+	}
+	c.drop(k)
+	e := pgCached{ok: ok}
+	if ok {
+		e.v = append(make([]byte, 0, len(v)), v...)
+	}
+	c.m[string(k)] = e
+	c.bytes += len(k) + len(e.v) + pgCacheOverhead
+}
+
+// drop removes key's entry. c.mu held.
+func (c *pgCache) drop(k []byte) {
+	if e, found := c.m[string(k)]; found {
+		c.bytes -= len(k) + len(e.v) + pgCacheOverhead
+		delete(c.m, string(k))
+	}
+}
+
+// trim evicts entries (the map's iteration order is random enough) once
+// the cache is over its size, down to three quarters of it. An evicted key
+// is read from the database again, so the cache is no longer complete.
+// c.mu held.
+func (c *pgCache) trim() {
+	if c.bytes <= c.max {
+		return
+	}
+	c.complete = false
+	for k, e := range c.m {
+		if c.bytes <= c.max/4*3 {
+			break
+		}
+		c.bytes -= len(k) + len(e.v) + pgCacheOverhead
+		delete(c.m, k)
+	}
+}

@@ -1,0 +1,176 @@
+package state
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tidemark-go/tidemark/internal/pgtest"
+)
+
+// The PostgreSQL row of the conformance table: the "directory" of a test
+// names a store of that name in a schema of the test server of its own
+// (made at the first open), so that a test can add a trigger to its
+// tables without touching another's.
+
+// pgSchemaOf returns the schema of the store of dir.
+func pgSchemaOf(dir string) string { return fmt.Sprintf("d%016x", fnv64([]byte(dir))) }
+
+// pgDSN returns the DSN of the schema of dir, making the schema.
+func pgDSN(dir string) (string, error) { return pgtest.SchemaDSN(pgSchemaOf(dir)) }
+
+// pgSpec returns the spec that Open takes for the store of dir, with the
+// DSN parameters params (key, value, ...).
+func pgSpec(t testing.TB, dir string, params ...string) string {
+	t.Helper()
+	dsn, err := pgDSN(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsn = pgtest.WithParam(dsn, "store", dir)
+	for i := 0; i+1 < len(params); i += 2 {
+		dsn = pgtest.WithParam(dsn, params[i], params[i+1])
+	}
+	return dsn
+}
+
+func openPGDir(dir string, o *Options) (Store, error) {
+	dsn, err := pgDSN(dir)
+	if err != nil {
+		return nil, err
+	}
+	return OpenPostgres(dsn, dir, o)
+}
+
+// pgConn connects to the schema of dir.
+func pgConn(t testing.TB, dir string) *pgx.Conn {
+	t.Helper()
+	dsn, err := pgDSN(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// pgExec runs sql in the schema of dir.
+func pgExec(t testing.TB, dir, sql string, args ...any) pgconn.CommandTag {
+	t.Helper()
+	tag, err := pgConn(t, dir).Exec(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return tag
+}
+
+// pgReadOutput returns the committed bytes of output name of the store
+// of dir, read from its rows.
+func pgReadOutput(t testing.TB, dir, name string) []byte {
+	t.Helper()
+	conn := pgConn(t, dir)
+	ctx := context.Background()
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass('tidemark_kv') IS NOT NULL").Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	if !exists {
+		return nil
+	}
+	var lenb []byte
+	err := conn.QueryRow(ctx, "SELECT v FROM tidemark_kv WHERE store = $1 AND k = $2", dir, outputKey(name)).Scan(&lenb)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, ok := decodeInt64(lenb)
+	if !ok {
+		t.Fatalf("output %s: length record %x", name, lenb)
+	}
+	prefix := outputDataPrefix(name)
+	rows, err := conn.Query(ctx, "SELECT k, v FROM tidemark_kv WHERE store = $1 AND k >= $2 AND k < $3 ORDER BY k", dir, prefix, prefixEnd(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []byte
+	for rows.Next() {
+		var k, v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		if at := int64(binary.BigEndian.Uint64(k[len(prefix):])); at != int64(len(out)) {
+			t.Fatalf("output %s: chunk at %d after %d bytes", name, at, len(out))
+		}
+		out = append(out, v...)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(out)) < n {
+		t.Fatalf("output %s: %d bytes of chunks, %d committed", name, len(out), n)
+	}
+	return out[:n]
+}
+
+// pgSchemaFor makes the store tables in the schema of dir, as a store's
+// first open would.
+func pgSchemaFor(t testing.TB, dir string) {
+	t.Helper()
+	conn := pgConn(t, dir)
+	for _, q := range pgSchema {
+		if _, err := conn.Exec(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// pgFault makes the server fail the commits of the store of dir that
+// write a chunk of output name: the failAt-th such chunk and, if sticky,
+// every later one. The error raised has SQLSTATE code (53100 is
+// disk_full). It returns the function that removes the fault.
+func pgFault(t testing.TB, dir, name string, failAt int, sticky bool, code string) (heal func()) {
+	t.Helper()
+	pgSchemaFor(t, dir)
+	op := "="
+	if sticky {
+		op = ">="
+	}
+	prefix := outputDataPrefix(name)
+	pgExec(t, dir, `CREATE SEQUENCE tidemark_fault_seq`)
+	pgExec(t, dir, fmt.Sprintf(`CREATE FUNCTION tidemark_fault() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF nextval('tidemark_fault_seq') %s %d THEN
+				RAISE EXCEPTION 'injected fault writing output %%', TG_ARGV[0] USING ERRCODE = '%s';
+			END IF;
+			RETURN NEW;
+		END $$`, op, failAt, code))
+	pgExec(t, dir, fmt.Sprintf(`CREATE TRIGGER tidemark_fault BEFORE INSERT ON tidemark_kv FOR EACH ROW
+		WHEN (NEW.store = %s AND substring(NEW.k FROM 1 FOR %d) = '\x%x'::bytea) EXECUTE FUNCTION tidemark_fault('%s')`,
+		quoteLiteral(dir), len(prefix), prefix, name))
+	return func() {
+		pgExec(t, dir, `DROP TRIGGER tidemark_fault ON tidemark_kv`)
+	}
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// pgCode reports whether err wraps a PostgreSQL error of SQLSTATE code.
+func pgCode(err error, code string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == code
+}
