@@ -186,6 +186,13 @@ func parsePostgres(dsn, store string) (*pgConfig, error) {
 	// default: a commit acknowledged and then lost would let the feed move
 	// past lines the store does not hold.
 	rp["synchronous_commit"] = "on"
+	// A session of the store is never idle inside a transaction (a commit
+	// is sent whole): one that is, is of a process paused in the middle of
+	// sending it, and holds the lease row's lock. The server ends it, so
+	// that a new owner can take over once the lease ran out.
+	if _, ok := rp["idle_in_transaction_session_timeout"]; !ok {
+		rp["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.lease.Milliseconds(), 10)
+	}
 	if _, ok := rp["application_name"]; !ok {
 		rp["application_name"] = "tidemark store " + cfg.store
 	}
