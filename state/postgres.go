@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -293,6 +294,8 @@ type pgEngine struct {
 	renewed time.Time // when the lease was last extended (sent)
 
 	cache pgCache
+	// reads counts the reads that went to the server.
+	reads atomic.Int64
 
 	stop chan struct{}
 	done chan struct{}
@@ -473,6 +476,7 @@ func (e *pgEngine) get(key []byte) ([]byte, bool, error) {
 			return v, ok, nil
 		}
 	}
+	e.reads.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
 	var v []byte

@@ -56,6 +56,12 @@ func pgConn(t testing.TB, dir string) *pgx.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pgConnTo(t, dsn)
+}
+
+// pgConnTo connects to dsn, for the test.
+func pgConnTo(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dsn)

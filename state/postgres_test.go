@@ -1,0 +1,416 @@
+package state
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark-go/tidemark/internal/pgtest"
+)
+
+// pgEngineOf returns the engine of a PostgreSQL store.
+func pgEngineOf(s Store) *pgEngine { return s.(*nsStore).c.eng.(*pgEngine) }
+
+// waitLeaseExpired waits until the lease of the store of dir has run out
+// by the server's clock.
+func waitLeaseExpired(t *testing.T, dir string) {
+	t.Helper()
+	conn := pgConn(t, dir)
+	waitFor(t, "the lease to run out", func() bool {
+		var over bool
+		err := conn.QueryRow(context.Background(), "SELECT lease_until < now() FROM tidemark_owner WHERE store = $1", dir).Scan(&over)
+		return err == nil && over
+	})
+}
+
+// stopRenewals stops the renewer of e, as if its process were paused; the
+// store's Close still works.
+func stopRenewals(e *pgEngine) {
+	close(e.stop)
+	<-e.done
+	e.stop, e.done = make(chan struct{}), make(chan struct{})
+	go func() { <-e.stop; close(e.done) }()
+}
+
+func TestPostgresSpec(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(pgSpec(t, dir, "lease", "2s", "cache", "1MB"), &Options{Logger: quietLogger(), Unbound: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := pgEngineOf(s)
+	if s.Backend() != Postgres || s.Dir() != "postgres:"+dir || e.lease != 2*time.Second || e.cache.max != 1<<20 {
+		t.Fatalf("backend %s dir %s lease %v cache %d", s.Backend(), s.Dir(), e.lease, e.cache.max)
+	}
+	applyLine(t, s, del("f", 1, 1))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dsn, _ := pgDSN(dir)
+	for _, tc := range []struct {
+		spec string
+		want string
+		is   error
+	}{
+		{dsn, "store parameter", ErrNotStore},
+		{pgtest.WithParam(dsn, "store", strings.Repeat("s", pgMaxStoreName+1)), "at most 200 bytes", ErrNotStore},
+		{pgSpec(t, dir, "lease", "soon"), "lease", nil},
+		{pgSpec(t, dir, "cache", "lots"), "cache", nil},
+		{"postgres://u:secret@127.0.0.1:1/db?store=x&connect_timeout=1", "127.0.0.1", nil},
+	} {
+		_, err := Open(tc.spec, &Options{Logger: quietLogger()})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.is != nil && !errors.Is(err, tc.is)) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("Open(%q): %v; want an error naming %q", tc.spec, err, tc.want)
+		}
+	}
+	// OpenPostgres takes the name, or the DSN's, not two different ones.
+	if _, err := OpenPostgres(pgSpec(t, dir), "other", nil); err == nil || !strings.Contains(err.Error(), "names store") {
+		t.Fatalf("two store names: %v", err)
+	}
+}
+
+// TestPostgresFenceRefusesAStaleOwnersCommit: an owner whose lease ran out
+// (its renewals stopped, as in a paused process) is taken over; its next
+// commit reaches the server and is refused by the fence in the same
+// transaction: ErrFenced, and nothing of it is visible.
+func TestPostgresFenceRefusesAStaleOwnersCommit(t *testing.T) {
+	dir := t.TempDir()
+	spec := pgSpec(t, dir, "lease", "300ms")
+	o := &Options{Logger: quietLogger(), Unbound: true, BatchSize: 1 << 20, BatchInterval: time.Hour}
+	a, err := Open(spec, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	applyLine(t, a, del("f", 1, 1))
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ea := pgEngineOf(a)
+	stopRenewals(ea) // a paused process renews nothing
+	waitLeaseExpired(t, dir)
+
+	b, err := Open(spec, o)
+	if err != nil {
+		t.Fatalf("take-over after the lease ran out: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if eb := pgEngineOf(b); eb.token != ea.token+1 {
+		t.Fatalf("the new owner's token %d, the old one's %d: want the next", eb.token, ea.token)
+	}
+	applyLine(t, b, del("f", 1, 2))
+	if err := b.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// The stale owner goes on: its commit is sent and refused.
+	if _, err := a.Apply(context.Background(), del("f", 1, 2), func(tx *Tx) error {
+		return tx.Put([]byte("stale"), []byte("x"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err = a.Flush(context.Background())
+	if !errors.Is(err, ErrFailed) || !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "fenced") {
+		t.Fatalf("the stale owner's Flush: %v; want ErrFailed wrapping ErrFenced", err)
+	}
+	if _, err := a.Apply(context.Background(), del("f", 1, 3), func(tx *Tx) error { return nil }); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Apply after the fence: %v", err)
+	}
+	var n int
+	if err := pgConn(t, dir).QueryRow(context.Background(), "SELECT count(*) FROM tidemark_kv WHERE store = $1 AND k = $2", dir, append(newBucketInfo("", "").prefix, "stale"...)).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the refused batch's key is in the table (%d rows, %v)", n, err)
+	}
+	if err := a.Close(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Close of the fenced store: %v", err)
+	}
+	// The new owner is unharmed: it commits on, and its lease was not
+	// released by the old one's Close.
+	applyLine(t, b, del("f", 1, 3))
+	if err := b.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := getInt(t, b, "count"); got != 3 {
+		t.Fatalf("count = %d, want 3", got)
+	}
+	o2 := *o
+	o2.LockTimeout = 50 * time.Millisecond
+	if _, err := Open(spec, &o2); !errors.Is(err, ErrLocked) {
+		t.Fatalf("open while the new owner holds the lease: %v", err)
+	}
+}
+
+// TestPostgresIdleOwnerLearnsItLostTheLease: an idle store whose lease was
+// taken over finds out at its next renewal; its next commit fails without
+// being sent.
+func TestPostgresIdleOwnerLearnsItLostTheLease(t *testing.T) {
+	dir := t.TempDir()
+	spec := pgSpec(t, dir, "lease", "300ms")
+	o := &Options{Logger: quietLogger(), Unbound: true}
+	a, err := Open(spec, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	applyLine(t, a, del("f", 1, 1))
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ea := pgEngineOf(a)
+	// Take the lease away behind the owner's back (an operator, or a
+	// clock that jumped): the token moves on.
+	pgExec(t, dir, "UPDATE tidemark_owner SET token = token + 1, owner = 'someone else' WHERE store = $1", dir)
+	waitFor(t, "the renewal to find the lease gone", func() bool {
+		ea.mu.Lock()
+		defer ea.mu.Unlock()
+		return errors.Is(ea.dead, ErrFenced)
+	})
+	applyLine(t, a, del("f", 1, 2))
+	if err := a.Flush(context.Background()); !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "idle") {
+		t.Fatalf("Flush after the lease was lost: %v", err)
+	}
+}
+
+// TestPostgresLostCommitIsCaught: the commit count is checked with the
+// token, so a commit the owner took for durable and the server lost (an
+// asynchronous commit and a crash, a restored backup) stops the store
+// rather than committing the next batch on top of the hole.
+func TestPostgresLostCommitIsCaught(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, backends()[2], dir, &Options{Unbound: true, BatchSize: 1 << 20, BatchInterval: time.Hour})
+	applyLine(t, s, del("f", 1, 1))
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pgExec(t, dir, "UPDATE tidemark_owner SET commits = commits - 1 WHERE store = $1", dir)
+	applyLine(t, s, del("f", 1, 2))
+	if err := s.Flush(context.Background()); !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "commit") {
+		t.Fatalf("commit after a lost one: %v", err)
+	}
+}
+
+// TestPostgresOpenWaitsForALeaseToRunOut: a store whose owner died without
+// releasing it (no Close) opens once the lease ran out; an open that gives
+// up first names the owner.
+func TestPostgresOpenWaitsForALeaseToRunOut(t *testing.T) {
+	dir := t.TempDir()
+	spec := pgSpec(t, dir, "lease", "1s")
+	a, err := Open(spec, &Options{Logger: quietLogger(), Unbound: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyLine(t, a, del("f", 1, 1))
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ea := pgEngineOf(a)
+	owner := ea.owner
+	stopRenewals(ea) // the owner dies: no renewal, no release
+	ea.pool.Close()
+	t.Cleanup(func() { a.Close() })
+	_, err = Open(spec, &Options{Logger: quietLogger(), LockTimeout: 10 * time.Millisecond})
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), owner) {
+		t.Fatalf("open under a live lease: %v; want ErrLocked naming %s", err, owner)
+	}
+	start := time.Now()
+	b, err := Open(spec, &Options{Logger: quietLogger(), Unbound: true, LockTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	t.Logf("took over %v after the first try", time.Since(start))
+	if got := getInt(t, b, "count"); got != 1 {
+		t.Fatalf("count = %d after the take-over", got)
+	}
+}
+
+// TestPostgresStoresOfOneDatabaseAreSeparate: two stores of different
+// names in one schema have their own keys, positions, outputs and leases.
+func TestPostgresStoresOfOneDatabaseAreSeparate(t *testing.T) {
+	dsn := pgtest.Shared(t).Schema(t)
+	o := &Options{Logger: quietLogger(), Unbound: true}
+	a, err := OpenPostgres(dsn, "orders/0", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := OpenPostgres(dsn, "orders/1", o)
+	if err != nil {
+		t.Fatalf("a second store while the first is open: %v", err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	for n := 1; n <= 3; n++ {
+		applyLine(t, a, del("f", 1, n))
+		if _, err := a.Apply(ctx, del("g", 1, n), func(tx *Tx) error {
+			_, err := fmt.Fprintf(tx.Output("out.csv"), "a%d\n", n)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applyLine(t, b, del("f", 1, 1))
+	if !applyLine(t, b, del("f", 1, 2)) {
+		t.Fatal("store b skipped a line only a applied")
+	}
+	for _, s := range []Store{a, b} {
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ca, cb := getInt(t, a, "count"), getInt(t, b, "count"); ca != 3 || cb != 2 {
+		t.Fatalf("counts %d and %d, want 3 and 2", ca, cb)
+	}
+	la, _ := a.Applied("f")
+	lb, _ := b.Applied("f")
+	if la.Position != 30 || lb.Position != 20 {
+		t.Fatalf("positions %d and %d", la.Position, lb.Position)
+	}
+	if _, ok := b.Applied("g"); ok {
+		t.Fatal("store b has a's position of feed g")
+	}
+	ob, err := b.Output("out.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := ob.WriteTo(&buf); err != nil || buf.Len() != 0 {
+		t.Fatalf("store b's output holds %q (%v)", buf.String(), err)
+	}
+	oa, _ := a.Output("out.csv")
+	if _, err := oa.WriteTo(&buf); err != nil || buf.String() != "a1\na2\na3\n" {
+		t.Fatalf("store a's output = %q (%v)", buf.String(), err)
+	}
+}
+
+// TestPostgresConcurrentCreators: processes that open stores in a fresh
+// schema at the same moment all create it, or find it, without error.
+func TestPostgresConcurrentCreators(t *testing.T) {
+	dsn := pgtest.Shared(t).Schema(t)
+	errs := make(chan error, 6)
+	for i := range cap(errs) {
+		go func() {
+			s, err := OpenPostgres(dsn, fmt.Sprint("s", i), &Options{Logger: quietLogger()})
+			if err == nil {
+				err = s.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestPostgresOutputRowsAreChecked: an output whose rows were changed
+// outside the store is reported as corrupt when read back.
+func TestPostgresOutputRowsAreChecked(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, backends()[2], dir, &Options{Unbound: true, BatchSize: 1 << 20, BatchInterval: time.Hour})
+	for n := 1; n <= 2; n++ {
+		if _, err := s.Apply(context.Background(), del("f", 1, n), func(tx *Tx) error {
+			_, err := fmt.Fprintf(tx.Output("out.csv"), "line %d\n", n)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, _ := s.Output("out.csv")
+	pgExec(t, dir, "DELETE FROM tidemark_kv WHERE store = $1 AND k = $2", dir, outputChunkKey("out.csv", 0))
+	var buf bytes.Buffer
+	if _, err := o.WriteTo(&buf); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "out.csv") {
+		t.Fatalf("WriteTo with a chunk missing: %v", err)
+	}
+}
+
+// TestPostgresLimitsHoldForTheLongestStoreName: a key at the limit, of
+// bytes that do not compress, commits under the longest store name; the
+// server itself refuses a key much past the limit (so the limit is about
+// right, not arbitrary).
+func TestPostgresLimitsHoldForTheLongestStoreName(t *testing.T) {
+	dsn := pgtest.Shared(t).Schema(t)
+	s, err := OpenPostgres(dsn, strings.Repeat("n", pgMaxStoreName), &Options{Logger: quietLogger(), Unbound: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e := pgEngineOf(s)
+	key := make([]byte, pgMaxKey)
+	rand.Read(key)
+	if err := e.commit([]write{{key: key, val: []byte("v")}}); err != nil {
+		t.Fatalf("a random key of %d bytes: %v", len(key), err)
+	}
+	// Past the engine's limit, straight to the server.
+	long := make([]byte, 2800)
+	rand.Read(long)
+	_, err = pgConnTo(t, dsn).Exec(context.Background(), "INSERT INTO tidemark_kv VALUES ($1, $2, '')", strings.Repeat("n", pgMaxStoreName), long)
+	if err == nil || !strings.Contains(err.Error(), "index row") {
+		t.Fatalf("the server took a key of %d bytes: %v", len(long), err)
+	}
+}
+
+// TestPostgresReadCache: reads of durable keys inside Apply cost no round
+// trip once the store preloaded them; with a cache too small for the
+// store, reads go to the server and still see the right values.
+func TestPostgresReadCache(t *testing.T) {
+	dir := t.TempDir()
+	const keys = 500
+	s := mustOpen(t, backends()[2], dir, &Options{Unbound: true, BatchSize: 100, BatchInterval: time.Hour})
+	model := map[string]int64{}
+	apply := func(s Store, n int) {
+		t.Helper()
+		k, _ := rand.Int(rand.Reader, big.NewInt(keys))
+		key := fmt.Sprint("acct-", k)
+		if _, err := s.Apply(context.Background(), del("f", 1, n), func(tx *Tx) error {
+			v, err := tx.Bucket("b").AddInt64([]byte(key), int64(n))
+			if err == nil && v != model[key]+int64(n) {
+				err = fmt.Errorf("line %d: %s = %d, want %d", n, key, v, model[key]+int64(n))
+			}
+			if n%7 == 0 {
+				err = errors.Join(err, tx.Bucket("b").Delete([]byte(key)))
+				delete(model, key)
+				return err
+			}
+			model[key] += int64(n)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for ; n < 2000; n++ {
+		apply(s, n+1)
+	}
+	s.Close()
+	for _, tc := range []struct {
+		cache     string
+		roundTrip bool
+	}{{"256MB", false}, {"2KB", true}, {"0", true}} {
+		s, err := Open(pgSpec(t, dir, "cache", tc.cache), &Options{Logger: quietLogger(), Unbound: true, BatchSize: 100, BatchInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := pgEngineOf(s)
+		r0 := e.reads.Load()
+		for range 1000 {
+			n++
+			apply(s, n)
+		}
+		if reads := e.reads.Load() - r0; (reads > 0) != tc.roundTrip {
+			t.Errorf("cache %s: %d reads from the server", tc.cache, reads)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
