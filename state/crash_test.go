@@ -2,6 +2,7 @@ package state
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/tidemark-go/tidemark/checkpoint"
 	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/internal/pgtest"
 )
 
 // The crash tests re-execute the test binary as a child that applies the
@@ -53,10 +55,24 @@ type crashConfig struct {
 	// carry an Origin over the input, so a new epoch after a lost pointer
 	// is recognised through the lineage.
 	epoch uint64
+	// spec, if set, is the store's Open spec (a PostgreSQL store on a
+	// server of the test's own) instead of crashSpec's.
+	spec string
 }
 
-func (c crashConfig) env(dir string) []string {
-	return append(os.Environ(),
+func (c crashConfig) env(t *testing.T, dir string) []string {
+	env := os.Environ()
+	if c.spec != "" {
+		env = append(env, "CRASH_SPEC="+c.spec)
+	} else if c.backend == Postgres {
+		// The child uses this process's server.
+		pg, err := pgtest.Env()
+		if err != nil {
+			t.Fatal(err)
+		}
+		env = append(env, pg)
+	}
+	return append(env,
 		envCrashChild+"=1",
 		"CRASH_DIR="+dir,
 		"CRASH_BACKEND="+c.backend,
@@ -98,7 +114,11 @@ func TestCrashChild(t *testing.T) {
 			}
 		}
 	}
-	s, err := Open(os.Getenv("CRASH_BACKEND")+":"+dir, o)
+	spec := os.Getenv("CRASH_SPEC")
+	if spec == "" {
+		spec = crashSpec(t, os.Getenv("CRASH_BACKEND"), dir)
+	}
+	s, err := Open(spec, o)
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(2)
@@ -181,13 +201,23 @@ func writePointer(dir string, pos int64) {
 	}
 }
 
+// crashSpec is the Open spec of the crash tests' store of backend in dir.
+// A PostgreSQL store's lease is short: a killed child's runs out soon,
+// and the next run takes over.
+func crashSpec(t *testing.T, backend, dir string) string {
+	if backend == Postgres {
+		return pgSpec(t, dir, "lease", "1s")
+	}
+	return backend + ":" + dir
+}
+
 // runChild runs a child until it prints a line for which stop returns
 // true (then kills it with SIGKILL), or until it ends. It returns whether
 // the child finished.
 func runChild(t *testing.T, cfg crashConfig, dir string, stop func(line string) bool) (finished bool) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-	cmd.Env = cfg.env(dir)
+	cmd.Env = cfg.env(t, dir)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -223,9 +253,15 @@ func runChild(t *testing.T, cfg crashConfig, dir string, stop func(line string) 
 // checkAgree opens the store in dir and checks that the state, the
 // recorded position, the output and the pointer agree. It returns the
 // number of lines recorded as applied.
-func checkAgree(t *testing.T, dir string) int64 {
+func checkAgree(t *testing.T, backend, dir string) int64 {
 	t.Helper()
-	s, err := OpenDir(dir, &Options{Logger: quietLogger()})
+	return checkAgreeAt(t, crashSpec(t, backend, dir), backend, dir)
+}
+
+// checkAgreeAt is checkAgree of the store of spec.
+func checkAgreeAt(t *testing.T, spec, backend, dir string) int64 {
+	t.Helper()
+	s, err := Open(spec, &Options{Logger: quietLogger(), LockTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,8 +274,18 @@ func checkAgree(t *testing.T, dir string) int64 {
 	if sum := getInt(t, s, "sum"); sum != n*(n+1)/2 {
 		t.Fatalf("sum %d, want %d for %d lines", sum, n*(n+1)/2, n)
 	}
-	out, err := os.ReadFile(filepath.Join(dir, "out.csv"))
-	if err != nil && n > 0 {
+	var out []byte
+	if backend == Postgres {
+		o, err := s.Output("out.csv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if _, err := o.WriteTo(&b); err != nil {
+			t.Fatal(err)
+		}
+		out = b.Bytes()
+	} else if out, err = os.ReadFile(filepath.Join(dir, "out.csv")); err != nil && n > 0 {
 		t.Fatal(err)
 	}
 	checkOutput(t, out, n)
@@ -271,8 +317,8 @@ func checkOutput(t *testing.T, out []byte, n int64) {
 
 func TestCrashMidBatch(t *testing.T) {
 	for _, cfg := range []crashConfig{
-		{backend: Bolt}, {backend: Pebble},
-		{backend: Bolt, sync: true}, {backend: Pebble, sync: true},
+		{backend: Bolt}, {backend: Pebble}, {backend: Postgres},
+		{backend: Bolt, sync: true}, {backend: Pebble, sync: true}, {backend: Postgres, sync: true},
 	} {
 		name := cfg.backend
 		if cfg.sync {
@@ -292,7 +338,7 @@ func TestCrashMidBatch(t *testing.T) {
 					_, err := fmt.Sscanf(line, "progress %d", &n)
 					return err == nil && n >= target
 				})
-				n := checkAgree(t, dir)
+				n := checkAgree(t, cfg.backend, dir)
 				t.Logf("kill %d at progress >= %d: %d lines recorded, pointer at line %d", i+1, target, n, readPointer(dir)/lineLen)
 				if n < last {
 					t.Fatalf("recorded position went back from line %d to %d", last, n)
@@ -312,7 +358,7 @@ func TestCrashMidBatch(t *testing.T) {
 // durable: they are lost, the pointer is behind them, and the restart
 // applies them once.
 func TestCrashWithBatchesStaged(t *testing.T) {
-	for _, be := range []string{Bolt, Pebble} {
+	for _, be := range []string{Bolt, Pebble, Postgres} {
 		t.Run(be, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
@@ -323,7 +369,7 @@ func TestCrashWithBatchesStaged(t *testing.T) {
 				fmt.Sscanf(line, "progress %d", &progressed)
 				return line == "commit held"
 			})
-			n := checkAgree(t, dir)
+			n := checkAgree(t, cfg.backend, dir)
 			if n >= holdAt {
 				t.Fatalf("recorded line %d, but the commit of line %d was held", n, holdAt)
 			}
@@ -339,7 +385,7 @@ func TestCrashWithBatchesStaged(t *testing.T) {
 // recognises the lines it applied through the lineage (same file, same
 // bytes before the recorded position), so none is applied or written twice.
 func TestCrashThenLostPointer(t *testing.T) {
-	for _, be := range []string{Bolt, Pebble} {
+	for _, be := range []string{Bolt, Pebble, Postgres} {
 		t.Run(be, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
@@ -349,7 +395,7 @@ func TestCrashThenLostPointer(t *testing.T) {
 				_, err := fmt.Sscanf(line, "progress %d", &n)
 				return err == nil && n >= 2000
 			})
-			n := checkAgree(t, dir)
+			n := checkAgree(t, cfg.backend, dir)
 			if err := os.Remove(filepath.Join(dir, pointerFile)); err != nil && !os.IsNotExist(err) {
 				t.Fatal(err)
 			}
@@ -365,7 +411,7 @@ func TestCrashThenLostPointer(t *testing.T) {
 			if skipped != n {
 				t.Fatalf("%d lines skipped by lineage, want the %d recorded", skipped, n)
 			}
-			if got := checkAgree(t, dir); got != crashLines {
+			if got := checkAgree(t, cfg.backend, dir); got != crashLines {
 				t.Fatalf("after the restart %d lines applied, want %d", got, crashLines)
 			}
 			t.Logf("killed at line %d; the new epoch skipped %d lines by lineage", n, skipped)
@@ -376,7 +422,8 @@ func TestCrashThenLostPointer(t *testing.T) {
 // TestCrashBetweenOutputAndSave kills the child after a batch's output is
 // synced and before its state is saved: the bytes are in the file, past the
 // committed length. After the restart they are cut off, and the replay
-// writes every line exactly once.
+// writes every line exactly once. (A PostgreSQL store writes its output in
+// the transaction of the state: it has no such window.)
 func TestCrashBetweenOutputAndSave(t *testing.T) {
 	for _, be := range []string{Bolt, Pebble} {
 		t.Run(be, func(t *testing.T) {
@@ -398,7 +445,7 @@ func TestCrashBetweenOutputAndSave(t *testing.T) {
 			if int64(len(out)) <= committed {
 				t.Fatalf("the kill missed the window: output %d bytes, committed %d", len(out), committed)
 			}
-			n := checkAgree(t, dir)
+			n := checkAgree(t, cfg.backend, dir)
 			t.Logf("killed with %d output bytes past the committed %d; %d lines recorded", int64(len(out))-committed, committed, n)
 			cfg.stopAfterOutput = 0
 			finishAndCheck(t, cfg, dir, "restart")
@@ -414,7 +461,7 @@ func finishAndCheck(t *testing.T, cfg crashConfig, dir, what string) {
 	if !runChild(t, cfg, dir, nil) {
 		t.Fatalf("the %s did not finish", what)
 	}
-	if n := checkAgree(t, dir); n != crashLines {
+	if n := checkAgree(t, cfg.backend, dir); n != crashLines {
 		t.Fatalf("after the %s %d lines applied, want %d", what, n, crashLines)
 	}
 }
