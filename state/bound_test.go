@@ -32,7 +32,7 @@ func TestApplyNeedsABinding(t *testing.T) {
 			if ok || !errors.Is(err, ErrNotBound) {
 				t.Fatalf("Apply of unbound feed %q: %v, %v; want ErrNotBound", d.Feed, ok, err)
 			}
-			for _, want := range []string{`"` + d.Feed + `"`, dir, "GroupConfig.Store", "Store.Bind", "Options.Unbound"} {
+			for _, want := range []string{`"` + d.Feed + `"`, s.Dir(), "GroupConfig.Store", "Store.Bind", "Options.Unbound"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Fatalf("error does not say %q: %v", want, err)
 				}

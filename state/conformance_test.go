@@ -928,22 +928,132 @@ func TestSyncModeCommitFailure(t *testing.T) {
 	})
 }
 
-// A file the store did not write is not output: declaring its name empties
-// it, so that the output holds only committed lines.
-func TestOutputDeclarationEmptiesAnUnknownFile(t *testing.T) {
+// A file the store did not write is not its output: declaring the output
+// of its name fails with ErrOutputExists and leaves the file as it was
+// (it used to be emptied, with a warning). An empty file is taken.
+func TestOutputDeclarationRefusesAFileItDidNotWrite(t *testing.T) {
 	forEachLocalBackend(t, func(t *testing.T, be backend) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "out.csv")
-		if err := os.WriteFile(path, []byte("left over\n"), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte("someone's data\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		s := mustOpen(t, be, dir, testOpts())
-		o, err := s.Output("out.csv")
-		if err != nil {
+		_, err := s.Output("out.csv")
+		if !errors.Is(err, ErrOutputExists) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "move the file away") {
+			t.Fatalf("Output of a foreign file: %v", err)
+		}
+		// Through a transaction, the line fails and nothing is staged.
+		ok, err := s.Apply(context.Background(), del("f", 1, 1), func(tx *Tx) error {
+			_, err := tx.Output("out.csv").Write([]byte("mine\n"))
+			return err
+		})
+		if ok || !errors.Is(err, ErrOutputExists) {
+			t.Fatalf("Apply writing to a foreign file: %v, %v", ok, err)
+		}
+		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if b, _ := os.ReadFile(path); len(b) != 0 || o.Committed() != 0 {
-			t.Fatalf("declared output holds %q", b)
+		s = mustOpen(t, be, dir, testOpts())
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
 		}
+		if b, _ := os.ReadFile(path); string(b) != "someone's data\n" {
+			t.Fatalf("the foreign file now holds %q", b)
+		}
+		// An empty file of the name is taken as the output.
+		empty := filepath.Join(dir, "empty.csv")
+		if err := os.WriteFile(empty, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s = mustOpen(t, be, dir, testOpts())
+		if _, err := s.Apply(context.Background(), del("f", 1, 1), func(tx *Tx) error {
+			_, err := tx.Output("empty.csv").Write([]byte("mine\n"))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(empty); string(b) != "mine\n" {
+			t.Fatalf("the empty file taken as output holds %q", b)
+		}
+	})
+}
+
+// TestAppliedAll: every durable record of a feed in the whole store, one
+// per namespace that holds one, in namespace order; none for a feed no
+// namespace applied; never a record only staged or committing; the same
+// after a reopen.
+func TestAppliedAll(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		dir := t.TempDir()
+		g := newGate()
+		o := testOpts()
+		o.hooks = &hooks{beforeCommit: g.hook}
+		s := mustOpen(t, be, dir, o)
+		t.Cleanup(g.open) // before Close if the test fails
+		ctx := context.Background()
+		positions := func(ls []dedupe.Lineage) []int64 {
+			ps := make([]int64, len(ls))
+			for i, l := range ls {
+				ps[i] = l.Position
+			}
+			return ps
+		}
+		check := func(s Store, feed string, want ...int64) {
+			t.Helper()
+			got := s.AppliedAll(feed)
+			if fmt.Sprint(positions(got)) != fmt.Sprint(want) && !(len(got) == 0 && len(want) == 0) {
+				t.Fatalf("AppliedAll(%q) = %v, want positions %v", feed, positions(got), want)
+			}
+			for _, l := range got {
+				if l.Epoch != 4 {
+					t.Fatalf("AppliedAll(%q): epoch %d, want 4", feed, l.Epoch)
+				}
+			}
+		}
+		check(s, "f") // a new store: none
+		// Namespaces applied in an order other than theirs: the result is
+		// in namespace order, whichever namespace asks.
+		for _, step := range []struct {
+			ns   string
+			feed string
+			n    int
+		}{{"b", "f", 2}, {"", "f", 5}, {"a", "f", 3}, {"a", "g", 7}} {
+			applyLine(t, s.Namespace(step.ns), del(step.feed, 4, step.n))
+		}
+		check(s, "f") // only staged
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		check(s, "f", 50, 30, 20)
+		check(s.Namespace("b"), "f", 50, 30, 20)
+		check(s, "g", 70)
+		check(s, "h")
+		// Newer positions, staged, then committing (held in the gate):
+		// AppliedAll still reports the durable ones, and a namespace with
+		// nothing durable not at all.
+		applyLine(t, s.Namespace("a"), del("f", 4, 9))
+		applyLine(t, s.Namespace("c"), del("f", 4, 1))
+		check(s, "f", 50, 30, 20)
+		g.arm()
+		flushed := make(chan error, 1)
+		go func() { flushed <- s.Flush(ctx) }()
+		<-g.entered
+		check(s, "f", 50, 30, 20)
+		g.open()
+		if err := <-flushed; err != nil {
+			t.Fatal(err)
+		}
+		check(s, "f", 50, 90, 20, 10)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s = mustOpen(t, be, dir, testOpts())
+		check(s, "f", 50, 90, 20, 10)
+		check(s, "g", 70)
+		check(s, "h")
 	})
 }

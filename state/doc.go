@@ -32,7 +32,25 @@
 //   - View sees the staged state (what Apply calls have done, durable or
 //     not), not only the durable one. [Store.Applied] reports the durable
 //     position.
-//   - A store directory belongs to one process at a time.
+//   - A store folder belongs to one process at a time, enforced: Open takes
+//     an OS lock (flock on the folder's LOCK file) before it reads or
+//     writes anything else there, and holds it until Close (the kernel
+//     drops it with a dead process). Another Open, in this process or
+//     another, waits up to [Options.LockTimeout], then fails with
+//     [ErrLocked], naming the holder's process id where the system tells
+//     (Linux).
+//   - A folder's STORE file stands for its store: a new store writes it
+//     last, once the backend holds data. A folder whose STORE names a
+//     backend whose data is not there (state.bolt, or the Pebble database
+//     in pebble/, deleted) fails to open with [ErrStoreMissing]; one whose
+//     STORE disagrees with the data it holds, with [ErrBackendMismatch].
+//     Neither changes anything in the folder. To start over, remove the
+//     whole folder: the feeds then read their input again, as a store with
+//     no record of a feed asks.
+//   - An output is recorded before its first byte is written, so a file of
+//     the output's name that the store has no record of is not its own: if
+//     it is not empty, declaring the output fails with [ErrOutputExists]
+//     and the file is left as it is. Move it away.
 //   - The function's error is returned as is and nothing it wrote is kept;
 //     the feed's failure policy decides what happens to the line.
 //
@@ -141,7 +159,9 @@
 // state with the file's new length. On open the file is cut back to the
 // recorded length: bytes past it belong to a batch whose state never
 // committed, and the feed re-delivers their lines. So every output line is
-// in the file exactly once, whatever moment a kill picks.
+// in the file exactly once, whatever moment a kill picks. An output's
+// declaration (its length 0) is recorded durably before the file is
+// created, so only a file the store recorded is ever cut.
 //
 // # Epoch lineage
 //
@@ -177,7 +197,8 @@
 // errors are [ErrNotBound] (a batched Apply of a feed no checkpoint is
 // bound to) and [*TooLargeError], which wraps [ErrTooLarge] (a key or value
 // the backend cannot store; its Permanent method returns true). Open errors
-// are [ErrNotStore], [ErrUnknownBackend], [ErrBackendMismatch], [ErrLocked]
-// and [ErrCorrupt]. Every error names the store's directory, and Apply's the
-// feed, epoch and position.
+// are [ErrNotStore], [ErrUnknownBackend], [ErrBackendMismatch],
+// [ErrStoreMissing], [ErrLocked] and [ErrCorrupt]; declaring an output,
+// [ErrBadName] and [ErrOutputExists]. Every error names the store's
+// directory and says what to do, and Apply's the feed, epoch and position.
 package state

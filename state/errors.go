@@ -16,11 +16,23 @@ var (
 	// "pebble", in a config string or in a STORE file.
 	ErrUnknownBackend = errors.New("state: unknown backend")
 	// ErrBackendMismatch is returned when a store is opened with a backend
-	// other than the one that created it. Open it with [OpenDir] to use the
-	// recorded one.
+	// other than the one that created it (open it with [OpenDir] to use the
+	// recorded one), and when the backend its STORE file names is not the
+	// one whose data the folder holds (STORE edited or replaced), or the
+	// folder holds the data of both. Nothing in the folder is changed.
 	ErrBackendMismatch = errors.New("state: store was created by another backend")
-	// ErrLocked is returned when another process has the store open and
-	// does not release it within [Options.LockTimeout].
+	// ErrStoreMissing is returned when a folder's STORE file names a
+	// backend whose data is not there (state.bolt, or the Pebble database
+	// in pebble/, deleted or moved): opening would make a new, empty store
+	// behind the feeds' pointers. Restore the folder from a backup, or
+	// remove the whole folder to start over (its feeds then read their
+	// input again). Nothing in the folder is changed, output files
+	// included.
+	ErrStoreMissing = errors.New("state: the store's data is missing")
+	// ErrLocked is returned when another process (or this one, through
+	// another Open) has the store open and does not close it within
+	// [Options.LockTimeout]. The error names the folder and, where the
+	// system tells (Linux), the holder's process id.
 	ErrLocked = errors.New("state: store is locked by another process")
 	// ErrCorrupt is returned when a record of the store or an output file
 	// does not verify: a bad checksum, an unknown version, an output file
@@ -43,6 +55,12 @@ var (
 	// ErrBadName is returned for an output name that is not a plain file
 	// name, or that the store uses itself.
 	ErrBadName = errors.New("state: bad output name")
+	// ErrOutputExists is returned when an output is declared for the first
+	// time and a file of its name, not empty, is in the store's folder: the
+	// store did not write it (it records every output before its first
+	// byte), so it may be anyone's data, and the store does not empty it.
+	// Move the file away, or declare another name.
+	ErrOutputExists = errors.New("state: a file the store did not write has the output's name")
 	// ErrNotInt64 is returned by GetInt64 and AddInt64 for a value that is
 	// not 8 bytes long, so was not written by PutInt64 or AddInt64.
 	ErrNotInt64 = errors.New("state: value is not an int64")

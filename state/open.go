@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/tidemark-go/tidemark/internal/vfs"
@@ -37,8 +38,13 @@ const (
 	DefaultLockTimeout = 10 * time.Second
 )
 
-// storeFile names the file in a store directory that records the backend.
-const storeFile = "STORE"
+// storeFile names the file in a store directory that records the backend;
+// lockFile the file a process holds an OS lock on while it has the store
+// open.
+const (
+	storeFile = "STORE"
+	lockFile  = "LOCK"
+)
 
 // Options configure a store. The zero value is the batched default.
 type Options struct {
@@ -162,7 +168,7 @@ func OpenBolt(dir string, opts *Options) (Store, error) { return open(Bolt, dir,
 // OpenPebble opens or creates a store in dir with the Pebble backend.
 func OpenPebble(dir string, opts *Options) (Store, error) { return open(Pebble, dir, opts) }
 
-func open(kind, dir string, opts *Options) (Store, error) {
+func open(kind, dir string, opts *Options) (_ Store, err error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -171,29 +177,76 @@ func open(kind, dir string, opts *Options) (Store, error) {
 		return nil, fmt.Errorf("open store: empty directory: %w", ErrNotStore)
 	}
 	fsys := o.fs()
-	recorded, err := readStoreFile(fsys, dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist) && kind == "":
-		return nil, fmt.Errorf("open store %s: no %s file; open it as \"bbolt:%s\" or \"pebble:%s\" to create one: %w", dir, storeFile, dir, dir, ErrNotStore)
-	case errors.Is(err, fs.ErrNotExist):
-		if err := writeStoreFile(fsys, dir, kind); err != nil {
-			return nil, err
+	if kind == "" {
+		// A directory without STORE is not a store: no lock file is
+		// made in it.
+		if _, err := fsys.Stat(filepath.Join(dir, storeFile)); errors.Is(err, fs.ErrNotExist) {
+			return nil, notStore(&o, fsys, dir)
+		} else if err != nil {
+			return nil, fmt.Errorf("open store %s: %w", dir, err)
 		}
-	case err != nil:
+	} else if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create store %s: %w", dir, err)
+	}
+	// The lock comes before STORE is read: two processes creating one
+	// folder as two backends at once make one store, not two.
+	lk, err := lockDir(dir, o.lockTimeout())
+	if err != nil {
 		return nil, err
-	case kind == "":
-		kind = recorded
-	case kind != recorded:
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, lk.release())
+		}
+	}()
+	recorded, err := readStoreFile(fsys, dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	hasStore := err == nil
+	disk, err := onDisk(&o, fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	create := false
+	switch {
+	case !hasStore && kind == "":
+		return nil, notStore(&o, fsys, dir) // removed meanwhile
+	case len(disk) > 1:
+		return nil, fmt.Errorf("open store %s: the folder holds a %s and a %s: two backends wrote it; restore it from a backup, or remove the whole folder to start over (its feeds then read their input again): %w",
+			dir, describe(disk[0]), describe(disk[1]), ErrBackendMismatch)
+	case !hasStore && len(disk) == 0:
+		create = true
+	case !hasStore && disk[0] != kind:
+		return nil, fmt.Errorf("open store %s as %s: the folder holds a %s and no %s file; open it as \"%s:%s\": %w",
+			dir, kind, describe(disk[0]), storeFile, disk[0], dir, ErrBackendMismatch)
+	case !hasStore:
+		// The backend's data without STORE: a run that stopped between
+		// the two (STORE is written last), or a STORE deleted.
+		o.logger().Warn("state: store folder without a STORE file: recording its backend", "store", dir, "backend", kind)
+		create = true
+	case kind != "" && kind != recorded:
 		return nil, fmt.Errorf("open store %s as %s: it was created by %s; open it as %q: %w", dir, kind, recorded, dir, ErrBackendMismatch)
+	case recorded != Bolt && recorded != Pebble:
+		return nil, fmt.Errorf("open store %s: %s names backend %q: %w", dir, storeFile, recorded, ErrUnknownBackend)
+	case len(disk) == 0:
+		return nil, fmt.Errorf("open store %s: its %s file names a %s store, but %s is missing (the folder holds %s): the store's data was deleted or moved, and a new, empty store would stand behind the feeds' pointers; "+
+			"restore the folder from a backup, or remove the whole folder to start over (its feeds then read their input again): %w",
+			dir, storeFile, recorded, missing(recorded), listDir(dir), ErrStoreMissing)
+	case disk[0] != recorded:
+		return nil, fmt.Errorf("open store %s: its %s file names a %s store, but the folder holds a %s: %s was edited or replaced; put back \"backend %s\" in it, or restore the folder from a backup: %w",
+			dir, storeFile, recorded, describe(disk[0]), storeFile, disk[0], ErrBackendMismatch)
+	default:
+		kind = recorded
 	}
 	var eng engine
 	switch kind {
 	case Bolt:
 		eng, err = openBolt(dir, &o)
 	case Pebble:
-		eng, err = openPebble(dir, &o)
+		eng, err = openPebble(dir, &o, create)
 	default:
-		return nil, fmt.Errorf("open store %s: %s names backend %q: %w", dir, storeFile, kind, ErrUnknownBackend)
+		return nil, fmt.Errorf("open store %s: backend %q: %w", dir, kind, ErrUnknownBackend)
 	}
 	if err != nil {
 		return nil, err
@@ -202,7 +255,98 @@ func open(kind, dir string, opts *Options) (Store, error) {
 	if err != nil {
 		return nil, errors.Join(err, eng.close())
 	}
+	c.lock = lk
+	if create {
+		// STORE last, once the backend holds the format version: a STORE
+		// file always stands for data.
+		if err := writeStoreFile(fsys, dir, kind); err != nil {
+			c.lock = nil
+			return nil, errors.Join(err, c.close())
+		}
+	}
 	return newNS(c, ""), nil
+}
+
+// onDisk returns the backends whose data dir holds: [Bolt] for a
+// state.bolt that is not empty, [Pebble] for a Pebble database in pebble/.
+func onDisk(o *Options, fsys vfs.FS, dir string) ([]string, error) {
+	var found []string
+	fi, err := fsys.Stat(filepath.Join(dir, boltFile))
+	switch {
+	case err == nil && fi.Size() > 0:
+		found = append(found, Bolt)
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	pfs := o.PebbleFS
+	if pfs == nil {
+		pfs = pebblevfs.Default
+	}
+	path := filepath.Join(dir, pebbleDir)
+	if _, err := pfs.Stat(path); err == nil {
+		desc, err := pebble.Peek(path, pfs)
+		if err != nil {
+			return nil, fmt.Errorf("open store %s: look into %s: %w", dir, path, err)
+		}
+		if desc.Exists {
+			found = append(found, Pebble)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	return found, nil
+}
+
+// describe names the data of a backend in a store folder.
+func describe(kind string) string {
+	if kind == Bolt {
+		return "bbolt store (" + boltFile + ")"
+	}
+	return "Pebble database (" + pebbleDir + "/)"
+}
+
+// missing names what a store of kind lacks when its data is not there.
+func missing(kind string) string {
+	if kind == Bolt {
+		return boltFile + " (or it is empty)"
+	}
+	return "the Pebble database in " + pebbleDir + "/"
+}
+
+// listDir names the entries of dir, for an error message.
+func listDir(dir string) string {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return "nothing readable"
+	}
+	var names []string
+	for _, e := range es {
+		if e.Name() == lockFile {
+			continue
+		}
+		n := e.Name()
+		if e.IsDir() {
+			n += "/"
+		}
+		names = append(names, n)
+		if len(names) == 8 {
+			names = append(names, "…")
+			break
+		}
+	}
+	if len(names) == 0 {
+		return "nothing else"
+	}
+	return strings.Join(names, ", ")
+}
+
+// notStore is the error of a directory without STORE.
+func notStore(o *Options, fsys vfs.FS, dir string) error {
+	if disk, err := onDisk(o, fsys, dir); err == nil && len(disk) == 1 {
+		return fmt.Errorf("open store %s: no %s file, but the folder holds a %s; open it as \"%s:%s\" to record its backend: %w",
+			dir, storeFile, describe(disk[0]), disk[0], dir, ErrNotStore)
+	}
+	return fmt.Errorf("open store %s: no %s file; open it as \"bbolt:%s\" or \"pebble:%s\" to create one: %w", dir, storeFile, dir, dir, ErrNotStore)
 }
 
 // readStoreFile returns the backend recorded in dir/STORE.
@@ -233,8 +377,8 @@ func readStoreFile(fsys vfs.FS, dir string) (string, error) {
 	return strings.TrimPrefix(lines[1], "backend "), nil
 }
 
-// writeStoreFile creates dir and records kind in dir/STORE durably: written
-// to a temporary file, synced, renamed, and the directory synced.
+// writeStoreFile records kind in dir/STORE durably: written to a temporary
+// file, synced, renamed, and the directory synced.
 func writeStoreFile(fsys vfs.FS, dir, kind string) error {
 	if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create store %s: %w", dir, err)

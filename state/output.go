@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -142,7 +143,7 @@ func (o *Output) append(p []byte) (int64, error) {
 }
 
 // reserved are the names a store uses itself.
-var reservedNames = map[string]bool{storeFile: true, storeFile + ".tmp": true, boltFile: true, pebbleDir: true}
+var reservedNames = map[string]bool{storeFile: true, storeFile + ".tmp": true, lockFile: true, boltFile: true, pebbleDir: true}
 
 func validOutputName(name string) bool {
 	return name != "" && name != "." && name != ".." && filepath.Base(name) == name &&
@@ -152,6 +153,8 @@ func validOutputName(name string) bool {
 // output returns the declared output name, declaring it if needed: its
 // committed length 0 is recorded durably before the file is created, so
 // that a crash can never leave bytes in a file the store does not know.
+// So a file of that name that is not empty when the output is declared is
+// none of the store's: it is refused (ErrOutputExists), never emptied.
 func (c *core) output(name string) (*Output, error) {
 	c.outMu.Lock()
 	defer c.outMu.Unlock()
@@ -165,6 +168,16 @@ func (c *core) output(name string) (*Output, error) {
 	err := c.unusable()
 	c.mu.Unlock()
 	if err != nil {
+		return nil, fmt.Errorf("declare output %q in store %s: %w", name, c.dir, err)
+	}
+	_, inEngine := c.eng.(interface{ outputsInEngine() })
+	path := filepath.Join(c.dir, name)
+	if fi, err := c.fsys.Stat(path); inEngine {
+		// No file: the engine keeps the output.
+	} else if err == nil && fi.Size() > 0 {
+		return nil, fmt.Errorf("declare output %q in store %s: %s holds %d bytes that the store did not write (it has no record of the output); it may be someone's data, and the store does not empty it: move the file away, or declare another output name: %w",
+			name, c.dir, path, fi.Size(), ErrOutputExists)
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("declare output %q in store %s: %w", name, c.dir, err)
 	}
 	if err := c.eng.commit([]write{{key: outputKey(name), val: encodeInt64(0)}}); err != nil {
@@ -204,6 +217,9 @@ func (c *core) openOutput(name string, committed int64) (*Output, error) {
 		return nil, errors.Join(fmt.Errorf("output %s is %d bytes, shorter than the %d bytes committed: it was cut or replaced outside the store; restore it, or remove the store directory to start over: %w",
 			path, size, committed, ErrCorrupt), f.Close())
 	case size > committed:
+		// The output is recorded, so every byte of it is the store's:
+		// those past the committed length belong to a batch whose state
+		// never committed, and the feed re-delivers their lines.
 		c.log.Warn("state: output file cut back to its committed length (the bytes past it belong to a batch whose state was never saved)",
 			"output", path, "size", size, "committed", committed)
 		err := f.Truncate(committed)

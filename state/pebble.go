@@ -24,15 +24,18 @@ type pebbleEngine struct {
 	fatal atomic.Bool
 }
 
-func openPebble(dir string, opts *Options) (*pebbleEngine, error) {
+// openPebble opens the Pebble database of the store in dir; create says
+// whether it may be made (else a missing database is an error).
+func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 	path := filepath.Join(dir, pebbleDir)
 	fs := opts.PebbleFS
 	if fs == nil {
 		fs = pebblevfs.Default
 	}
 	po := &pebble.Options{
-		FS:     fs,
-		Logger: pebbleLogger{log: opts.logger()},
+		FS:               fs,
+		Logger:           pebbleLogger{log: opts.logger()},
+		ErrorIfNotExists: !create,
 	}
 	// Pebble does not wait for another holder of its lock: retry until
 	// the lock timeout, as bbolt does.

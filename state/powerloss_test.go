@@ -41,8 +41,11 @@ func TestPebblePowerLossAtEveryWrite(t *testing.T) {
 			}
 			return nil
 		})
-		dir := t.TempDir() // holds the STORE file; Pebble's files are in mem
 		for k := int32(0); ; k++ {
+			// dir holds the STORE file, Pebble's files are in mem: a new
+			// pair for each k (a STORE without its database is refused).
+			// The power is lost after the open, which made both durable.
+			dir := t.TempDir()
 			var p progress
 			mu.Lock()
 			cp = hold("f", &p)

@@ -73,10 +73,12 @@ type Store interface {
 	Namespace(name string) Store
 	// Output declares the append-only output file name in the store's
 	// directory and returns it. Writes to it are staged with
-	// [Tx.Output] and committed with the state. On open, and when it is
-	// first declared, the file is cut back to its committed length: a file
-	// of that name that the store did not know yet is emptied (with a
-	// warning in the log).
+	// [Tx.Output] and committed with the state. On open the file is cut
+	// back to its committed length (bytes of a batch whose state never
+	// committed). The declaration is recorded before the file's first
+	// byte, so a file of that name that is not empty when the output is
+	// first declared is not the store's: it fails with [ErrOutputExists]
+	// and is left as it is.
 	Output(name string) (*Output, error)
 	// Flush cuts what is staged into a batch and waits until it is durable
 	// and the bound checkpoints have been told. Call it at a clean stop.
@@ -274,6 +276,7 @@ type core struct {
 	fsys      vfs.FS
 	eng       engine
 	log       *slog.Logger
+	lock      *dirLock // the folder's, released last by close
 	// The longest key (with its prefix) and value the backend takes.
 	maxKey, maxVal int
 
@@ -1207,7 +1210,7 @@ func (c *core) close() error {
 		c.mu.Unlock()
 		close(c.stop)
 		<-c.stopped
-		c.closeErr = errors.Join(ferr, c.closeOutputs(), c.eng.close())
+		c.closeErr = errors.Join(ferr, c.closeOutputs(), c.eng.close(), c.lock.release())
 	})
 	return c.closeErr
 }
