@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -570,8 +571,14 @@ func TestStoreIsLockedByOneProcess(t *testing.T) {
 		mustOpen(t, be, dir, testOpts())
 		o := testOpts()
 		o.LockTimeout = 50 * time.Millisecond
-		if _, err := be.open(dir, o); !errors.Is(err, ErrLocked) {
+		_, err := be.open(dir, o)
+		if !errors.Is(err, ErrLocked) {
 			t.Fatalf("second open: %v", err)
+		}
+		// A local store's lock names the folder, and the holder where the
+		// system tells: here, this very process.
+		if !be.remote && (!strings.Contains(err.Error(), dir) || runtime.GOOS == "linux" && !strings.Contains(err.Error(), "this process")) {
+			t.Fatalf("the lock error does not name the folder and the holder: %v", err)
 		}
 	})
 }

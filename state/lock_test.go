@@ -203,24 +203,6 @@ func TestTwoProcessesCreateOneFolder(t *testing.T) {
 	t.Logf("%d rounds: the loser gave up locked %d times, found the winner's store %d times", rounds, locked, mismatched)
 }
 
-// TestLockNamesTheHolderInThisProcess: a second Open in the process that
-// has the store open is refused too, and says so.
-func TestLockNamesTheHolderInThisProcess(t *testing.T) {
-	forEachLocalBackend(t, func(t *testing.T, be backend) {
-		dir := t.TempDir()
-		mustOpen(t, be, dir, testOpts())
-		o := testOpts()
-		o.LockTimeout = 20 * time.Millisecond
-		_, err := be.open(dir, o)
-		if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), dir) {
-			t.Fatalf("second open: %v", err)
-		}
-		if runtime.GOOS == "linux" && !strings.Contains(err.Error(), "this process") {
-			t.Fatalf("the error does not say the holder is this process: %v", err)
-		}
-	})
-}
-
 // TestLockIsReleasedByClose: Close lets the folder go: another Open takes
 // it at once, and a process killed while it held it does not keep it (the
 // kernel drops an flock with its process).
