@@ -34,12 +34,13 @@
 // back. A line dropped for
 // a full DropAfterSpin queue is committed past.
 //
-// After a crash the source re-delivers every line after the pointer:
-// duplicates, never a gap. A clean [Server.Stop] stops reading, lets every
-// group drain its queue (bounded by Config.DrainTimeout), tells the
-// processors that implement [Drainer] (so that a batching processor saves
-// and declares durable what it still buffers), and commits again, so lines
-// finished after the feed stopped are committed too. Sequence
+// After a crash the source re-delivers every line after the pointer (or
+// after what a subscriber's store holds, if that is lower): duplicates,
+// never a gap. A clean [Server.Stop] stops reading, lets every group drain
+// its queue (bounded by Config.DrainTimeout), tells the processors that
+// implement [Drainer] (so that a batching processor saves and declares
+// durable what it still buffers), flushes the groups' stores, and commits
+// again, so lines finished after the feed stopped are committed too. Sequence
 // numbers start at 1 every run: recognise a line across runs by its epoch
 // and position (package dedupe), never by its sequence number.
 //
@@ -74,18 +75,45 @@
 // for the others a removed consumer's unfinished lines are counted as
 // dropped and a fenced group does not pause the feed.
 //
+// # Stores: exactly once, and the store decides where a feed resumes
+//
+// A group that keeps its state in a store declares it (GroupConfig.Store:
+// "bbolt:DIR" or "pebble:DIR"; YAML "store:"), and the server owns it:
+//
+//   - New opens it; a processor gets it with [Context.Store] in Start and
+//     applies each line to it (state.Store.Apply writes the change and the
+//     line's epoch and position in one transaction, and skips a line it
+//     already applied);
+//   - every feed the group subscribes to is bound to it: the feed's pointer
+//     never passes a line whose effect the store has not made durable;
+//   - before a feed reads, it is told what the stores of its subscribers
+//     hold (feed.Resumer): it resumes from the lowest position they have
+//     durably applied, never from a pointer ahead of them, and reads the
+//     input from its start for a store that holds no record of it (a new,
+//     deleted or restored store). The store is the truth; the pointer file
+//     a hint, and the resume point of groups without a store. A group with
+//     ResumeFromPointer opts out;
+//   - at a clean stop, once the group drained, it is flushed before the
+//     final commit, so nothing is read again; it is closed last.
+//
+// A processor's error marked [Permanent] skips the retries; one marked
+// [Fatal], a store's failed commit, or an Apply on a store no checkpoint is
+// bound to stops the server: [Server.Run] returns it, [Server.Done] and
+// [Server.Err] tell a host that runs several servers.
+//
 // # Smallest use
 //
-//	cfg := framework.Config{
+//	srv, err := framework.New(framework.Config{
 //		Feeds:  []framework.FeedConfig{{Name: "orders", File: &framework.FileConfig{Filename: "orders.csv"}}},
-//		Groups: []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"ledger"}}},
-//	}
-//	s, err := framework.New(cfg, framework.Registry{"ledger": ledger})
+//		Groups: []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"counter"}, Store: "bbolt:data"}},
+//	}, framework.Registry{"counter": counter})
 //	...
-//	err = s.Start(ctx)      // ledger.Start subscribes: fc.Subscribe("orders")
-//	...
-//	err = s.Stop(ctx)       // on SIGTERM
+//	ctx, stop := srv.SignalContext(context.Background()) // SIGTERM, Ctrl-C: a clean stop
+//	defer stop()
+//	err = srv.Run(ctx) // until ctx is done; Config.UntilSettled: until every feed settled
 //
-// Logs go to Config.Logger (log/slog); nil discards them. The package knows
-// nothing of file formats or stores.
+// The counter's Start calls fc.Store() and fc.Subscribe("orders"); its
+// Handle calls Apply (see Example_exactlyOnce). Logs go to Config.Logger
+// (log/slog); nil means slog.Default(). The package knows nothing of file
+// formats or store formats: it opens stores through package state.
 package framework

@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/framework"
@@ -28,7 +25,7 @@ func (printer) Handle(_ context.Context, d dedupe.Delivery, line []byte) error {
 }
 
 // A server over a file: it reads the lines, hands them to the printer, and
-// stops cleanly once the feed has settled.
+// stops cleanly once the feed has settled (untilSettled: a batch run).
 func Example() {
 	dir, _ := os.MkdirTemp("", "tidemark-example")
 	defer os.RemoveAll(dir)
@@ -36,6 +33,7 @@ func Example() {
 	_ = os.WriteFile(input, []byte("o-1,10\no-2,25\no-3,5\n"), 0o644)
 
 	cfg, err := framework.LoadConfig(strings.NewReader(`
+untilSettled: true
 eventFeeds:
   - name: orders
     filename: ` + input + `
@@ -54,15 +52,7 @@ processorGroups:
 		fmt.Println(err)
 		return
 	}
-	ctx := context.Background()
-	if err := s.Start(ctx); err != nil {
-		fmt.Println(err)
-		return
-	}
-	if err := s.WaitSettled(ctx, "orders"); err != nil {
-		fmt.Println(err)
-	}
-	if err := s.Stop(ctx); err != nil {
+	if err := s.Run(context.Background()); err != nil {
 		fmt.Println(err)
 	}
 	// Output:
@@ -71,8 +61,9 @@ processorGroups:
 	// seq 3, position 20: o-3,5
 }
 
-// A program maps SIGTERM (and Ctrl-C) to a clean stop: the feeds stop
-// reading, the groups drain, and what they finished is committed.
+// A program's main: SIGTERM (and Ctrl-C) stop the server cleanly: the
+// feeds stop reading, the groups drain, the stores save, and what was
+// finished is committed. A second signal exits at once.
 func Example_signals() {
 	cfg := framework.Config{
 		Feeds:  []framework.FeedConfig{{Name: "orders", File: &framework.FileConfig{Filename: "orders.csv"}}},
@@ -82,15 +73,9 @@ func Example_signals() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	ctx, stop := s.SignalContext(context.Background())
 	defer stop()
-	if err := s.Start(ctx); err != nil {
-		log.Fatal(err)
-	}
-	<-ctx.Done()
-	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.Stop(stopCtx); err != nil {
+	if err := s.Run(ctx); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -238,6 +238,9 @@ func (f *feedRunner) poll(ctx context.Context) *batch {
 				f.log.Info("feed done: the source has delivered everything it will")
 			}
 			f.done = true
+		} else if unreadable(err) {
+			f.pollErrors.Add(1)
+			f.s.fail(fmt.Errorf("framework: feed %q cannot read its input: %w", f.name, err))
 		} else {
 			if f.pollErrors.Add(1) == 1 || f.pollErrors.Load()%1000 == 0 {
 				f.log.Error("feed read failed; retrying after the idle wait", "err", err, "errors", f.pollErrors.Load())
@@ -281,6 +284,12 @@ func (f *feedRunner) poll(ctx context.Context) *batch {
 		f.pending = len(b.items) // lines and status events
 	}
 	return b
+}
+
+// unreadable reports whether a source's Poll error is one that retrying
+// does not fix: the server stops with it.
+func unreadable(err error) bool {
+	return errors.Is(err, feed.ErrNotRegular) || errors.Is(err, feed.ErrPointerLocked)
 }
 
 // handoff sends b to every live queue, by the overload policy. It reports

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
@@ -199,4 +201,34 @@ func TestFileFeedTruncationStartsNewEpoch(t *testing.T) {
 	ptr := loadPointer(t, input)
 	require.Equal(t, got[10].d.Epoch, ptr.Pointer.Epoch)
 	require.Equal(t, fileLinePos(3), ptr.Pointer.Position)
+}
+
+// An input that is not a regular file is refused at New, and a path that
+// becomes one while the server runs stops it with the error: never a read
+// that blocks, never a pointer file beside a FIFO.
+func TestFileFeedOnAFIFOIsFatal(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "orders.csv")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	_, err := framework.New(fileCfg(fifo), framework.Registry{"p": &recProc{feeds: []string{"orders"}}})
+	require.ErrorIs(t, err, feed.ErrNotRegular)
+	require.NoFileExists(t, fifo+feed.PointerSuffix)
+
+	later := filepath.Join(dir, "later.csv")
+	s, err := framework.New(fileCfg(later), framework.Registry{"p": &recProc{feeds: []string{"orders"}}})
+	require.NoError(t, err)
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(context.Background()) }()
+	waitFor(t, "the feed waiting for its input", func() bool {
+		st, _ := s.FeedStatus("orders")
+		return st.State == feed.StateWaiting
+	})
+	require.NoError(t, syscall.Mkfifo(later, 0o644))
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, feed.ErrNotRegular)
+		require.ErrorContains(t, err, `feed "orders" cannot read its input`)
+	case <-time.After(deadline):
+		t.Fatal("Run did not end on a FIFO")
+	}
 }

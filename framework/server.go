@@ -338,7 +338,8 @@ func (s *Server) closeStores() error {
 // the whole stop; on its expiry Stop returns its error and leaves what is
 // still running. After a fatal error the server stops by itself, without
 // draining (see [Server.Done]); Stop then returns an error wrapping
-// ErrState.
+// ErrState. Stop on a server that was never started closes what New
+// opened (its sources and stores).
 func (s *Server) Stop(ctx context.Context) error { return s.stop(ctx, true) }
 
 // stopGrace is how long, beyond the drain timeout, a stop that the server
@@ -352,6 +353,18 @@ const stopGrace = time.Minute
 func (s *Server) stop(ctx context.Context, drain bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.state == serverNew {
+		// Never started: release what New opened.
+		var errs []error
+		for _, f := range s.feedOrder {
+			errs = append(errs, f.src.Close())
+		}
+		errs = append(errs, s.closeStores())
+		s.state = serverStopped
+		s.stopErr = errors.Join(errs...)
+		close(s.stopped)
+		return s.stopErr
+	}
 	if s.state != serverRunning {
 		return fmt.Errorf("framework: stop: %w (not running)", ErrState)
 	}
@@ -613,6 +626,21 @@ func (s *Server) runningGroup(name string) (*group, error) {
 // [Context.Checkpoint].
 func (s *Server) Checkpoint(feedName, groupName string) *checkpoint.Checkpoint {
 	return s.reg.Hold(feedName, groupName)
+}
+
+// Store returns the store of the named group (GroupConfig.Store), for the
+// host: to read it (View, Stats) or serve it to an operator. The server
+// owns it: do not close it. It returns an error wrapping ErrUnknownGroup or
+// ErrNoStore.
+func (s *Server) Store(groupName string) (state.Store, error) {
+	g, err := s.group(groupName)
+	if err != nil {
+		return nil, err
+	}
+	if g.store == nil {
+		return nil, fmt.Errorf("framework: processor group %q: %w", groupName, ErrNoStore)
+	}
+	return g.store, nil
 }
 
 // Checkpoints returns the server's checkpoint registry.

@@ -91,7 +91,10 @@ type Options struct {
 	hooks *hooks
 }
 
-// CommitObserver is told of each batch a store made durable.
+// CommitObserver is told of each batch a store made durable. ObserveCommit
+// is called on the committer's goroutine once the batch is durable and
+// before the bound checkpoints are told of it: before a feed's pointer can
+// move past the batch's lines.
 type CommitObserver interface {
 	ObserveCommit(lines int, d time.Duration)
 }

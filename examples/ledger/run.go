@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"flag"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -45,6 +45,13 @@ type RunOptions struct {
 	// Ops, when set, is the address of an operations listener (package
 	// ops): /metrics, /status and a status page while the run lasts.
 	Ops string
+	// DieAfterSave, when positive, makes the run kill itself with SIGKILL
+	// right after the durable save that brings the saved lines to at least
+	// this many: before the feed's pointer moves past them (see
+	// dieAfterSave). The demonstration's crash.
+	DieAfterSave int64
+
+	storeSet bool // --store was given
 }
 
 // opsStoreName labels the ledger's store in the operations listener.
@@ -75,9 +82,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Progress, "progress", "auto", "progress on stderr: auto, bar, lines or none")
 	fs.TextVar(&o.LogLevel, "log-level", slog.LevelWarn, "level of the logs on stderr")
 	fs.StringVar(&o.Ops, "ops", "", "serve /metrics, /status and a status page on this address while running (e.g. 127.0.0.1:9464; port 0 picks one)")
+	fs.Int64Var(&o.DieAfterSave, "die-after-save", 0, "kill this process with SIGKILL right after the durable save that holds this many lines, before the pointer moves past them (the demonstration's crash)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
+	fs.Visit(func(f *flag.Flag) { o.storeSet = o.storeSet || f.Name == "store" })
 	if o.Input == "" || o.Data == "" || fs.NArg() > 0 || o.Batch < 0 || o.Pace < 0 || o.BatchInterval < 0 {
 		fs.Usage()
 		return exitUsage
@@ -94,46 +103,41 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ledger run: --progress %q: want auto, bar, lines or none\n", o.Progress)
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	code, err := Run(ctx, o, stdout, stderr)
+	code, err := Run(context.Background(), o, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "ledger run:", err)
 	}
 	return code
 }
 
-// ledger is the processor: it applies each line to the store.
+// ledger is the processor: it applies each line to the group's store.
 type ledger struct {
-	st      state.Store // the ledger's namespace
-	dedupe  bool
-	pace    time.Duration
-	fatal   func(error)
-	cp      *checkpoint.Checkpoint
-	cpReady chan struct{}
-	buf     []byte
+	st     state.Store // the ledger's namespace
+	dedupe bool
+	pace   time.Duration
+	buf    []byte
 
 	applied, skipped, malformed atomic.Uint64
 }
 
-// Start subscribes to the feed and lets the store drive the feed's commits:
-// the group's hold is declared durable by the store, batch by batch.
+// Start takes the group's store (the framework opened it, binds it to the
+// feed and closes it) and subscribes to the feed.
 func (l *ledger) Start(ctx context.Context, fc *framework.Context) error {
-	l.cp = fc.Checkpoint(feedName)
-	if err := l.st.Bind(feedName, l.cp); err != nil {
+	st, err := fc.Store()
+	if err != nil {
 		return err
 	}
-	close(l.cpReady)
+	if _, err := st.Output(outputFile); err != nil {
+		return err
+	}
+	l.st = st.Namespace(namespace)
 	return fc.Subscribe(feedName)
 }
 
-// Drained saves what the store still stages, once the group has finished
-// the lines of a clean stop: the store then declares them durable, and the
-// server's final commit covers them, so nothing is read again after a clean
-// stop.
-func (l *ledger) Drained(ctx context.Context) error { return l.st.Flush(ctx) }
-
 // Handle applies one line: balance, counters and output line in one Apply.
+// A store that failed is fatal to the server (the framework stops it, as a
+// crash would, and the restart re-delivers the line); a malformed line, or
+// one whose account the store cannot hold, is rejected into rejects.csv.
 func (l *ledger) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
 	if l.pace > 0 {
 		time.Sleep(l.pace)
@@ -141,7 +145,7 @@ func (l *ledger) Handle(ctx context.Context, d dedupe.Delivery, line []byte) err
 	e, err := ParseLine(line)
 	if err != nil {
 		l.malformed.Add(1)
-		return err // the group's Skip policy rejects it into rejects.csv
+		return framework.Permanent(err)
 	}
 	ad := d
 	if !l.dedupe {
@@ -156,11 +160,6 @@ func (l *ledger) Handle(ctx context.Context, d dedupe.Delivery, line []byte) err
 		return err
 	})
 	if err != nil {
-		// Not the line's fault: the store failed. Skipping the line would
-		// let a later batch's mark commit past it, so the run ends here,
-		// as a crash would, and the restart re-delivers it.
-		l.fatal(fmt.Errorf("apply line at position %d of epoch %d: %w", d.Position, d.Epoch, err))
-		<-ctx.Done()
 		return err
 	}
 	if applied {
@@ -171,8 +170,31 @@ func (l *ledger) Handle(ctx context.Context, d dedupe.Delivery, line []byte) err
 	return nil
 }
 
+// dieAfterSave is the store observer of --die-after-save: it kills the
+// process with SIGKILL as soon as a durable save brings the saved lines to
+// at least after. A store tells its observer of a save once it is durable
+// and before the feed's checkpoint hears of it, so the pointer is then
+// behind the saved state by that whole save: the restart re-delivers its
+// lines. The demonstration kills its first run this way, so that every
+// scenario shows what a restart does with re-delivered lines.
+type dieAfterSave struct {
+	after, saved int64
+	next         state.CommitObserver
+}
+
+func (o *dieAfterSave) ObserveCommit(lines int, d time.Duration) {
+	if o.next != nil {
+		o.next.ObserveCommit(lines, d)
+	}
+	o.saved += int64(lines)
+	if o.saved >= o.after {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way
+	}
+}
+
 // Run runs the server until the feed settles (or, with Follow, until ctx is
-// cancelled) and returns the exit code.
+// cancelled or SIGINT/SIGTERM) and returns the exit code.
 func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, error) {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.LogLevel}))
 	if !o.Follow {
@@ -194,34 +216,16 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 	if obs != nil {
 		sopts.Observer = obs.ForStore(opsStoreName)
 	}
-	st, err := state.Open(o.Store+":"+o.Data, sopts)
-	if errors.Is(err, state.ErrBackendMismatch) {
-		// The data folder says which backend it uses: follow it.
-		logger.Warn("ledger: the data folder has another backend; using it", "data", o.Data, "flag", o.Store)
-		st, err = state.OpenDir(o.Data, sopts)
+	if o.DieAfterSave > 0 {
+		sopts.Observer = &dieAfterSave{after: o.DieAfterSave, next: sopts.Observer}
 	}
-	if err != nil {
-		return exitFailed, err
+	// A data folder that holds a store keeps its backend; a new one gets
+	// the flag's.
+	spec := o.Store + ":" + o.Data
+	if _, err := os.Stat(filepath.Join(o.Data, "STORE")); err == nil {
+		spec = o.Data
 	}
-	storeClosed := false
-	defer func() {
-		if !storeClosed {
-			st.Close()
-		}
-	}()
-	if _, err := st.Output(outputFile); err != nil {
-		return exitFailed, err
-	}
-	ns := st.Namespace(namespace)
-	start, _, err := readLedger(ns)
-	if err != nil {
-		return exitFailed, err
-	}
-	rejects, err := OpenRejectLog(filepath.Join(o.Data, rejectsFile))
-	if err != nil {
-		return exitFailed, err
-	}
-	defer rejects.Close()
+	var rejects *RejectLog // opened once the store made the data folder
 	var rejected atomic.Uint64
 	addReject := func(epoch uint64, pos int64, reason string, line []byte) {
 		wrote, err := rejects.Add(epoch, pos, reason, line)
@@ -232,69 +236,68 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 			rejected.Add(1)
 		}
 	}
-
-	src, err := feed.NewFileSource(feed.Config{
-		Path:         o.Input,
-		Strategy:     feed.Committed,
-		MaxLineBytes: maxLineBytes,
-		// As a framework file feed does by default: the pointer's writes
-		// and syncs run beside the reading (see feed.Config.GroupCommit).
-		GroupCommit: true,
-		Logger:      logger,
-		OnReject: func(r feed.Reject) {
-			if r.Reason == feed.RejectOversize {
-				addReject(r.Epoch, r.End, fmt.Sprintf("%s (%d bytes)", r.Reason, r.Length), nil)
-			}
-		},
-	})
-	if err != nil {
-		return exitFailed, err
+	resume := framework.ResumeFromStore
+	if !o.Dedupe {
+		// Without de-duplication the store records no position: the feed
+		// resumes from its pointer, and re-delivered lines apply again.
+		resume = framework.ResumeFromPointer
 	}
-
-	fatalCh := make(chan error, 1)
-	proc := &ledger{
-		st:      ns,
-		dedupe:  o.Dedupe,
-		pace:    o.Pace,
-		cpReady: make(chan struct{}),
-		fatal: func(err error) {
-			select {
-			case fatalCh <- err:
-			default:
-			}
-		},
-	}
+	proc := &ledger{dedupe: o.Dedupe, pace: o.Pace}
 	fcfg := framework.Config{
 		Feeds: []framework.FeedConfig{{
-			Name:      feedName,
-			Source:    src,
+			Name: feedName,
+			File: &framework.FileConfig{
+				Filename:     o.Input,
+				ReadStrategy: feed.Committed,
+				MaxLineBytes: maxLineBytes,
+				OnReject: func(r feed.Reject) {
+					if r.Reason == feed.RejectOversize {
+						addReject(r.Epoch, r.End, fmt.Sprintf("%s (%d bytes)", r.Reason, r.Length), nil)
+					}
+				},
+			},
 			AgentName: "ledger-feed-agent",
 			Overload:  framework.OverloadConfig{Policy: framework.Pause},
 		}},
 		Groups: []framework.GroupConfig{{
-			Name:       groupName,
-			Processors: []string{processorName},
+			Name:         groupName,
+			Processors:   []string{processorName},
+			Store:        spec,
+			StoreOptions: sopts,
+			Resume:       resume,
 			Failure: framework.FailurePolicy{
-				Retries: -1, // a malformed line stays malformed
+				Retries: framework.NoRetries, // a malformed line stays malformed
 				Action:  framework.Skip,
 				OnReject: func(r framework.Rejection) {
 					addReject(r.Delivery.Epoch, r.Delivery.Position, r.Err.Error(), r.Line)
 				},
 			},
 		}},
-		Logger: logger,
+		Logger:       logger,
+		UntilSettled: !o.Follow,
 	}
 	if obs != nil {
 		fcfg.Observer = obs
 	}
 	srv, err := framework.New(fcfg, framework.Registry{processorName: proc})
 	if err != nil {
-		src.Close()
 		return exitFailed, err
 	}
-	if err := srv.Start(ctx); err != nil {
+	st, err := srv.Store(groupName)
+	if err != nil {
 		return exitFailed, err
 	}
+	if st.Backend() != o.Store && o.storeSet {
+		logger.Warn("ledger: the data folder has another backend; using it", "data", o.Data, "backend", st.Backend(), "flag", o.Store)
+	}
+	ns := st.Namespace(namespace)
+	rejects, err = OpenRejectLog(filepath.Join(o.Data, rejectsFile))
+	if err != nil {
+		return exitFailed, errors.Join(err, srv.Stop(context.Background()))
+	}
+	defer rejects.Close()
+	ctx, stopSignals := srv.SignalContext(ctx)
+	defer stopSignals()
 	if obs != nil {
 		l, err := ops.New(ops.Config{
 			Addr:     o.Ops,
@@ -308,8 +311,7 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 			err = l.Start(ctx)
 		}
 		if err != nil {
-			_ = srv.Stop(context.Background())
-			return exitFailed, fmt.Errorf("--ops %s: %w", o.Ops, err)
+			return exitFailed, errors.Join(fmt.Errorf("--ops %s: %w", o.Ops, err), srv.Stop(context.Background()))
 		}
 		defer l.Close()
 		fmt.Fprintf(stderr, "ledger: operations listener on http://%s/ (/metrics, /status)\n", l.Addr())
@@ -337,63 +339,30 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 	}
 	var ev *eventPrinter
 	if o.Events {
-		ev = startEvents(stdout, st, ns, o.Input+feed.PointerSuffix, start.Applied, proc)
+		start, _, err := readLedger(ns)
+		if err != nil {
+			return exitFailed, errors.Join(err, srv.Stop(context.Background()))
+		}
+		ev = startEvents(stdout, srv, st, ns, o.Input+feed.PointerSuffix, start.Applied, proc)
 	}
 
-	code, runErr := exitOK, error(nil)
-	if o.Follow {
-		select {
-		case <-ctx.Done():
-		case runErr = <-fatalCh:
-			code = exitFailed
-		}
-	} else {
-		settled := make(chan error, 1)
-		go func() { settled <- srv.WaitSettled(ctx, feedName) }()
-		select {
-		case err := <-settled:
-			switch {
-			case err == nil:
-			case errors.Is(err, framework.ErrStalled):
-				code, runErr = exitFailed, err
-			case ctx.Err() != nil:
-				code, runErr = exitInterrupted, errors.New("interrupted before the feed settled")
-			default:
-				code, runErr = exitFailed, err
-			}
-		case runErr = <-fatalCh:
-			code = exitFailed
-		}
-	}
-	if code == exitFailed && runErr != nil && !errors.Is(runErr, framework.ErrStalled) {
-		// A store failure: end as a crash would, without saving or
-		// committing anything more.
-		if prog != nil {
-			prog.Stop()
-		}
-		return code, runErr
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := st.Flush(sctx); err != nil {
-		return exitFailed, err
-	}
-	stopErr := srv.Stop(sctx)
-	fstat, _ := srv.FeedStatus(feedName)
+	runErr := srv.Run(ctx)
 	if prog != nil {
 		prog.Stop()
 	}
 	if ev != nil {
 		ev.stop()
 	}
+	code := exitOK
+	switch {
+	case runErr == nil:
+	case !o.Follow && errors.Is(runErr, context.Canceled):
+		code, runErr = exitInterrupted, errors.New("interrupted before the feed settled")
+	default:
+		return exitFailed, runErr
+	}
+	fstat, _ := srv.FeedStatus(feedName)
 	stats := st.Stats()
-	storeClosed = true
-	if err := st.Close(); err != nil {
-		return exitFailed, err
-	}
-	if stopErr != nil {
-		return exitFailed, stopErr
-	}
 	if ev != nil {
 		fmt.Fprintf(stdout, "%s lines=%d applied=%d skipped=%d rejected=%d saves=%d\n", evDone,
 			fstat.Read, proc.applied.Load(), stats.Skipped, rejected.Load(), stats.Commits)
@@ -442,7 +411,7 @@ type eventPrinter struct {
 	once    sync.Once
 }
 
-func startEvents(w io.Writer, st, ns state.Store, pointerPath string, appliedAtOpen int64, proc *ledger) *eventPrinter {
+func startEvents(w io.Writer, srv *framework.Server, st, ns state.Store, pointerPath string, appliedAtOpen int64, proc *ledger) *eventPrinter {
 	e := &eventPrinter{done: make(chan struct{}), stopped: make(chan struct{})}
 	go func() {
 		defer close(e.stopped)
@@ -454,18 +423,18 @@ func startEvents(w io.Writer, st, ns state.Store, pointerPath string, appliedAtO
 		}
 		first := true
 		for {
+			// The group's checkpoint exists once the processor subscribed.
+			cp := srv.Checkpoints().Lookup(feedName, groupName)
 			// The pointer first, then the durable state: the state can only
 			// have moved forward since, so a pointer ahead of it is real.
 			ptrs := pointerSlots(pointerPath)
-			durable, ok := durablePosition(ns, proc)
+			durable, ok := durablePosition(ns, proc, cp)
 			s := st.Stats()
 			for _, p := range ptrs {
 				if ok && p.Epoch == durable.Epoch && p.Position > durable.Position {
 					var mark checkpoint.Mark
-					select {
-					case <-proc.cpReady:
-						mark, _ = proc.cp.Durable()
-					default:
+					if cp != nil {
+						mark, _ = cp.Durable()
 					}
 					fmt.Fprintf(w, "%s epoch=%d pointer=%d durable=%d mark_count=%d mark_position=%d\n", evAhead, p.Epoch, p.Position, durable.Position, mark.Count, mark.Position)
 				}
@@ -493,17 +462,15 @@ func (e *eventPrinter) stop() {
 
 // durablePosition is the last position known durable: the store's record
 // when it de-duplicates, else the mark the store last declared durable.
-func durablePosition(ns state.Store, proc *ledger) (dedupe.Applied, bool) {
+func durablePosition(ns state.Store, proc *ledger, cp *checkpoint.Checkpoint) (dedupe.Applied, bool) {
 	if proc.dedupe {
 		l, ok := ns.Applied(feedName)
 		return l.Applied, ok
 	}
-	select {
-	case <-proc.cpReady:
-	default:
+	if cp == nil {
 		return dedupe.Applied{}, false
 	}
-	m, _ := proc.cp.Durable()
+	m, _ := cp.Durable()
 	return dedupe.Applied{Epoch: m.Epoch, Position: m.Position}, m.Epoch != 0
 }
 

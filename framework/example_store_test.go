@@ -1,0 +1,90 @@
+package framework_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/framework"
+	"github.com/tidemark-go/tidemark/state"
+)
+
+// countLines is the smallest exactly-once processor: it counts the lines of
+// the orders feed per order in its group's store. The framework opened the
+// store, binds it to the feed, and resumes the feed from what it holds.
+type countLines struct{ st state.Store }
+
+func (c *countLines) Start(ctx context.Context, fc *framework.Context) error {
+	st, err := fc.Store()
+	if err != nil {
+		return err
+	}
+	c.st = st
+	return fc.Subscribe("orders")
+}
+
+func (c *countLines) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+	_, err := c.st.Apply(ctx, d, func(tx *state.Tx) error { // skipped if already applied
+		_, err := tx.Bucket("counts").AddInt64(line, 1)
+		return err
+	})
+	return err
+}
+
+// runOrders runs the counter over the file until the feed has settled.
+func runOrders(input, data string) error {
+	srv, err := framework.New(framework.Config{
+		Feeds:        []framework.FeedConfig{{Name: "orders", File: &framework.FileConfig{Filename: input}}},
+		Groups:       []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"counter"}, Store: "bbolt:" + data}},
+		UntilSettled: true, // a batch run; leave it out to tail the file until ctx is done
+	}, framework.Registry{"counter": &countLines{}})
+	if err != nil {
+		return err
+	}
+	return srv.Run(context.Background())
+}
+
+// A processor that keeps its state in its group's store counts every line
+// once: across restarts, and even when the store's folder is deleted
+// (the feed then reads the input from its start again).
+func Example_exactlyOnce() {
+	dir, _ := os.MkdirTemp("", "tidemark-example")
+	defer os.RemoveAll(dir)
+	input, data := filepath.Join(dir, "orders.csv"), filepath.Join(dir, "state")
+	_ = os.WriteFile(input, []byte("o-1\no-2\no-1\n"), 0o644)
+
+	show := func(when string) {
+		st, _ := state.OpenDir(data, nil)
+		defer st.Close()
+		_ = st.View(func(tx *state.Tx) error {
+			a, _ := tx.Bucket("counts").GetInt64([]byte("o-1"))
+			b, _ := tx.Bucket("counts").GetInt64([]byte("o-2"))
+			fmt.Printf("%s: o-1 %d, o-2 %d\n", when, a, b)
+			return nil
+		})
+	}
+	if err := runOrders(input, data); err != nil {
+		fmt.Println(err)
+	}
+	show("first run")
+
+	f, _ := os.OpenFile(input, os.O_APPEND|os.O_WRONLY, 0)
+	_, _ = f.WriteString("o-2\n")
+	_ = f.Close()
+	if err := runOrders(input, data); err != nil {
+		fmt.Println(err)
+	}
+	show("after an append and a restart")
+
+	_ = os.RemoveAll(data) // start over: the feed's pointer is ahead of an empty store
+	if err := runOrders(input, data); err != nil {
+		fmt.Println(err)
+	}
+	show("after deleting the store")
+	// Output:
+	// first run: o-1 2, o-2 1
+	// after an append and a restart: o-1 2, o-2 2
+	// after deleting the store: o-1 2, o-2 2
+}
