@@ -218,10 +218,20 @@ func TestStartTwiceAndStopBeforeStart(t *testing.T) {
 	src := newMemSource(1)
 	s, err := framework.New(oneFeed(src), nil)
 	require.NoError(t, err)
-	require.ErrorIs(t, s.Stop(context.Background()), framework.ErrState)
 	require.NoError(t, s.Start(context.Background()))
 	require.True(t, errors.Is(s.Start(context.Background()), framework.ErrState))
 	stopServer(t, s)
+	require.ErrorIs(t, s.Stop(context.Background()), framework.ErrState, "a second stop")
+
+	// Stop before Start releases what New opened; the server cannot start
+	// afterwards.
+	src = newMemSource(1)
+	s, err = framework.New(oneFeed(src), nil)
+	require.NoError(t, err)
+	require.NoError(t, s.Stop(context.Background()))
+	require.True(t, src.closed)
+	<-s.Done()
+	require.ErrorIs(t, s.Start(context.Background()), framework.ErrState)
 }
 
 // A group subscribed to two feeds receives the lines of both, each with its
