@@ -51,6 +51,8 @@
 //     the output's name that the store has no record of is not its own: if
 //     it is not empty, declaring the output fails with [ErrOutputExists]
 //     and the file is left as it is. Move it away.
+//   - A PostgreSQL store belongs to one owner at a time, through its
+//     lease (see "PostgreSQL").
 //   - The function's error is returned as is and nothing it wrote is kept;
 //     the feed's failure policy decides what happens to the line.
 //
@@ -190,6 +192,66 @@
 // staged never does, and a TailHash error records no tail, which never
 // matches either.
 //
+// # PostgreSQL
+//
+// A store can live in a PostgreSQL database instead of a directory, so
+// that the process that owns it can move to another machine:
+//
+//	st, err := state.Open("postgres://tidemark@db:5432/app?sslmode=verify-full&store=ledger/orders/3", nil)
+//
+// The spec is a pgx connection URL with the store's own parameters:
+// store=NAME (required; at most 200 bytes), lease=DURATION (default
+// [DefaultLease]) and cache=BYTES (default [DefaultReadCache]; 0 turns the
+// cache off). [OpenPostgres] takes any DSN pgx accepts and the name
+// apart. Dir returns "postgres:NAME" and Backend [Postgres]. The tables
+// (tidemark_kv, one row a key; tidemark_owner, one row a store) and the
+// function tidemark_fence are created, if missing, in the first schema of
+// the search_path; many stores share them, each under its name.
+//
+// A batch is one transaction, sent in one round trip: the fence, an
+// upsert of the batch's keys and values (unnest of two arrays), a delete,
+// COMMIT. Sessions run with synchronous_commit on. A commit whose outcome
+// is not known (the connection lost before COMMIT's reply) is a failed
+// commit: the store fails as after a disk error, the process restarts,
+// and reloads what the database holds.
+//
+// Ownership. A store has one owner at a time, through a lease row with a
+// token that each take-over increments; leases are timed by the server's
+// clock only (now()). Open takes the lease when it has run out (or was
+// released by Close), and otherwise waits up to [Options].LockTimeout and
+// fails with [ErrLocked], naming the owner. Every commit starts with
+// tidemark_fence, which checks the owner's token and its count of commits
+// and extends the lease in the same transaction: an owner that was paused
+// or cut off past its lease, and was taken over, has its next commit
+// refused, with [ErrFenced] inside [ErrFailed], and nothing of it becomes
+// visible. The count also catches a commit the owner took for durable and
+// the server lost. An idle store renews its lease every third of it.
+//
+// Reads. The store keeps a cache of durable values, filled at open with
+// every key of the store while they fit in its size (then a key it does
+// not hold does not exist, and a read inside Apply costs no round trip),
+// and kept up to date by each commit. It is right because only the owner
+// writes. Do not change the rows of an open store by hand. A read the
+// cache cannot answer is a round trip (0.4 ms measured on the machine
+// below; 3.5 µs from the cache).
+//
+// Outputs. There are no local files: [Tx.Output] bytes are rows of the
+// store's table (chunks of up to 1 MiB keyed by their offset), written in
+// the transaction of the state, so they are exactly once as a file's are.
+// Read them with [Output.WriteTo]; Output.Path is "".
+//
+// Limits: a key (with the store's prefix) of at most 2400 bytes (a btree
+// entry must fit in a third of a page) and a value of at most 64 MiB.
+//
+// Measured with everything on one loaded 2-core machine (load 10, the
+// server on a unix socket, fsync on; go test -run '^$' -bench
+// 'ApplyLedger/postgres|PostgresBare|PostgresColdRead|PostgresDistinct'
+// ./state): the ledger at batch 10000, 1.08 M lines/s (a commit of 103
+// keys in 8 ms), against 2.25 M for a bare pgx loop that commits the same
+// keys per batch without fence or staging; distinct keys, each line a new
+// one of 1,000,000 accounts, 21 000 keys/s (a batch of 10,000 keys commits
+// in about 0.47 s). The cost is per key changed, not per line.
+//
 // # Errors
 //
 // A failed commit is returned by the next Apply and by Flush, wrapped in
@@ -201,4 +263,6 @@
 // [ErrStoreMissing], [ErrLocked] and [ErrCorrupt]; declaring an output,
 // [ErrBadName] and [ErrOutputExists]. Every error names the store's
 // directory and says what to do, and Apply's the feed, epoch and position.
+// A PostgreSQL store taken over by another owner fails its commits with
+// [ErrFenced] inside [ErrFailed].
 package state
