@@ -116,6 +116,30 @@ type StoreConfig struct {
 	Feeds []string
 }
 
+// GroupStorer is implemented by a Server whose processor groups have
+// stores that it opened (framework.GroupConfig.Store), as a
+// *framework.Server does. When Config.Stores is nil, the listener reports
+// each of them, named after its group.
+type GroupStorer interface {
+	GroupNames() []string
+	Store(group string) (state.Store, error)
+}
+
+// groupStores returns one StoreConfig per group of srv that has a store.
+func groupStores(srv Server) []StoreConfig {
+	gs, ok := srv.(GroupStorer)
+	if !ok {
+		return nil
+	}
+	var out []StoreConfig
+	for _, g := range gs.GroupNames() {
+		if st, err := gs.Store(g); err == nil {
+			out = append(out, StoreConfig{Name: g, Store: st})
+		}
+	}
+	return out
+}
+
 // Config configures a Listener. Only Server is required.
 type Config struct {
 	// Addr is the TCP address to listen on. Empty means DefaultAddr:
@@ -144,7 +168,9 @@ type Config struct {
 	// Feeds names the feeds to report, in order. Nil means the server's
 	// feeds (FeedNamer); it must be set for a Server that cannot list them.
 	Feeds []string
-	// Stores are reported besides the feeds. Optional.
+	// Stores are reported besides the feeds. Nil means the stores of the
+	// server's groups (GroupStorer), each named after its group; an empty,
+	// non-nil slice reports none.
 	Stores []StoreConfig
 	// Observer holds the latency and batch size histograms fed by the
 	// framework and the stores. Nil means the listener makes its own,
@@ -162,7 +188,7 @@ type Config struct {
 	// DefaultRefresh.
 	Refresh time.Duration
 	// Logger receives the listener's records (start, stop, releases,
-	// refused requests, and the Watcher's). Nil discards them.
+	// refused requests, and the Watcher's). Nil means slog.Default().
 	Logger *slog.Logger
 	// Watch, when positive, makes the listener run a [Watcher] this often
 	// while it runs: one log record per stall, reopen, drop or failed
@@ -238,6 +264,9 @@ func New(cfg Config) (*Listener, error) {
 			return nil, fmt.Errorf("%w: Feeds is empty and the server cannot list its feeds: name the feeds to report", ErrInvalidConfig)
 		}
 	}
+	if cfg.Stores == nil {
+		cfg.Stores = groupStores(cfg.Server)
+	}
 	seen := map[string]bool{}
 	for i, sc := range cfg.Stores {
 		switch {
@@ -285,7 +314,7 @@ func New(cfg Config) (*Listener, error) {
 	}
 	l := &Listener{cfg: cfg, hosts: hosts, log: cfg.Logger, obs: cfg.Observer, reg: prometheus.NewRegistry()}
 	if l.log == nil {
-		l.log = slog.New(slog.DiscardHandler)
+		l.log = slog.Default()
 	}
 	if l.obs == nil {
 		l.obs = NewObserver()

@@ -152,6 +152,7 @@ var (
 	dSettled    = desc("tidemark_feed_settled", "1 when the feed is at the end of its input and every consumer finished every line.", lFeed)
 	dState      = desc("tidemark_feed_state", "1 for the source's current state.", []string{"feed", "state"})
 	dReopens    = desc("tidemark_feed_reopens_total", "Reopens of the input, by reason.", []string{"feed", "reason"})
+	dRewinds    = desc("tidemark_feed_rewinds_total", "Starts at which a subscriber's store was behind the pointer, so the feed read from the store's position (the store is the truth).", lFeed)
 	dDepth      = desc("tidemark_queue_depth", "Items handed to a group's queue and not finished.", lFeedGroup)
 	dProcessed  = desc("tidemark_queue_lines_processed_total", "Lines a group's queue finished (handled or skipped).", lFeedGroup)
 	dQFailures  = desc("tidemark_queue_failures_total", "Failed handling attempts of a group's queue.", lFeedGroup)
@@ -177,7 +178,7 @@ var (
 	allDescs    = []*prometheus.Desc{
 		dReadPos, dPointerPos, dCommitPos, dEpoch, dFileSize, dBehind, dLinesRead, dDelivered, dDropped,
 		dFailed, dSkipped, dOversize, dPartDrop, dReleased, dPollErr, dCommitErr, dPending, dCommitLag, dConsumers,
-		dStalled, dSettled, dState, dReopens, dDepth, dProcessed, dQFailures, dQSkipped, dQDropped,
+		dStalled, dSettled, dState, dReopens, dRewinds, dDepth, dProcessed, dQFailures, dQSkipped, dQDropped,
 		dFenced, dHeld, dCommits, dFailedCmt, dStoreFail, dApplied, dRedeliv, dByLineage, dStaged,
 		dBackPress, dDurPos, dDurEpoch, dGroupState, dScrapeErr, dConns, dEvicted, dRefused,
 	}
@@ -302,6 +303,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(dReleased, f.Released, name)
 		counter(dPollErr, f.PollErrors, name)
 		counter(dCommitErr, f.CommitErrors, name)
+		counter(dRewinds, f.Rewinds, name)
 		gauge(dPending, float64(f.PendingAcks), name)
 		gauge(dCommitLag, float64(f.CommitLag), name)
 		gauge(dConsumers, float64(f.Consumers), name)

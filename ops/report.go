@@ -96,6 +96,10 @@ type FeedReport struct {
 	Reopens          map[string]uint64 `json:"reopens,omitempty"`
 	LastReopenReason string            `json:"lastReopenReason,omitempty"`
 	LastReopenAt     *time.Time        `json:"lastReopenAt,omitempty"`
+	// Rewinds counts the starts at which a subscriber's store was behind
+	// the pointer; LastRewind says which store and why.
+	Rewinds    uint64 `json:"rewinds,omitempty"`
+	LastRewind string `json:"lastRewind,omitempty"`
 	// PointerWriteErrors counts the source's failed pointer writes;
 	// LastPointerError is the last one's message, empty once a write
 	// succeeded again.
@@ -188,6 +192,8 @@ func NewFeedReport(st framework.FeedStatus) FeedReport {
 		PartialDropped:     st.PartialDropped,
 		Reopens:            st.Reopens,
 		LastReopenReason:   st.LastReopenReason,
+		Rewinds:            st.Rewinds,
+		LastRewind:         st.LastRewind,
 		PointerWriteErrors: st.Status.CommitErrors,
 		LastPointerError:   st.LastCommitError,
 		Consumers:          st.Consumers,
