@@ -1,0 +1,571 @@
+package natsfeed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tidemark-go/tidemark/feed"
+)
+
+// pump is the goroutine that pulls the consumer's messages into the
+// source's buffer. It owns the delivery chain: since the last reset (a
+// generation) every consumer sequence from 1 on was delivered to it, so
+// every message of the partition after the reset's sequence reached it,
+// in order. What breaks the chain is handled here: a reconnect or a new
+// consumer leader (reset again, from the last commit), another reader (an
+// error), re-deliveries (dropped), messages removed from the stream before
+// delivery (a gap).
+type pump struct {
+	s      *Source
+	cons   jetstream.Consumer
+	stream jetstream.Stream
+
+	gen        uint64
+	accepted   uint64 // the last stream sequence put in the buffer
+	cseq       uint64 // the last consumer sequence received
+	pending    uint64 // undelivered messages of the partition, as last seen
+	pendingAt  uint64 // the consumer sequence pending was seen at
+	leader     string // the consumer's leader when the generation began
+	reconnects uint64 // the connection's reconnects when the generation began
+	woken      uint64 // the listener's reconnect count when the generation began
+	staleTries int    // resets for a gap at a generation's first message
+	lastTick   time.Time
+	dropLogged time.Time
+}
+
+// outcome is why consume returned.
+type outcome int
+
+const (
+	outStop  outcome = iota // the source closes, or failed
+	outReset                // the chain broke: reset and consume again
+)
+
+// begin starts a generation at a reset whose answer was ci, made with the
+// listener's reconnect count woken.
+func (p *pump) begin(ci *jetstream.ConsumerInfo, woken uint64) {
+	p.cseq = 0
+	p.pending, p.pendingAt = 0, 0
+	if ci != nil {
+		p.pending = ci.NumPending
+	}
+	p.leader = leaderOf(ci)
+	p.reconnects = p.s.nc.Stats().Reconnects
+	p.woken = woken
+	p.accepted = p.s.read.Load()
+	p.s.ackMu.Lock()
+	p.gen = p.s.gen
+	p.s.ackMu.Unlock()
+}
+
+// run consumes until the source closes or fails.
+func (p *pump) run() {
+	defer p.s.workers.Done()
+	p.lastTick = time.Now()
+	reason := ""
+	for {
+		if reason != "" {
+			if !p.reset(reason) {
+				return
+			}
+		}
+		out, why := p.consume()
+		if out == outStop {
+			return
+		}
+		reason = why
+	}
+}
+
+// consume reads one generation's messages until the chain breaks (it
+// returns outReset and why), or the source stops.
+func (p *pump) consume() (outcome, string) {
+	s := p.s
+	it, err := p.cons.Messages(jetstream.PullMaxMessages(s.cfg.PullBatch))
+	if err != nil {
+		if s.nc.IsClosed() {
+			s.fail(fmt.Errorf("%w: the NATS connection is closed: %v", ErrClosed, err))
+			return outStop, ""
+		}
+		if !p.sleep(time.Second) {
+			return outStop, ""
+		}
+		return outReset, "the pull could not start: " + err.Error()
+	}
+	defer it.Stop()
+	for {
+		ctx := s.waker.current()
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if s.ctx.Err() != nil {
+			return outStop, ""
+		}
+		if ctx.Err() != nil {
+			// Woken (a message may have come too: it is handled below,
+			// unless the wake resets, which delivers it again).
+			s.waker.renew()
+			if out, why, done := p.woke(); done {
+				return out, why
+			}
+			if err != nil && errors.Is(err, context.Canceled) {
+				continue
+			}
+		}
+		if err != nil {
+			return p.nextFailed(err)
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return outReset, "a message without JetStream metadata: " + err.Error()
+		}
+		sseq, cseq := md.Sequence.Stream, md.Sequence.Consumer
+		if cseq != p.cseq+1 {
+			return p.broken(cseq, sseq)
+		}
+		p.cseq = cseq
+		if md.NumDelivered > 1 || sseq <= p.accepted {
+			if sseq > p.accepted {
+				// A re-delivery of a message this generation never gave
+				// us: the chain broke before.
+				return p.broken(cseq, sseq)
+			}
+			p.dropped(msg, md)
+			continue
+		}
+		p.staleTries = 0
+		if out, why, done := p.checkPending(md.NumPending, cseq, sseq); done {
+			return out, why
+		}
+		e := entry{msg: msg, seq: sseq, ts: md.Timestamp.UnixNano(), gen: p.gen}
+		select {
+		case s.buf <- e:
+		default:
+			// Full: the feed pauses. Wait for room, a reconnect, the
+			// next status tick, or Close.
+			for sent := false; !sent; {
+				ctx := s.waker.current()
+				select {
+				case s.buf <- e:
+					sent = true
+					continue
+				case <-ctx.Done():
+				}
+				if s.ctx.Err() != nil {
+					return outStop, ""
+				}
+				s.waker.renew()
+				if out, why, done := p.woke(); done {
+					return out, why // e was not accepted: it comes again
+				}
+			}
+		}
+		p.accepted = sseq
+		s.pending.Store(md.NumPending)
+		s.delivered.Add(1)
+	}
+}
+
+// woke handles what woke the pump: a reconnect (reset), a status tick
+// (refresh, which may find a gap or a recreated stream). done reports
+// whether consume must return out and why.
+func (p *pump) woke() (out outcome, why string, done bool) {
+	s := p.s
+	if s.failure() != nil {
+		return outStop, "", true
+	}
+	if n := s.reconn.Load(); n != p.woken || s.nc.Stats().Reconnects != p.reconnects {
+		return outReset, "the connection to the server was re-established", true
+	}
+	if s.cfg.StatusInterval > 0 && time.Since(p.lastTick) >= s.cfg.StatusInterval/2 {
+		p.lastTick = time.Now()
+		return p.refresh()
+	}
+	return 0, "", false
+}
+
+// nextFailed handles an error of the message iterator.
+func (p *pump) nextFailed(err error) (outcome, string) {
+	s := p.s
+	switch {
+	case s.nc.IsClosed():
+		s.fail(fmt.Errorf("%w: the NATS connection is closed: %v", ErrClosed, err))
+		return outStop, ""
+	case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
+		if !p.consumerGone() {
+			return outStop, ""
+		}
+		return outReset, "the consumer was recreated"
+	}
+	if !p.sleep(100 * time.Millisecond) {
+		return outStop, ""
+	}
+	return outReset, "the message iterator failed: " + err.Error()
+}
+
+// broken handles a consumer sequence that does not follow the last one
+// (or a re-delivery of a message the generation never gave us). A
+// reconnect or a new consumer leader explains it: reset. Otherwise
+// another client reads the consumer: the source stops.
+func (p *pump) broken(cseq, sseq uint64) (outcome, string) {
+	s := p.s
+	if s.nc.Stats().Reconnects != p.reconnects || s.reconn.Load() != p.woken {
+		return outReset, fmt.Sprintf("the connection was re-established (consumer sequence %d after %d)", cseq, p.cseq)
+	}
+	c, cancel := context.WithTimeout(s.ctx, min(s.cfg.Timeout, time.Second))
+	ci, err := p.cons.Info(c)
+	cancel()
+	if s.ctx.Err() != nil {
+		return outStop, ""
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		if !p.consumerGone() {
+			return outStop, ""
+		}
+		return outReset, "the consumer was recreated"
+	case err != nil:
+		return outReset, fmt.Sprintf("consumer sequence %d after %d, and the consumer's state cannot be read: %v", cseq, p.cseq, err)
+	case leaderOf(ci) != p.leader:
+		return outReset, fmt.Sprintf("the consumer's leader changed from %s to %s (consumer sequence %d after %d)", p.leader, leaderOf(ci), cseq, p.cseq)
+	case p.cseq == 0 && p.staleTries < 3:
+		// The first delivery of a generation: a pull request of the
+		// previous one may have taken deliveries before it expired.
+		p.staleTries++
+		return outReset, fmt.Sprintf("the first delivery after a reset has consumer sequence %d", cseq)
+	}
+	what := "jumped"
+	if cseq <= p.cseq {
+		what = "went back"
+	}
+	s.fail(s.errorf(ErrSecondReader, sseq,
+		"the consumer sequence %s from %d to %d (stream sequence %d, last handed out %d) on the same connection, with the same consumer leader %q: another client pulls from or reset this consumer, and two owners of one partition apply its messages twice; stop the other reader (one owner per partition), then start again",
+		what, p.cseq, cseq, sseq, p.accepted, p.leader))
+	return outStop, ""
+}
+
+// dropped counts and logs a re-delivery of a message handed out already,
+// and keeps it for acknowledgements when it is above the last commit.
+func (p *pump) dropped(msg jetstream.Msg, md *jetstream.MsgMetadata) {
+	s := p.s
+	n := s.redelivered.Add(1)
+	seq := md.Sequence.Stream
+	if seq > s.committed.Load() {
+		s.heldMu.Lock()
+		if len(s.dups) == 0 || s.dups[len(s.dups)-1].seq < seq {
+			s.dups = append(s.dups, heldMsg{seq: seq, ts: md.Timestamp.UnixNano(), gen: p.gen, msg: msg})
+		}
+		s.heldMu.Unlock()
+	}
+	if md.NumDelivered > 1 && (n == 1 || time.Since(p.dropLogged) >= time.Second) {
+		p.dropLogged = time.Now()
+		s.log.Warn("re-delivery of a message handed out already: dropped (it was not committed within AckWait, or the server re-delivered after a failure)",
+			"epoch", s.epoch.Load(), "seq", seq, "delivered", md.NumDelivered, "last_handed", p.accepted, "dropped_total", n)
+	}
+}
+
+// checkPending checks that the partition's undelivered messages did not
+// shrink by more than what was delivered since they were last counted:
+// if they did, messages were removed from the stream before delivery.
+func (p *pump) checkPending(numPending, cseq, sseq uint64) (outcome, string, bool) {
+	prev, at := p.pending, p.pendingAt
+	p.pending, p.pendingAt = numPending, cseq
+	if cseq < at || prev <= cseq-at {
+		return 0, "", false
+	}
+	want := prev - (cseq - at)
+	if numPending >= want {
+		return 0, "", false
+	}
+	return p.removed(want-numPending, sseq)
+}
+
+// removed handles n messages of the partition removed from the stream
+// before delivery. Removed from its head (purged, aged out, by a limit)
+// they are a gap; deleted one by one in its middle they are logged.
+func (p *pump) removed(n, next uint64) (outcome, string, bool) {
+	s := p.s
+	c, cancel := s.api(s.ctx)
+	si, err := p.stream.Info(c)
+	cancel()
+	if s.ctx.Err() != nil {
+		return outStop, "", true
+	}
+	if err != nil {
+		s.log.Warn("messages of the partition may have been removed from the stream before delivery; the stream cannot be read to check", "epoch", s.epoch.Load(), "after", p.accepted, "count", n, "err", err)
+		return 0, "", false
+	}
+	first := si.State.FirstSeq
+	if first <= p.accepted+1 {
+		s.log.Warn("messages of the partition were deleted from the middle of the stream before delivery (DeleteMsg, or a purge by subject)",
+			"epoch", s.epoch.Load(), "after", p.accepted, "count", n, "first", first)
+		return 0, "", false
+	}
+	to := first - 1
+	if next != 0 && next <= to {
+		to = next - 1
+	}
+	e := s.errorf(ErrGap, p.accepted,
+		"%d messages of the partition after sequence %d were removed from the stream before delivery (purged, aged out or removed by a limit while the feed was behind; the stream's first sequence is now %d); set OnGap: GapSkip to accept the loss",
+		n, p.accepted, first)
+	e.From, e.To = p.accepted+1, to
+	if s.cfg.OnGap == GapSkip {
+		s.gapsSkipped.Add(1)
+		s.log.Error("gap skipped (OnGap: skip)", "err", e)
+		return 0, "", false
+	}
+	s.fail(e)
+	return outStop, "", true
+}
+
+// refresh reads the stream's and the consumer's state for status, checks
+// the epoch, and checks for messages removed while none arrived.
+func (p *pump) refresh() (outcome, string, bool) {
+	s := p.s
+	c, cancel := s.api(s.ctx)
+	si, serr := p.stream.Info(c)
+	cancel()
+	if s.ctx.Err() != nil {
+		return outStop, "", true
+	}
+	switch {
+	case errors.Is(serr, jetstream.ErrStreamNotFound):
+		s.fail(s.errorf(ErrStreamChanged, p.accepted, "the stream was deleted; a new stream of that name is a new epoch: start the source again"))
+		return outStop, "", true
+	case serr == nil && uint64(si.Created.UnixNano()) != s.epoch.Load():
+		s.fail(s.errorf(ErrStreamChanged, p.accepted, "the stream was deleted and recreated (new epoch %d): start the source again to read the new stream from its first sequence", si.Created.UnixNano()))
+		return outStop, "", true
+	}
+	c, cancel = s.api(s.ctx)
+	ci, cerr := p.cons.Info(c)
+	cancel()
+	if s.ctx.Err() != nil {
+		return outStop, "", true
+	}
+	s.mu.Lock()
+	if serr == nil {
+		s.st.first, s.st.last = si.State.FirstSeq, si.State.LastSeq
+	}
+	if cerr == nil {
+		s.st.ackFloor, s.st.ackPending = ci.AckFloor.Stream, ci.NumAckPending
+		s.st.leader = leaderOf(ci)
+	}
+	s.mu.Unlock()
+	if cerr != nil {
+		if errors.Is(cerr, jetstream.ErrConsumerNotFound) {
+			if !p.consumerGone() {
+				return outStop, "", true
+			}
+			return outReset, "the consumer was recreated", true
+		}
+		return 0, "", false
+	}
+	s.pending.Store(ci.NumPending)
+	// Deliveries after the last counted are on their way: they account
+	// for that much of the drop.
+	if d := ci.Delivered.Consumer; d >= p.cseq && d >= p.pendingAt && leaderOf(ci) == p.leader {
+		return p.checkPending(ci.NumPending, d, 0)
+	}
+	return 0, "", false
+}
+
+// consumerGone handles a consumer that does not exist any more: the stream
+// deleted or recreated stops the source; the consumer alone deleted (by an
+// operator) is made again, and the caller resets it. It reports false when
+// the source stops.
+func (p *pump) consumerGone() bool {
+	s := p.s
+	for attempt := 0; ; attempt++ {
+		c, cancel := s.api(s.ctx)
+		si, err := p.stream.Info(c)
+		cancel()
+		if s.ctx.Err() != nil {
+			return false
+		}
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			s.fail(s.errorf(ErrStreamChanged, p.accepted, "the stream was deleted; a new stream of that name is a new epoch: start the source again"))
+			return false
+		case err == nil && uint64(si.Created.UnixNano()) != s.epoch.Load():
+			s.fail(s.errorf(ErrStreamChanged, p.accepted, "the stream was deleted and recreated (new epoch %d): start the source again to read the new stream from its first sequence", si.Created.UnixNano()))
+			return false
+		case err == nil:
+			c, cancel = s.api(s.ctx)
+			cons, err := p.stream.CreateOrUpdateConsumer(c, s.cfg.consumerConfig())
+			cancel()
+			if err == nil {
+				s.log.Warn("the consumer was deleted while the source read it: made again", "epoch", s.epoch.Load(), "last_handed", p.accepted)
+				p.cons = cons
+				return true
+			}
+			if code := apiErrorCode(err); code >= 400 && code < 500 {
+				s.fail(s.errorf(ErrConsumer, p.accepted, "the consumer was deleted and cannot be made again: %v", err))
+				return false
+			}
+		}
+		if !p.sleep(backoff(attempt)) {
+			return false
+		}
+	}
+}
+
+// reset resets the consumer to the sequence after the last commit, so that
+// every message the framework has not committed is delivered again, in
+// order, and starts a new generation. It retries until it succeeds, and
+// reports false when the source stops.
+func (p *pump) reset(reason string) bool {
+	s := p.s
+	for attempt := 0; ; attempt++ {
+		if s.ctx.Err() != nil || s.failure() != nil {
+			return false
+		}
+		woken := s.reconn.Load()
+		s.ackMu.Lock()
+		seq := s.committed.Load() + 1
+		// A consumer electing its leader does not answer: a short wait,
+		// then a retry, rather than the whole Timeout.
+		c, cancel := context.WithTimeout(s.ctx, min(s.cfg.Timeout, time.Duration(attempt+1)*time.Second))
+		resp, err := s.js.ResetConsumerToSequence(c, s.cfg.Stream, s.cfg.Consumer, seq)
+		cancel()
+		if err == nil {
+			s.gen++
+			s.heldMu.Lock()
+			clear(s.dups)
+			s.dups = s.dups[:0]
+			s.heldMu.Unlock()
+		}
+		s.ackMu.Unlock()
+		if s.ctx.Err() != nil {
+			return false
+		}
+		if err == nil {
+			accepted := p.accepted
+			p.begin(resp.ConsumerInfo, woken)
+			p.accepted = accepted
+			s.reopen(reason)
+			s.mu.Lock()
+			s.st.leader = leaderOf(resp.ConsumerInfo)
+			s.st.detail = ""
+			s.mu.Unlock()
+			s.log.Warn("consumer reset to the last commit: the messages after it come again, in order", "reason", reason,
+				"epoch", s.epoch.Load(), "seq", seq, "last_handed", accepted, "leader", p.leader, "attempts", attempt+1)
+			return true
+		}
+		if errors.Is(err, jetstream.ErrConsumerInvalidReset) {
+			s.fail(s.errorf(ErrConsumer, seq, "reset refused: %v", err))
+			return false
+		}
+		// The consumer may be gone (a reset of a missing consumer is not
+		// answered), or its leader not elected yet.
+		c, cancel = context.WithTimeout(s.ctx, min(s.cfg.Timeout, time.Second))
+		_, ierr := p.cons.Info(c)
+		cancel()
+		if errors.Is(ierr, jetstream.ErrConsumerNotFound) && !p.consumerGone() {
+			return false
+		}
+		s.mu.Lock()
+		s.st.detail = fmt.Sprintf("resetting the consumer (%s): %v", reason, err)
+		s.mu.Unlock()
+		if attempt == 0 || attempt%20 == 0 {
+			s.log.Warn("consumer reset failed; retrying", "reason", reason, "seq", seq, "attempt", attempt+1, "err", err)
+		}
+		if !p.sleep(backoff(attempt)) {
+			return false
+		}
+	}
+}
+
+// sleep waits d, and reports false when the source closes meanwhile.
+func (p *pump) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.s.ctx.Done():
+		return false
+	}
+}
+
+// backoff is the wait before retry attempt+1: 50 ms, doubling, at most 2 s.
+func backoff(attempt int) time.Duration {
+	d := 50 * time.Millisecond << min(attempt, 6)
+	return min(d, 2*time.Second)
+}
+
+// listen wakes the pump at each reconnect of the connection and at each
+// status tick.
+func (s *Source) listen() {
+	defer s.workers.Done()
+	ch := s.nc.StatusChanged(nats.CONNECTED)
+	defer s.nc.RemoveStatusListener(ch)
+	var tick <-chan time.Time
+	if s.cfg.StatusInterval > 0 {
+		t := time.NewTicker(s.cfg.StatusInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+			s.reconn.Add(1)
+		case <-tick:
+		case <-s.ctx.Done():
+			return
+		}
+		s.waker.wake()
+	}
+}
+
+// waker wakes the pump where it waits (for a message, for room in the
+// buffer): its context is cancelled by wake, and renewed by the pump once
+// it has seen it.
+type waker struct {
+	mu     sync.Mutex
+	parent context.Context
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newWaker(parent context.Context) *waker {
+	w := &waker{parent: parent}
+	w.ctx, w.cancel = context.WithCancel(parent)
+	return w
+}
+
+// current is the context to wait with.
+func (w *waker) current() context.Context {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ctx
+}
+
+// wake ends the current context.
+func (w *waker) wake() {
+	w.mu.Lock()
+	w.cancel()
+	w.mu.Unlock()
+}
+
+// renew replaces an ended context. The pump checks what woke it after
+// renew, so that a wake in between is not lost.
+func (w *waker) renew() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx.Err() != nil && w.parent.Err() == nil {
+		w.cancel()
+		w.ctx, w.cancel = context.WithCancel(w.parent)
+	}
+}
+
+var _ interface {
+	feed.Source
+	feed.Resumer
+} = (*Source)(nil)

@@ -1,0 +1,243 @@
+package natsfeed_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/natsfeed"
+	"github.com/tidemark-go/tidemark/internal/natstest"
+)
+
+// TestAckFloorFollowsCommits checks that the consumer's ack floor never
+// passes what the framework committed: nothing is acknowledged before a
+// commit, a commit acknowledges exactly its position, and opening resets
+// the floor down to the stores' position.
+func TestAckFloorFollowsCommits(t *testing.T) {
+	srv := natstest.Run(t, natstest.Config{})
+	js := natstest.JetStream(t, srv.URL())
+	makeStream(t, js, jetstream.StreamConfig{})
+	seqs := publish(t, js, 0, 300)
+	want := partitionSeqs(seqs, 0, 1)
+	src := newSource(t, partitionConfig(js, 1), []feed.ResumePoint{})
+	items := pollN(t, src, len(want))
+	epoch := src.Status().Epoch
+	floor := func() uint64 { return consumerInfo(t, js, "tidemark-1").AckFloor.Stream }
+	if f := floor(); f != 0 {
+		t.Fatalf("ack floor %d before any commit", f)
+	}
+	for _, i := range []int{10, 11, 50, len(items) - 1} {
+		pos := items[i].seq
+		if err := src.Commit(epoch, int64(pos)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "ack floor at the commit", func() bool {
+			f := floor()
+			if f > pos {
+				t.Fatalf("ack floor %d above the commit %d", f, pos)
+			}
+			return f == pos
+		})
+	}
+	// Commits of another epoch, below the last, of a position never
+	// handed out: nothing moves.
+	for _, c := range []struct {
+		epoch uint64
+		pos   int64
+	}{{epoch + 1, int64(seqs[len(seqs)-1])}, {epoch, int64(items[3].seq)}, {epoch, int64(seqs[len(seqs)-1]) + 10}} {
+		if err := src.Commit(c.epoch, c.pos); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := src.Stats(); st.Acked != items[len(items)-1].seq {
+		t.Fatalf("acked %d, want %d", st.Acked, items[len(items)-1].seq)
+	}
+	_ = src.Close()
+
+	// A store at items[20]: the floor goes down to it at open.
+	src = newSource(t, partitionConfig(js, 1), []feed.ResumePoint{point("s", epoch, int64(items[20].seq))})
+	if err := src.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f := floor(); f != items[20].seq {
+		t.Fatalf("ack floor %d after open, want the store's %d", f, items[20].seq)
+	}
+}
+
+// TestSecondReaderDetected checks that another client pulling from the
+// source's consumer stops the source with ErrSecondReader, after what it
+// had received: the consumer sequences jump.
+func TestSecondReaderDetected(t *testing.T) {
+	srv := natstest.Run(t, natstest.Config{})
+	js := natstest.JetStream(t, srv.URL())
+	makeStream(t, js, jetstream.StreamConfig{})
+	publish(t, js, 0, 300)
+	cfg := partitionConfig(js, 0)
+	cfg.Buffer, cfg.PullBatch = 2, 2
+	src := newSource(t, cfg, []feed.ResumePoint{})
+	first := pollN(t, src, 1)
+	waitFor(t, "the buffer full", func() bool { return src.Stats().Buffered == cfg.Buffer })
+
+	other := natstest.JetStream(t, srv.URL())
+	c, err := other.Consumer(context.Background(), testStream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.Fetch(5, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stolen []uint64
+	for m := range batch.Messages() {
+		md, _ := m.Metadata()
+		stolen = append(stolen, md.Sequence.Stream)
+	}
+	if len(stolen) == 0 {
+		t.Fatalf("the second reader got nothing: %v", batch.Error())
+	}
+	rest, err := pollErr(t, src)
+	if !errors.Is(err, natsfeed.ErrSecondReader) {
+		t.Fatalf("error %v, want ErrSecondReader", err)
+	}
+	var e *natsfeed.Error
+	if !errors.As(err, &e) || e.Consumer != cfg.Consumer || e.Stream != testStream || e.Epoch == 0 || e.Seq == 0 {
+		t.Fatalf("error %#v: want stream, consumer, epoch and sequence", err)
+	}
+	for _, it := range append(first, rest...) {
+		if slices.Contains(stolen, it.seq) {
+			t.Fatalf("handed out %d, which the other reader took", it.seq)
+		}
+	}
+	if st := src.Status(); st.State == feed.StateCaughtUp {
+		t.Fatalf("a stopped source reports caught up: %+v", st)
+	}
+}
+
+// TestConsumerResetByAnother checks that a source whose consumer another
+// process reset (a new owner took the partition over) stops with
+// ErrSecondReader: its consumer sequence goes back to 1.
+func TestConsumerResetByAnother(t *testing.T) {
+	srv := natstest.Run(t, natstest.Config{})
+	js := natstest.JetStream(t, srv.URL())
+	makeStream(t, js, jetstream.StreamConfig{})
+	publish(t, js, 0, 300)
+	cfg := partitionConfig(js, 2)
+	cfg.Buffer, cfg.PullBatch = 2, 2
+	src := newSource(t, cfg, []feed.ResumePoint{})
+	pollN(t, src, 10)
+	other := natstest.JetStream(t, srv.URL())
+	if _, err := other.ResetConsumerToSequence(context.Background(), testStream, cfg.Consumer, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pollErr(t, src); !errors.Is(err, natsfeed.ErrSecondReader) {
+		t.Fatalf("error %v, want ErrSecondReader", err)
+	}
+}
+
+// TestRedeliveryDropped checks that messages the server delivers again
+// (AckWait passed without a commit) are dropped and counted, never handed
+// out twice, and that later messages still come.
+func TestRedeliveryDropped(t *testing.T) {
+	srv := natstest.Run(t, natstest.Config{})
+	js := natstest.JetStream(t, srv.URL())
+	makeStream(t, js, jetstream.StreamConfig{})
+	seqs := publish(t, js, 0, 15)
+	cfg := partitionConfig(js, 1)
+	cfg.AckWait = 200 * time.Millisecond
+	src := newSource(t, cfg, []feed.ResumePoint{})
+	want := partitionSeqs(seqs, 0, 1)
+	items := pollN(t, src, len(want))
+	waitFor(t, "re-deliveries", func() bool { return src.Stats().RedeliveriesDropped >= uint64(2*len(want)) })
+	if n, err := src.Poll(context.Background(), make([]feed.Item, 10)); n != 0 || err != nil {
+		t.Fatalf("poll after re-deliveries: %d items, %v", n, err)
+	}
+	more := publish(t, js, 15, 18)
+	next := pollN(t, src, 1)
+	if next[0].seq != partitionSeqs(more, 15, 1)[0] {
+		t.Fatalf("next %d, want %d", next[0].seq, partitionSeqs(more, 15, 1)[0])
+	}
+	// A commit acknowledges, and the re-deliveries stop.
+	if err := src.Commit(src.Status().Epoch, int64(next[0].seq)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "ack floor", func() bool { return consumerInfo(t, js, cfg.Consumer).AckFloor.Stream == next[0].seq })
+	_ = items
+}
+
+// TestPauseStopsPulling checks that a source that is not polled (the feed
+// pauses) stops pulling: the server delivers at most Buffer + PullBatch
+// (+1 in the pump's hand) messages, then nothing until Poll makes room;
+// and every message comes, in order, once polled.
+func TestPauseStopsPulling(t *testing.T) {
+	srv := natstest.Run(t, natstest.Config{})
+	js := natstest.JetStream(t, srv.URL())
+	makeStream(t, js, jetstream.StreamConfig{})
+	seqs := publish(t, js, 0, 1500)
+	cfg := partitionConfig(js, 0)
+	cfg.Buffer, cfg.PullBatch, cfg.StatusInterval = 16, 8, 20*time.Millisecond
+	src := newSource(t, cfg, []feed.ResumePoint{})
+	if err := src.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	bound := cfg.Buffer + cfg.PullBatch + 1
+	waitFor(t, "the buffer full", func() bool { return src.Stats().Buffered == cfg.Buffer })
+	// Watch the consumer through a few status ticks of the source.
+	for i := 0; i < 25; i++ {
+		if n := consumerInfo(t, js, cfg.Consumer).NumAckPending; n > bound {
+			t.Fatalf("paused, the server delivered %d messages, more than %d", n, bound)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	want := partitionSeqs(seqs, 0, 0)
+	items := pollN(t, src, len(want))
+	if !slices.Equal(seqsOf(items), want) {
+		t.Fatalf("after the pause: %d items, not the partition in order", len(items))
+	}
+}
+
+// TestResetKeepsFloorAtCommit checks the reset after a reconnect: the
+// consumer goes back to the last commit (not to what was handed out), so
+// its ack floor stays at the commit; the messages handed out and not
+// committed come again and are dropped; and the commits after the reset
+// acknowledge them through those new deliveries.
+func TestResetKeepsFloorAtCommit(t *testing.T) {
+	srv := natstest.Run(t, natstest.Config{})
+	js := natstest.JetStream(t, srv.URL())
+	makeStream(t, js, jetstream.StreamConfig{})
+	seqs := publish(t, js, 0, 300)
+	want := partitionSeqs(seqs, 0, 0)
+	cfg := partitionConfig(js, 0)
+	src := newSource(t, cfg, []feed.ResumePoint{})
+	items := pollN(t, src, len(want))
+	epoch := src.Status().Epoch
+	if err := src.Commit(epoch, int64(items[9].seq)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "ack floor", func() bool { return consumerInfo(t, js, cfg.Consumer).AckFloor.Stream == items[9].seq })
+	srv.Restart()
+	waitFor(t, "a reset", func() bool { return src.Stats().Resets >= 1 })
+	waitFor(t, "the re-deliveries dropped", func() bool { return src.Stats().RedeliveriesDropped >= uint64(len(items)-10) })
+	if f := consumerInfo(t, js, cfg.Consumer).AckFloor.Stream; f != items[9].seq {
+		t.Fatalf("ack floor %d after the reset, want the commit %d", f, items[9].seq)
+	}
+	if n, err := src.Poll(context.Background(), make([]feed.Item, 10)); n != 0 || err != nil {
+		t.Fatalf("after the reset: %d items, %v; want none handed out twice", n, err)
+	}
+	last := items[len(items)-1].seq
+	if err := src.Commit(epoch, int64(last)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "ack floor at the last commit", func() bool { return consumerInfo(t, js, cfg.Consumer).AckFloor.Stream == last })
+	if ci := consumerInfo(t, js, cfg.Consumer); ci.NumAckPending != 0 {
+		t.Fatalf("%d deliveries pending after the last commit", ci.NumAckPending)
+	}
+	more := publish(t, js, 300, 303)
+	if next := pollN(t, src, 1); next[0].seq != partitionSeqs(more, 300, 0)[0] {
+		t.Fatalf("next %d, want %d", next[0].seq, partitionSeqs(more, 300, 0)[0])
+	}
+}
