@@ -189,23 +189,39 @@ func TestServerRestart(t *testing.T) {
 // TestServerProcessKilled kills a nats-server child process with SIGKILL
 // twice while a source reads and a publisher writes, and restarts it on
 // the same port and store: every acknowledged message is handed out once,
-// in order.
+// in order. Paced, the publisher is slower than the source, so that the
+// kills land while the source is caught up and waits.
 func TestServerProcessKilled(t *testing.T) {
-	p := natstest.StartProcess(t, natstest.Config{SyncAlways: true})
-	js := natstest.JetStream(t, p.URL())
-	makeStream(t, js, jetstream.StreamConfig{})
-	const n = 2000
-	pub := startPublisher(t, natstest.JetStream(t, p.URL()), 0, n, 0)
-	src := newSource(t, partitionConfig(js, 2), []feed.ResumePoint{})
-	r := startReader(t, src)
-	for _, at := range []int{50, 300} {
-		r.waitCount(at)
-		p.Restart() // SIGKILL, then start again
+	for _, c := range []struct {
+		name  string
+		n     int
+		pace  time.Duration
+		kills []int
+		cfg   natstest.Config
+	}{
+		{"flat out, sync always", 2000, 0, []int{50, 300}, natstest.Config{SyncAlways: true}},
+		{"paced", 600, 200 * time.Microsecond, []int{20, 100}, natstest.Config{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := natstest.StartProcess(t, c.cfg)
+			js := natstest.JetStream(t, p.URL())
+			makeStream(t, js, jetstream.StreamConfig{})
+			pub := startPublisher(t, natstest.JetStream(t, p.URL()), 0, c.n, c.pace)
+			src := newSource(t, partitionConfig(js, 2), []feed.ResumePoint{})
+			r := startReader(t, src)
+			for _, at := range c.kills {
+				r.waitCount(at)
+				p.Restart() // SIGKILL, then start again
+			}
+			seqs := pub.wait(t)
+			want := partitionSeqs(seqs, 0, 2)
+			r.waitCount(len(want))
+			r.check(want)
+			if st := src.Stats(); st.Resets < uint64(len(c.kills)) {
+				t.Fatalf("resets %d after %d kills of the server; stats %+v", st.Resets, len(c.kills), st)
+			}
+		})
 	}
-	seqs := pub.wait(t)
-	want := partitionSeqs(seqs, 0, 2)
-	r.waitCount(len(want))
-	r.check(want)
 }
 
 // TestClusterFailover runs an R3 stream on a 3-node cluster, kills the
@@ -247,28 +263,4 @@ func TestClusterFailover(t *testing.T) {
 	step("read")
 	r.check(want)
 	t.Logf("stats after the failovers: %+v", src.Stats())
-}
-
-// TestServerProcessKilledPaced is TestServerProcessKilled with a paced
-// publisher, so that the kills land while the source is caught up and
-// waits for new messages.
-func TestServerProcessKilledPaced(t *testing.T) {
-	p := natstest.StartProcess(t, natstest.Config{})
-	js := natstest.JetStream(t, p.URL())
-	makeStream(t, js, jetstream.StreamConfig{})
-	const n = 600
-	pub := startPublisher(t, natstest.JetStream(t, p.URL()), 0, n, 200*time.Microsecond)
-	src := newSource(t, partitionConfig(js, 0), []feed.ResumePoint{})
-	r := startReader(t, src)
-	for _, at := range []int{20, 100} {
-		r.waitCount(at)
-		p.Restart()
-	}
-	seqs := pub.wait(t)
-	want := partitionSeqs(seqs, 0, 0)
-	r.waitCount(len(want))
-	r.check(want)
-	if st := src.Stats(); st.Resets < 2 {
-		t.Fatalf("resets %d after two kills of the server; stats %+v", st.Resets, st)
-	}
 }

@@ -49,6 +49,17 @@ func makeStream(t testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig
 	return st
 }
 
+// withStream runs a server with the test stream (cfg's limits) and
+// messages 0..n-1 published on it, and returns the server, a JetStream
+// context and the messages' sequences.
+func withStream(t testing.TB, cfg jetstream.StreamConfig, n int) (*natstest.Server, jetstream.JetStream, []uint64) {
+	t.Helper()
+	srv := natstest.Run(t, natstest.Config{})
+	js := natstest.JetStream(t, srv.URL())
+	makeStream(t, js, cfg)
+	return srv, js, publish(t, js, 0, n)
+}
+
 // subject is the subject of message i: partition i%partitions.
 func subject(i int) string { return fmt.Sprintf("orders.%d.%d", i%partitions, i) }
 

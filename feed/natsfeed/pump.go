@@ -332,12 +332,7 @@ func (p *pump) refresh() (outcome, string, bool) {
 	if s.ctx.Err() != nil {
 		return outStop, "", true
 	}
-	switch {
-	case errors.Is(serr, jetstream.ErrStreamNotFound):
-		s.fail(s.errorf(ErrStreamChanged, p.accepted, "the stream was deleted; a new stream of that name is a new epoch: start the source again"))
-		return outStop, "", true
-	case serr == nil && uint64(si.Created.UnixNano()) != s.epoch.Load():
-		s.fail(s.errorf(ErrStreamChanged, p.accepted, "the stream was deleted and recreated (new epoch %d): start the source again to read the new stream from its first sequence", si.Created.UnixNano()))
+	if p.streamChanged(si, serr) {
 		return outStop, "", true
 	}
 	c, cancel = s.api(s.ctx)
@@ -373,6 +368,24 @@ func (p *pump) refresh() (outcome, string, bool) {
 	return 0, "", false
 }
 
+// streamChanged stops the source when the stream's info (si, or err from
+// reading it) says the stream was deleted or recreated, and reports
+// whether it did.
+func (p *pump) streamChanged(si *jetstream.StreamInfo, err error) bool {
+	s := p.s
+	var e *Error
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		e = s.errorf(ErrStreamChanged, p.accepted, "the stream was deleted; a new stream of that name is a new epoch: start the source again")
+	case err == nil && uint64(si.Created.UnixNano()) != s.epoch.Load():
+		e = s.errorf(ErrStreamChanged, p.accepted, "the stream was deleted and recreated (new epoch %d): start the source again to read the new stream from its first sequence", si.Created.UnixNano())
+	default:
+		return false
+	}
+	s.fail(e)
+	return true
+}
+
 // consumerGone handles a consumer that does not exist any more: the stream
 // deleted or recreated stops the source; the consumer alone deleted (by an
 // operator) is made again, and the caller resets it. It reports false when
@@ -386,14 +399,10 @@ func (p *pump) consumerGone() bool {
 		if s.ctx.Err() != nil {
 			return false
 		}
-		switch {
-		case errors.Is(err, jetstream.ErrStreamNotFound):
-			s.fail(s.errorf(ErrStreamChanged, p.accepted, "the stream was deleted; a new stream of that name is a new epoch: start the source again"))
+		if p.streamChanged(si, err) {
 			return false
-		case err == nil && uint64(si.Created.UnixNano()) != s.epoch.Load():
-			s.fail(s.errorf(ErrStreamChanged, p.accepted, "the stream was deleted and recreated (new epoch %d): start the source again to read the new stream from its first sequence", si.Created.UnixNano()))
-			return false
-		case err == nil:
+		}
+		if err == nil {
 			c, cancel = s.api(s.ctx)
 			cons, err := p.stream.CreateOrUpdateConsumer(c, s.cfg.consumerConfig())
 			cancel()
@@ -402,10 +411,13 @@ func (p *pump) consumerGone() bool {
 				p.cons = cons
 				return true
 			}
-			if code := apiErrorCode(err); code >= 400 && code < 500 {
+			// A refusal may be the deletion still in progress: a few
+			// tries before it counts.
+			if code := apiErrorCode(err); code >= 400 && code < 500 && attempt >= 5 {
 				s.fail(s.errorf(ErrConsumer, p.accepted, "the consumer was deleted and cannot be made again: %v", err))
 				return false
 			}
+			s.log.Warn("the consumer was deleted and cannot be made again yet; retrying", "attempt", attempt+1, "err", err)
 		}
 		if !p.sleep(backoff(attempt)) {
 			return false

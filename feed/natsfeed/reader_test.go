@@ -3,6 +3,7 @@ package natsfeed_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -14,15 +15,38 @@ import (
 	"github.com/tidemark-go/tidemark/internal/natstest"
 )
 
+// TestReadPartition reads one partition of a stream: its messages, in
+// order, with the stream's epoch and sequences; nothing of the others.
+func TestReadPartition(t *testing.T) {
+	_, js, seqs := withStream(t, jetstream.StreamConfig{}, 300)
+	src := newSource(t, partitionConfig(js, 1), []feed.ResumePoint{})
+	want := partitionSeqs(seqs, 0, 1)
+	items := pollN(t, src, len(want))
+	if !slices.Equal(seqsOf(items), want) {
+		t.Fatalf("sequences %v, want %v", seqsOf(items), want)
+	}
+	for i, it := range items {
+		if w := fmt.Sprintf("m-%d", 3*i+1); it.line != w {
+			t.Fatalf("item %d: line %q, want %q", i, it.line, w)
+		}
+	}
+	info := streamInfo(t, js)
+	st := src.Status()
+	if st.Epoch != uint64(info.Created.UnixNano()) {
+		t.Fatalf("epoch %d, want the stream's creation time %d", st.Epoch, info.Created.UnixNano())
+	}
+	if st.Path != "jetstream://ORDERS/1" || st.ReadPosition != int64(want[len(want)-1]) {
+		t.Fatalf("status %+v", st)
+	}
+	waitFor(t, "caught up", func() bool { return src.Status().State == feed.StateCaughtUp })
+}
+
 // TestAckFloorFollowsCommits checks that the consumer's ack floor never
 // passes what the framework committed: nothing is acknowledged before a
 // commit, a commit acknowledges exactly its position, and opening resets
 // the floor down to the stores' position.
 func TestAckFloorFollowsCommits(t *testing.T) {
-	srv := natstest.Run(t, natstest.Config{})
-	js := natstest.JetStream(t, srv.URL())
-	makeStream(t, js, jetstream.StreamConfig{})
-	seqs := publish(t, js, 0, 300)
+	_, js, seqs := withStream(t, jetstream.StreamConfig{}, 300)
 	want := partitionSeqs(seqs, 0, 1)
 	src := newSource(t, partitionConfig(js, 1), []feed.ResumePoint{})
 	items := pollN(t, src, len(want))
@@ -73,10 +97,7 @@ func TestAckFloorFollowsCommits(t *testing.T) {
 // source's consumer stops the source with ErrSecondReader, after what it
 // had received: the consumer sequences jump.
 func TestSecondReaderDetected(t *testing.T) {
-	srv := natstest.Run(t, natstest.Config{})
-	js := natstest.JetStream(t, srv.URL())
-	makeStream(t, js, jetstream.StreamConfig{})
-	publish(t, js, 0, 300)
+	srv, js, _ := withStream(t, jetstream.StreamConfig{}, 300)
 	cfg := partitionConfig(js, 0)
 	cfg.Buffer, cfg.PullBatch = 2, 2
 	src := newSource(t, cfg, []feed.ResumePoint{})
@@ -122,10 +143,7 @@ func TestSecondReaderDetected(t *testing.T) {
 // process reset (a new owner took the partition over) stops with
 // ErrSecondReader: its consumer sequence goes back to 1.
 func TestConsumerResetByAnother(t *testing.T) {
-	srv := natstest.Run(t, natstest.Config{})
-	js := natstest.JetStream(t, srv.URL())
-	makeStream(t, js, jetstream.StreamConfig{})
-	publish(t, js, 0, 300)
+	srv, js, _ := withStream(t, jetstream.StreamConfig{}, 300)
 	cfg := partitionConfig(js, 2)
 	cfg.Buffer, cfg.PullBatch = 2, 2
 	src := newSource(t, cfg, []feed.ResumePoint{})
@@ -143,10 +161,7 @@ func TestConsumerResetByAnother(t *testing.T) {
 // (AckWait passed without a commit) are dropped and counted, never handed
 // out twice, and that later messages still come.
 func TestRedeliveryDropped(t *testing.T) {
-	srv := natstest.Run(t, natstest.Config{})
-	js := natstest.JetStream(t, srv.URL())
-	makeStream(t, js, jetstream.StreamConfig{})
-	seqs := publish(t, js, 0, 15)
+	_, js, seqs := withStream(t, jetstream.StreamConfig{}, 15)
 	cfg := partitionConfig(js, 1)
 	cfg.AckWait = 200 * time.Millisecond
 	src := newSource(t, cfg, []feed.ResumePoint{})
@@ -174,10 +189,7 @@ func TestRedeliveryDropped(t *testing.T) {
 // (+1 in the pump's hand) messages, then nothing until Poll makes room;
 // and every message comes, in order, once polled.
 func TestPauseStopsPulling(t *testing.T) {
-	srv := natstest.Run(t, natstest.Config{})
-	js := natstest.JetStream(t, srv.URL())
-	makeStream(t, js, jetstream.StreamConfig{})
-	seqs := publish(t, js, 0, 1500)
+	_, js, seqs := withStream(t, jetstream.StreamConfig{}, 1500)
 	cfg := partitionConfig(js, 0)
 	cfg.Buffer, cfg.PullBatch, cfg.StatusInterval = 16, 8, 20*time.Millisecond
 	src := newSource(t, cfg, []feed.ResumePoint{})
@@ -206,10 +218,7 @@ func TestPauseStopsPulling(t *testing.T) {
 // committed come again and are dropped; and the commits after the reset
 // acknowledge them through those new deliveries.
 func TestResetKeepsFloorAtCommit(t *testing.T) {
-	srv := natstest.Run(t, natstest.Config{})
-	js := natstest.JetStream(t, srv.URL())
-	makeStream(t, js, jetstream.StreamConfig{})
-	seqs := publish(t, js, 0, 300)
+	srv, js, seqs := withStream(t, jetstream.StreamConfig{}, 300)
 	want := partitionSeqs(seqs, 0, 0)
 	cfg := partitionConfig(js, 0)
 	src := newSource(t, cfg, []feed.ResumePoint{})
@@ -239,5 +248,26 @@ func TestResetKeepsFloorAtCommit(t *testing.T) {
 	more := publish(t, js, 300, 303)
 	if next := pollN(t, src, 1); next[0].seq != partitionSeqs(more, 300, 0)[0] {
 		t.Fatalf("next %d, want %d", next[0].seq, partitionSeqs(more, 300, 0)[0])
+	}
+}
+
+// TestConsumerDeletedIsMadeAgain checks that a consumer deleted under the
+// source (by an operator) is made again and reset to the last commit:
+// every message is handed out once, in order.
+func TestConsumerDeletedIsMadeAgain(t *testing.T) {
+	_, js, seqs := withStream(t, jetstream.StreamConfig{}, 300)
+	cfg := partitionConfig(js, 1)
+	src := newSource(t, cfg, []feed.ResumePoint{})
+	r := startReader(t, src)
+	r.waitCount(20)
+	if err := js.DeleteConsumer(context.Background(), testStream, cfg.Consumer); err != nil {
+		t.Fatal(err)
+	}
+	more := publish(t, js, 300, 600)
+	want := partitionSeqs(append(seqs, more...), 0, 1)
+	r.waitCount(len(want))
+	r.check(want)
+	if st := src.Stats(); st.Resets < 1 || st.Err != nil {
+		t.Fatalf("stats %+v: want a reset and no error", st)
 	}
 }

@@ -68,10 +68,7 @@ func TestEpochIsStreamIdentity(t *testing.T) {
 // deleted and recreated under it stops with ErrStreamChanged, after what
 // it had received.
 func TestStreamRecreatedWhileReading(t *testing.T) {
-	srv := natstest.Run(t, natstest.Config{})
-	js := natstest.JetStream(t, srv.URL())
-	makeStream(t, js, jetstream.StreamConfig{})
-	publish(t, js, 0, 30)
+	_, js, _ := withStream(t, jetstream.StreamConfig{}, 30)
 	cfg := partitionConfig(js, 2)
 	cfg.StatusInterval = 50 * time.Millisecond
 	src := newSource(t, cfg, []feed.ResumePoint{})
@@ -100,10 +97,7 @@ func TestStreamRecreatedWhileReading(t *testing.T) {
 // without a store), and never at a floor above a store (counted as a
 // rewind).
 func TestResumeAtAppliedPlusOne(t *testing.T) {
-	srv := natstest.Run(t, natstest.Config{})
-	js := natstest.JetStream(t, srv.URL())
-	makeStream(t, js, jetstream.StreamConfig{})
-	seqs := publish(t, js, 0, 300)
+	_, js, seqs := withStream(t, jetstream.StreamConfig{}, 300)
 	epoch := uint64(streamInfo(t, js).Created.UnixNano())
 	all := partitionSeqs(seqs, 0, 1)
 	after := func(a uint64) []uint64 {
@@ -270,10 +264,7 @@ func TestGapWhileBehind(t *testing.T) {
 // another hash, a sequence past the stream's end or a message of another
 // partition stop the source.
 func TestAppliedMessageChecked(t *testing.T) {
-	srv := natstest.Run(t, natstest.Config{})
-	js := natstest.JetStream(t, srv.URL())
-	makeStream(t, js, jetstream.StreamConfig{AllowDirect: true})
-	seqs := publish(t, js, 0, 30)
+	_, js, seqs := withStream(t, jetstream.StreamConfig{AllowDirect: true}, 30)
 	src := newSource(t, partitionConfig(js, 1), []feed.ResumePoint{})
 	items := make([]feed.Item, 5)
 	var n int
