@@ -11,6 +11,12 @@
 //     records (epoch, position) with its state (see package dedupe).
 //   - Only the Committed strategy keeps a pointer file. The others never
 //     open it, so they re-read or skip on every run.
+//   - A Committed source locks its pointer file from NewFileSource until
+//     Close: one source per pointer file, in this process or another. Close
+//     every source you make; a second one on the same pointer fails at
+//     NewFileSource with [ErrPointerLocked].
+//   - The input must be a regular file: a FIFO, a device, a socket or a
+//     directory is refused ([ErrNotRegular]).
 //   - A line is delivered only once its '\n' is there. A file that never
 //     ends its last line never delivers it.
 //
@@ -26,8 +32,9 @@
 //
 // The smallest use:
 //
-//	src, err := feed.NewFileSource(feed.Config{Path: "orders.csv"})
+//	src, err := feed.NewFileSource(feed.Config{Path: "orders.csv"}) // locks orders.csv.readPointer
 //	...
+//	defer src.Close() // releases the lock
 //	items := make([]feed.Item, 256)
 //	for {
 //		n, err := src.Poll(ctx, items) // never blocks; ErrDone ends a once strategy
@@ -88,7 +95,9 @@
 //
 // # The pointer file
 //
-// Committed keeps its position in Path+".readPointer" ([PointerSuffix]).
+// Committed keeps its position in a pointer file named after the input,
+// <base of Path>.readPointer ([PointerSuffix]), beside the input or in
+// Config.PointerDir ([PointerPath]; see "Where the pointer file lives").
 // The format (two checksummed 80-byte records in 4096-byte slots, written
 // alternately), its byte-by-byte diagram, why it is crash safe, and what a
 // commit costs are documented on [PointerFile]. A record holds:
@@ -133,6 +142,57 @@
 //	SyncNever         re-delivery of what was committed since the kernel last wrote the file back (often 30 s, possibly more)
 //
 // Never a gap: a lost pointer write only moves the pointer back.
+//
+// # One writer per pointer file
+//
+// Two sources that commit to one pointer file lose lines: each starts at
+// the other's pointer, and each moves it past lines only the other
+// processed. So a Committed source takes an exclusive OS lock on its
+// pointer file (flock on Unix, [PointerFile.Lock]) in NewFileSource, and
+// holds it until Close; the operating system releases it when the process
+// dies, kill -9 included, so no stale lock is ever left to clean up. A
+// second source on the same pointer file, in this process or another,
+// fails at NewFileSource, before it reads a line, with an error wrapping
+// [ErrPointerLocked] that names the pointer file and the holder: "held by
+// process 1234" on Linux (from /proc/locks; "(this process)" when it is
+// this one), "held by another process" where the system does not tell.
+// tidemark pointer set and migrate take the same lock, so they refuse a
+// pointer that a running feed holds, and a feed cannot start while they
+// write.
+//
+// When it is taken:
+//
+//   - after the check that the input is a regular file (when it exists), so
+//     that no pointer file is made for a FIFO or a device;
+//   - whether the input exists or not: a missing pointer file is created
+//     empty to be locked, so that two sources waiting for the same missing
+//     input conflict at once, not when it appears. An empty pointer file
+//     holds no record, like a missing one: a source killed between taking
+//     the lock and its first write leaves one, and the next start reads
+//     from 0 under a new epoch with a note, not a warning of damage. Close
+//     removes the empty pointer file it made when nothing was written to
+//     it (the input never appeared, or was refused);
+//   - the lock follows the file: a pointer file is created or replaced
+//     through a temporary file renamed over it, and the source locks the
+//     temporary file before the rename, so the file at the path is locked at
+//     every moment.
+//
+// A source that finds the pointer's folder missing creates it (Warn for the
+// input's own folder, Info for a PointerDir); one that cannot create its
+// pointer file there (a read-only folder) fails at NewFileSource, naming
+// the file and suggesting PointerDir.
+//
+// # Where the pointer file lives
+//
+// By default the pointer file is beside the input: Path+".readPointer".
+// Config.PointerDir puts it in another folder, as
+// PointerDir/<base of Path>.readPointer, created when missing. Use it when
+// the input's folder is read-only (logs written by another user, a
+// read-only mount), or when two programs follow one input: each with its
+// own pointer folder has its own pointer, lock and epochs, and neither
+// holds the other back. The input renamed away while stopped is still
+// looked for in the input's folder. tidemark pointer takes --input for a
+// pointer file that is not beside its input.
 //
 // # Group commit
 //
@@ -213,8 +273,9 @@
 //	  pointer names is in the folder under another name,   from the pointer,
 //	  with bytes after the pointer (renamed away while     then the path's
 //	  stopped; see below)                                  file from 0 (new)
-//	pointer file missing                                   0                  new     info
-//	pointer file empty, shorter than 8 bytes, NULs,        0                  new     warning naming the file and reason
+//	pointer file missing, or empty (made to be locked;     0                  new     info
+//	  a source stopped before its first write)
+//	pointer file shorter than 8 bytes, NULs,               0                  new     warning naming the file and reason
 //	  corrupt, unknown version
 //	legacy pointer (1024 bytes, a big-endian count)        the count as a     new     info naming the migration
 //	                                                       byte offset (**)
@@ -234,9 +295,11 @@
 // old product are delivered again. The legacy file stays in place until
 // then, so a crash in between migrates again.
 //
-// A pointer file that cannot be read at all (an I/O error, a permission) is
-// not guessed around: Poll returns the error, naming the file, and the next
-// Poll tries again.
+// A pointer file that cannot be read at all (an I/O error) is not guessed
+// around: Poll returns the error, naming the file, and the next Poll tries
+// again. One that cannot even be opened for writing, to be locked (a
+// permission, a folder at its path, a read-only folder without it), fails
+// NewFileSource, naming the file.
 //
 // # Resuming from the stores
 //

@@ -96,8 +96,15 @@ type Config struct {
 	// it.
 	Path string
 	// Strategy is the read strategy; the zero value is Committed, the only
-	// strategy that opens the pointer file Path+".readPointer".
+	// strategy that opens a pointer file.
 	Strategy ReadStrategy
+	// PointerDir is the folder of the pointer file (Committed only); ""
+	// means the input's folder. The pointer file is
+	// PointerDir/<base of Path>.readPointer ([PointerPath]). With a folder
+	// of its own, the input's folder may be read-only, and two programs
+	// may follow one file, each with its own pointer. The folder is
+	// created when missing (logged).
+	PointerDir string
 	// MaxLineBytes is the longest line payload (without its terminator)
 	// delivered; longer lines are skipped and reported. 0 means
 	// DefaultMaxLineBytes (1 MiB). The source's read buffer is 64 KiB and
@@ -180,9 +187,11 @@ type FileSource struct {
 	now    func() time.Time
 	reject func(Reject)
 	pf     *PointerFile // nil unless Committed
-	sync   SyncPolicy
-	group  bool         // Config.GroupCommit, Committed only
-	gw     *groupWriter // GroupCommit's writer; nil until the first record handed to it
+	// madePointer: the pointer file was missing, and its lock made it.
+	madePointer bool
+	sync        SyncPolicy
+	group       bool         // Config.GroupCommit, Committed only
+	gw          *groupWriter // GroupCommit's writer; nil until the first record handed to it
 	// lastRec is the last pointer record stored, or handed to the writer;
 	// a record that differs from it by its position only goes to the
 	// writer (GroupCommit).
@@ -354,11 +363,17 @@ func (h *inputFile) close() error {
 	return err
 }
 
-// NewFileSource validates cfg and returns a source. It opens nothing: the
-// first Poll opens the input (and the pointer file for Committed), so the
-// input need not exist yet. A path that names something other than a
-// regular file (a FIFO, a device, a socket, a directory) is refused with an
-// error wrapping ErrNotRegular.
+// NewFileSource validates cfg and returns a source. A path that names
+// something other than a regular file (a FIFO, a device, a socket, a
+// directory) is refused with an error wrapping ErrNotRegular. It does not
+// open the input: the first Poll does, so the input need not exist yet.
+//
+// Committed only: it takes the pointer file's lock ([PointerFile.Lock]),
+// creating the pointer folder and an empty pointer file when missing, and
+// holds it until Close: one source per pointer file, in this process or
+// any other. When another source holds it, the error wraps
+// ErrPointerLocked and names the pointer file and, where the operating
+// system tells, the holder. Close every source you make.
 func NewFileSource(cfg Config) (*FileSource, error) {
 	switch {
 	case cfg.Path == "":
@@ -398,13 +413,54 @@ func NewFileSource(cfg Config) (*FileSource, error) {
 	}
 	s.fr = newFramer(cfg.MaxLineBytes, s.onSkip)
 	if s.strat.Commits() {
-		s.pf = OpenPointerFile(cfg.Path+PointerSuffix, PointerFileOptions{
+		ptr := PointerPath(cfg.Path, cfg.PointerDir)
+		if err := s.pointerFolder(filepath.Dir(ptr), cfg.PointerDir != ""); err != nil {
+			return nil, err
+		}
+		s.pf = OpenPointerFile(ptr, PointerFileOptions{
 			FS: s.fs, Sync: cfg.Sync, SyncInterval: cfg.SyncInterval, Logger: s.log,
 		})
+		if err := s.pf.Lock(); err != nil {
+			// The error names the pointer file, itself named after the input.
+			return nil, errors.Join(err, s.pf.Close())
+		}
+		s.madePointer = s.pf.made
 		s.group = cfg.GroupCommit || groupCommitAll
 	}
 	s.publish()
 	return s, nil
+}
+
+// PointerPath returns the path of the pointer file of input: in dir when
+// dir is not empty, else beside the input (input+".readPointer").
+func PointerPath(input, dir string) string {
+	if dir == "" {
+		return input + PointerSuffix
+	}
+	return filepath.Join(dir, filepath.Base(input)+PointerSuffix)
+}
+
+// pointerFolder makes sure the pointer file's folder exists, creating it
+// when missing; own says it was configured (PointerDir), not the input's.
+func (s *FileSource) pointerFolder(dir string, own bool) error {
+	fi, err := s.fs.Stat(dir)
+	switch {
+	case err == nil && fi.IsDir():
+		return nil
+	case err == nil:
+		return fmt.Errorf("%w: the pointer folder %s of input %s is not a folder: set PointerDir to a folder", ErrInvalidConfig, dir, s.path)
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("feed: the pointer folder %s of input %s: %w; fix its permissions, or choose another PointerDir", dir, s.path, err)
+	}
+	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("feed: create the pointer folder %s of input %s: %w; create it, or choose a folder the feed may write (PointerDir)", dir, s.path, err)
+	}
+	if own {
+		s.log.Info("feed: created the pointer folder", "folder", dir, "path", s.path)
+	} else {
+		s.log.Warn("feed: the input's folder does not exist: created it to hold the pointer file; the source waits for the input", "folder", dir, "path", s.path)
+	}
+	return nil
 }
 
 // Rereadable reports true: a file can always be read again. Only Committed
@@ -1122,8 +1178,14 @@ func (s *FileSource) decidePointer(h *inputFile, size int64, fp dedupe.Fingerpri
 	pfPath := s.pf.Path()
 	fresh := decision{newEpoch: true, store: true}
 	switch {
-	case res.Missing:
+	case res.Missing, res.Empty && s.madePointer:
+		// (Made empty by this source's lock: it was missing.)
 		s.log.Info("feed: no pointer file: reading the input from 0 under a new epoch", "path", s.path, "pointer", pfPath)
+		return fresh, nil
+	case res.Empty:
+		// Made empty to be locked, by this source or one stopped before
+		// its first write: no record, no damage.
+		s.log.Info("feed: the pointer file holds no record yet: reading the input from 0 under a new epoch", "path", s.path, "pointer", pfPath)
 		return fresh, nil
 	case res.Legacy:
 		count := res.Pointer.Position

@@ -224,6 +224,9 @@ func TestRewriteNotLentToPointer(t *testing.T) {
 	// A crash instead (no poll after the commit): the restart does not
 	// take the new version for the old one.
 	rewriteInPlace(t, p, a)
+	if err := s.Close(); err != nil { // one source per pointer file
+		t.Fatal(err)
+	}
 	s2 := open(t, p, Config{})
 	g = s2.drain()
 	if len(g) != 6128 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
 // firstRun reads all of p with a Committed source, commits the last line,
@@ -82,8 +83,8 @@ func TestOpenTable(t *testing.T) {
 		}, kept: true, first: "charlie", pos: 20, level: slog.LevelWarn, msg: "identity changed"},
 		{name: "pointer missing", mutate: func(t *testing.T, p string) { os.Remove(p + PointerSuffix) },
 			first: "alpha", pos: 6, level: slog.LevelInfo, msg: "no pointer file"},
-		{name: "pointer empty", mutate: func(t *testing.T, p string) { write(t, p+PointerSuffix, "") },
-			first: "alpha", pos: 6, level: slog.LevelWarn, msg: "no valid record"},
+		{name: "pointer empty (made to be locked, never written)", mutate: func(t *testing.T, p string) { write(t, p+PointerSuffix, "") },
+			first: "alpha", pos: 6, level: slog.LevelInfo, msg: "holds no record yet"},
 		{name: "pointer shorter than 8 bytes", mutate: func(t *testing.T, p string) { write(t, p+PointerSuffix, "TDMP\x01") },
 			first: "alpha", pos: 6, level: slog.LevelWarn, msg: "no valid record"},
 		{name: "pointer all NULs", mutate: func(t *testing.T, p string) { write(t, p+PointerSuffix, string(make([]byte, PointerFileSize))) },
@@ -254,20 +255,36 @@ func TestFingerprintCoversPrefixFingerprinted(t *testing.T) {
 	}
 }
 
+// TestPointerLoadErrorIsReturnedAndRetried: a pointer file that cannot be
+// read is not guessed around: Poll returns the error naming it, and the
+// next Poll tries again. One that cannot even be opened (a folder at its
+// path) fails NewFileSource, which locks it.
 func TestPointerLoadErrorIsReturnedAndRetried(t *testing.T) {
-	p := input(t, "a\n")
+	p := input(t, "a\nb\n")
 	if err := os.Mkdir(p+PointerSuffix, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := open(t, p, Config{})
-	_, err := s.poll()
-	if err == nil || !strings.Contains(err.Error(), p+PointerSuffix) {
-		t.Fatalf("err %v", err)
+	if _, err := NewFileSource(Config{Path: p}); err == nil || !strings.Contains(err.Error(), p+PointerSuffix) {
+		t.Fatalf("a folder at the pointer's path: err %v", err)
 	}
 	if err := os.Remove(p + PointerSuffix); err != nil {
 		t.Fatal(err)
 	}
-	if g := s.drain(); fmt.Sprint(lines(g)) != "[a]" {
+	s := open(t, p, Config{})
+	g := s.drain()
+	if err := s.Commit(g[0].Epoch, g[0].Position); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := &vfs.Counter{Match: func(op vfs.Op, name string) bool { return op == vfs.OpRead && name == p+PointerSuffix }, FailAt: 1}
+	s = open(t, p, Config{FS: vfs.Inject(vfs.Default(), c.Injector())})
+	_, err := s.poll()
+	if err == nil || !strings.Contains(err.Error(), p+PointerSuffix) {
+		t.Fatalf("err %v", err)
+	}
+	if g := s.drain(); fmt.Sprint(lines(g)) != "[b]" {
 		t.Fatalf("%+v", g)
 	}
 }

@@ -208,19 +208,9 @@ func TestResumeFromEndToEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			var all []got
-			for {
-				g, err := s.poll()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(g) == 0 {
-					break
-				}
+			s.batches(func(g []got) {
 				all = append(all, g...)
 				last := g[len(g)-1]
-				if err := s.Commit(last.Epoch, last.Position); err != nil {
-					t.Fatal(err)
-				}
 				if err := s.Flush(); err != nil {
 					t.Fatal(err)
 				}
@@ -231,7 +221,7 @@ func TestResumeFromEndToEnd(t *testing.T) {
 				if st := s.Status(); st.CommittedPosition != P || st.AskedPosition != P {
 					t.Fatalf("status %+v", st)
 				}
-			}
+			})
 			wantLines(t, "resumed", all, content, X)
 			if all[0].Epoch != e {
 				t.Fatalf("epoch %d, want the pointer's %d", all[0].Epoch, e)

@@ -143,6 +143,26 @@ func (ts *tsrc) drain() []got {
 	return nil
 }
 
+// batches polls until a poll returns nothing, commits each batch's last
+// line as a framework does, and then calls fn with the batch.
+func (ts *tsrc) batches(fn func(g []got)) {
+	ts.t.Helper()
+	for {
+		g, err := ts.poll()
+		if err != nil {
+			ts.t.Fatalf("poll: %v", err)
+		}
+		if len(g) == 0 {
+			return
+		}
+		last := g[len(g)-1]
+		if err := ts.Commit(last.Epoch, last.Position); err != nil {
+			ts.t.Fatal(err)
+		}
+		fn(g)
+	}
+}
+
 // waitLines polls until n lines have arrived (backing off on empty polls).
 func (ts *tsrc) waitLines(n int) []got {
 	ts.t.Helper()

@@ -274,10 +274,15 @@ type PointerFileOptions struct {
 // LoadResult is what Load found.
 type LoadResult struct {
 	Pointer Pointer
-	Found   bool   // a valid current-format record was found
-	Missing bool   // no pointer file
-	Legacy  bool   // a legacy 1024-byte pointer; Pointer.Position holds its count, Epoch is 0
-	Reason  string // why a present file gave no valid record, or which slot was used
+	Found   bool // a valid current-format record was found
+	Missing bool // no pointer file
+	// Empty: the file exists and is empty. A source creates its pointer
+	// file empty to lock it (see [PointerFile.Lock]), so an empty file is
+	// what a source stopped before its first write leaves: it holds no
+	// record, like a missing file, and is no sign of damage.
+	Empty  bool
+	Legacy bool   // a legacy 1024-byte pointer; Pointer.Position holds its count, Epoch is 0
+	Reason string // why a present file gave no valid record, or which slot was used
 }
 
 // PointerFile is the durable pointer of one input: a file of two fixed-size
@@ -375,6 +380,12 @@ type PointerFile struct {
 	lastSync time.Time
 	closed   bool
 	buf      [PointerRecordSize]byte
+	// lockf, once Lock took the lock, is an open file of the inode at path
+	// that holds it. A create locks its temporary file before renaming it
+	// over path, and lockf becomes that file. made is set when Lock
+	// created the (empty) file.
+	lockf vfs.File
+	made  bool
 }
 
 // OpenPointerFile prepares the pointer file at path; it does not read it.
@@ -468,6 +479,112 @@ func parseState(data []byte, size int64) fileState {
 
 func slotName(i int) byte { return 'A' + byte(i) }
 
+// maxLockTries bounds how often Lock opens the path again when the file
+// it locked is no longer the one at the path.
+const maxLockTries = 8
+
+// Lock takes the pointer file's lock, so that one writer at a time uses
+// it: an exclusive OS lock (flock on Unix) on the file, held until Close,
+// and released by the operating system when the process dies (no stale
+// lock to clean up after a kill -9). A missing file is created empty to be
+// locked (an empty file loads as [LoadResult].Empty: no record yet); its
+// folder must exist. Once locked, a Store that creates or replaces the
+// file locks the new file before renaming it over the path, so the file
+// at the path is locked at every moment. Close removes an empty file that
+// Lock created, when nothing was written to it.
+//
+// When another open file holds the lock (another source, in this process
+// or another, or tidemark pointer set), the error wraps
+// [ErrPointerLocked] and a *vfs.LockedError, and names the file and,
+// where the operating system tells (Linux), the holder's process ID. On a
+// platform without file locks, Lock logs a warning and returns nil: one
+// writer per pointer is then not enforced. Taking the lock again is a
+// no-op.
+func (pf *PointerFile) Lock() error {
+	pf.mu.Lock()
+	defer pf.mu.Unlock()
+	if pf.closed {
+		return ErrPointerClosed
+	}
+	if pf.lockf != nil {
+		return nil
+	}
+	for try := 1; ; try++ {
+		f, made, err := pf.openToLock()
+		if err != nil {
+			return err
+		}
+		if err := f.Lock(); err != nil {
+			f.Close()
+			var le *vfs.LockedError
+			switch {
+			case errors.As(err, &le):
+				return fmt.Errorf("%w: %w; one feed at a time may follow a pointer file: stop the feed that holds it first, or give this one a pointer file of its own (a pointer folder of its own: PointerDir)",
+					ErrPointerLocked, le)
+			case errors.Is(err, errors.ErrUnsupported):
+				pf.log.Warn("feed: this platform has no file locks: one writer per pointer file is not enforced", "pointer", pf.path, "err", err)
+				return nil
+			}
+			return fmt.Errorf("feed: lock pointer file %s: %w; check the file system", pf.path, err)
+		}
+		if atPath, err := pf.isAtPath(f); err != nil || !atPath {
+			// Replaced (or removed) between the open and the lock by the
+			// holder that has just released it: lock the file at the path.
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("feed: lock pointer file %s: %w", pf.path, err)
+			}
+			if try < maxLockTries {
+				continue
+			}
+			return fmt.Errorf("%w: %s was replaced %d times while being locked: another source is writing it; stop it first", ErrPointerLocked, pf.path, try)
+		}
+		pf.lockf, pf.made = f, made
+		return nil
+	}
+}
+
+// openToLock opens the pointer file for reading and writing, creating it
+// empty when missing, and reports whether it created it.
+func (pf *PointerFile) openToLock() (vfs.File, bool, error) {
+	for {
+		f, err := pf.fs.OpenFile(pf.path, os.O_RDWR, 0)
+		if err == nil {
+			return f, false, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, false, fmt.Errorf("feed: open pointer file %s to lock it: %w; fix its permissions, or choose a pointer folder the feed may write (PointerDir)", pf.path, err)
+		}
+		f, err = pf.fs.OpenFile(pf.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if err == nil {
+			return f, true, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return nil, false, fmt.Errorf("feed: create pointer file %s to lock it: %w; its folder must exist and be writable: fix its permissions, or choose a pointer folder the feed may write (PointerDir)", pf.path, err)
+		}
+		// Created meanwhile by another source: open it.
+	}
+}
+
+// isAtPath reports whether f is the file at the pointer's path (by
+// identity; true where the platform has none).
+func (pf *PointerFile) isAtPath(f vfs.File) (bool, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	pi, err := pf.fs.Stat(pf.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	a, ok1 := fileIdentity(fi)
+	b, ok2 := fileIdentity(pi)
+	return !ok1 || !ok2 || a == b, nil
+}
+
 // Load reads the last valid record. A missing file, or a present file that
 // holds no valid record, is not an error: LoadResult says what was found and
 // why. Load removes a leftover temporary file. Its error reports a file that
@@ -517,7 +634,7 @@ func (pf *PointerFile) describe(st fileState, data []byte) LoadResult {
 	}
 	switch {
 	case st.size == 0:
-		return LoadResult{Reason: fmt.Sprintf("pointer file %s is empty", pf.path)}
+		return LoadResult{Empty: true, Reason: fmt.Sprintf("pointer file %s is empty (no record written yet)", pf.path)}
 	case st.size < minPointerFileSize:
 		return LoadResult{Reason: fmt.Sprintf("pointer file %s is %d bytes long, shorter than %d", pf.path, st.size, minPointerFileSize)}
 	case st.size == LegacyPointerSize && len(data) == LegacyPointerSize && [4]byte(data[:4]) != pointerMagic:
@@ -679,17 +796,39 @@ func (pf *PointerFile) create(p Pointer, seq uint64) (err error) {
 	if err != nil {
 		return fail("create "+pf.tmpPath, err)
 	}
+	locked := pf.lockf != nil
+	if locked {
+		// The file renamed over the path must be locked before it is
+		// there: a source opening the path meanwhile finds it held.
+		if err := t.Lock(); err != nil {
+			return errors.Join(fail("lock "+pf.tmpPath, err), t.Close(), pf.fs.Remove(pf.tmpPath))
+		}
+	}
 	if _, err := t.WriteAt(img, 0); err != nil {
 		return errors.Join(fail("write "+pf.tmpPath, err), t.Close(), pf.fs.Remove(pf.tmpPath))
 	}
 	if err := t.Datasync(); err != nil {
 		return errors.Join(fail("sync "+pf.tmpPath, err), t.Close(), pf.fs.Remove(pf.tmpPath))
 	}
-	if err := t.Close(); err != nil {
-		return errors.Join(fail("close "+pf.tmpPath, err), pf.fs.Remove(pf.tmpPath))
+	if !locked {
+		if err := t.Close(); err != nil {
+			return errors.Join(fail("close "+pf.tmpPath, err), pf.fs.Remove(pf.tmpPath))
+		}
 	}
 	if err := pf.fs.Rename(pf.tmpPath, pf.path); err != nil {
+		if locked {
+			err = errors.Join(err, t.Close())
+		}
 		return errors.Join(fail("rename "+pf.tmpPath, err), pf.fs.Remove(pf.tmpPath))
+	}
+	if locked {
+		// The file at the path is t now, locked: the lock of the file it
+		// replaced is not needed any more.
+		old := pf.lockf
+		pf.lockf, pf.made = t, false
+		if err := old.Close(); err != nil {
+			pf.log.Warn("feed: closing the replaced pointer file failed", "pointer", pf.path, "err", err)
+		}
 	}
 	if err := pf.fs.SyncDir(filepath.Dir(pf.path)); err != nil {
 		// The new file may or may not survive a power loss: the next Store
@@ -744,16 +883,43 @@ func (pf *PointerFile) Close() error {
 		return nil
 	}
 	pf.closed = true
-	if pf.f == nil {
-		return nil
-	}
 	var err error
-	if pf.policy != SyncNever {
-		err = pf.sync()
+	if pf.f != nil {
+		if pf.policy != SyncNever {
+			err = pf.sync()
+		}
+		if cerr := pf.f.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("feed: close pointer file %s: %w", pf.path, cerr))
+		}
+		pf.f = nil
 	}
-	if cerr := pf.f.Close(); cerr != nil {
-		err = errors.Join(err, fmt.Errorf("feed: close pointer file %s: %w", pf.path, cerr))
+	if pf.lockf != nil {
+		pf.removeUnwritten()
+		if cerr := pf.lockf.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("feed: close pointer file %s (releasing its lock): %w", pf.path, cerr))
+		}
+		pf.lockf = nil
 	}
-	pf.f = nil
 	return err
+}
+
+// removeUnwritten removes the file Lock created when it is still empty
+// and at the path: a source that never wrote its pointer (its input never
+// appeared, or was refused) leaves nothing behind. It runs while the lock
+// is held, so no other source uses the file; one that opened it meanwhile
+// finds it locked, and creates a new one once this one is released.
+func (pf *PointerFile) removeUnwritten() {
+	if !pf.made {
+		return
+	}
+	fi, err := pf.lockf.Stat()
+	if err != nil || fi.Size() != 0 {
+		return
+	}
+	if at, err := pf.isAtPath(pf.lockf); err != nil || !at {
+		return
+	}
+	if err := pf.fs.Remove(pf.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		pf.log.Info("feed: cannot remove the empty pointer file this source made; it is harmless", "pointer", pf.path, "err", err)
+	}
 }

@@ -106,11 +106,12 @@ func pointerFixtures() []pointerFixture {
 	}
 	for n := range minPointerFileSize {
 		reason := fmt.Sprintf("%d bytes long, shorter than 8", n)
+		desc := fmt.Sprintf("The first %d bytes of `current`. Shorter than 8 bytes: not found, with a warning.", n)
 		if n == 0 {
 			reason = "is empty"
+			desc = "An empty file: what a source leaves that took the pointer's lock (creating the file) and stopped before its first write. Not found, Empty; the source starts as without a pointer file, with a note, not a warning."
 		}
-		fx = append(fx, pointerFixture{name: fmt.Sprintf("short-%d", n), data: current[:n], reason: reason,
-			desc: fmt.Sprintf("The first %d bytes of `current`. Shorter than 8 bytes: not found, with a warning.", n)})
+		fx = append(fx, pointerFixture{name: fmt.Sprintf("short-%d", n), data: current[:n], reason: reason, desc: desc})
 	}
 	return fx
 }

@@ -22,6 +22,7 @@ type crashFS struct {
 	mu      sync.Mutex
 	names   map[string]*memFile // the namespace as the process sees it
 	durable map[string]*memFile // the namespace as of the last SyncDir
+	locks   map[*memFile]*memHandle
 }
 
 type memFile struct {
@@ -30,7 +31,7 @@ type memFile struct {
 }
 
 func newCrashFS() *crashFS {
-	return &crashFS{names: map[string]*memFile{}, durable: map[string]*memFile{}}
+	return &crashFS{names: map[string]*memFile{}, durable: map[string]*memFile{}, locks: map[*memFile]*memHandle{}}
 }
 
 // crash returns the file system as a power loss at this moment could leave
@@ -263,6 +264,23 @@ func (h *memHandle) Close() error {
 		return err
 	}
 	h.closed = true
+	if h.fs.locks[h.f] == h {
+		delete(h.fs.locks, h.f)
+	}
+	return nil
+}
+
+// Lock is flock's: one open handle of a file holds it, Close releases it.
+func (h *memHandle) Lock() error {
+	h.fs.mu.Lock()
+	defer h.fs.mu.Unlock()
+	if err := h.check(false); err != nil {
+		return err
+	}
+	if o, ok := h.fs.locks[h.f]; ok && o != h {
+		return &vfs.LockedError{Path: h.name}
+	}
+	h.fs.locks[h.f] = h
 	return nil
 }
 

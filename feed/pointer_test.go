@@ -221,9 +221,9 @@ func TestPointerLoad(t *testing.T) {
 	badB := bytes.Clone(b2)
 	badB[79] ^= 0x80
 	type want struct {
-		found, missing, legacy bool
-		p                      Pointer
-		reason                 string
+		found, missing, legacy, empty bool
+		p                             Pointer
+		reason                        string
 	}
 	tests := []struct {
 		name  string
@@ -232,7 +232,7 @@ func TestPointerLoad(t *testing.T) {
 		want  want
 	}{
 		{"missing", nil, nil, want{missing: true, reason: "does not exist"}},
-		{"empty", []byte{}, nil, want{reason: "is empty"}},
+		{"empty", []byte{}, nil, want{empty: true, reason: "is empty"}},
 		{"1 byte", []byte{1}, nil, want{reason: "1 bytes long, shorter than 8"}},
 		{"7 bytes", []byte("TDMP\x01\x00P"), nil, want{reason: "7 bytes long, shorter than 8"}},
 		{"slot A only", image(a1, nil), nil, want{found: true, p: p1, reason: "slot A, write 1"}},
@@ -276,8 +276,8 @@ func TestPointerLoad(t *testing.T) {
 				t.Fatalf("removing the temporary file was not logged with its name: %q", logs.String())
 			}
 			w := tc.want
-			if res.Found != w.found || res.Missing != w.missing || res.Legacy != w.legacy || res.Pointer != w.p {
-				t.Fatalf("Load = %+v\nwant found=%v missing=%v legacy=%v pointer=%+v", res, w.found, w.missing, w.legacy, w.p)
+			if res.Found != w.found || res.Missing != w.missing || res.Legacy != w.legacy || res.Empty != w.empty || res.Pointer != w.p {
+				t.Fatalf("Load = %+v\nwant found=%v missing=%v legacy=%v empty=%v pointer=%+v", res, w.found, w.missing, w.legacy, w.empty, w.p)
 			}
 			if !strings.Contains(res.Reason, w.reason) {
 				t.Fatalf("reason %q does not say %q", res.Reason, w.reason)

@@ -3,9 +3,9 @@
 // its holds through the server's operator listener (package ops), and shows
 // what a store holds.
 //
-//	tidemark pointer show FILE.readPointer
-//	tidemark pointer set FILE.readPointer --position N [--force]
-//	tidemark pointer migrate FILE.readPointer [--utf16] [--dry-run]
+//	tidemark pointer show FILE.readPointer [--input PATH]
+//	tidemark pointer set FILE.readPointer --position N [--force] [--input PATH]
+//	tidemark pointer migrate FILE.readPointer [--utf16] [--dry-run] [--input PATH]
 //	tidemark status --addr HOST:PORT [--token T] [--json] [--check]
 //	tidemark release --addr HOST:PORT --feed FEED --consumer GROUP [--token T]
 //	tidemark store show DIR [--feed FEED]... [--config FILE.yaml]

@@ -20,9 +20,9 @@ const (
 const usageText = `tidemark: operator tool for tidemark feeds, pointer files and stores.
 
 Usage:
-  tidemark pointer show FILE.readPointer
-  tidemark pointer set FILE.readPointer --position N [--force]
-  tidemark pointer migrate FILE.readPointer [--utf16] [--dry-run]
+  tidemark pointer show FILE.readPointer [--input PATH]
+  tidemark pointer set FILE.readPointer --position N [--force] [--input PATH]
+  tidemark pointer migrate FILE.readPointer [--utf16] [--dry-run] [--input PATH]
   tidemark status --addr HOST:PORT [--token T] [--json] [--check]
   tidemark release --addr HOST:PORT --feed FEED --consumer GROUP [--token T]
   tidemark store show DIR [--feed FEED]... [--config FILE.yaml] [--namespace NS] [--bucket B]... [--wait D]

@@ -16,6 +16,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if v := os.Getenv(holderEnv); v != "" {
+		holdPointer(v)
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -18,12 +18,13 @@ import (
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
 const pointerHelp = `Usage:
-  tidemark pointer show FILE.readPointer
-  tidemark pointer set FILE.readPointer --position N [--force]
-  tidemark pointer migrate FILE.readPointer [--utf16] [--dry-run]
+  tidemark pointer show FILE.readPointer [--input PATH]
+  tidemark pointer set FILE.readPointer --position N [--force] [--input PATH]
+  tidemark pointer migrate FILE.readPointer [--utf16] [--dry-run] [--input PATH]
 
 A pointer file <input>.readPointer holds how far a COMMITTED feed has
 committed its input: an epoch (the name of the position space), a byte
@@ -38,7 +39,8 @@ show     prints the pointer (version, epoch, position, file identity,
 
 set      writes position N under a new epoch. N must be a line start (0, or
          just after a newline) unless --force, and not past the end of the
-         input. Stop the feed first: a running feed overwrites the pointer.
+         input. Stop the feed first: set refuses a pointer file that a
+         running feed holds (its lock), and says which process holds it.
          Why a new epoch: a position set by hand did not come from the lines
          the feed committed, so it starts a new position space. A store then
          sees the lines after N as a new epoch, never as lines it applied
@@ -54,7 +56,15 @@ migrate  converts a legacy 1024-byte pointer (written by the product tidemark
          falls short of what was processed, and the lines in between would
          be delivered again. --utf16 converts the count to the byte offset of
          that many UTF-16 units of the input instead. --dry-run prints what
-         it would do and writes nothing.
+         it would do and writes nothing. Like set, it refuses a pointer file
+         that a running feed holds.
+
+--input PATH names the input when the pointer file is not beside it (a
+feed with a pointer folder of its own, pointerDir); by default the input
+is the pointer's path without ".readPointer".
+
+set and migrate lock the pointer file while they write it, as a feed does:
+a feed that starts meanwhile fails, saying the pointer is held.
 `
 
 func runPointer(args []string, stdout io.Writer) error {
@@ -75,17 +85,46 @@ func runPointer(args []string, stdout io.Writer) error {
 }
 
 // pointerArg parses the one positional argument FILE.readPointer and returns
-// it and its input's path.
-func pointerArg(pos []string) (string, string, error) {
+// it and its input's path: input when given (--input), else the pointer's
+// path without its suffix.
+func pointerArg(pos []string, input string) (string, string, error) {
 	if len(pos) != 1 {
 		return "", "", usageErrorf("pointer", "want one pointer file, got %d arguments", len(pos))
 	}
 	p := pos[0]
-	input, ok := strings.CutSuffix(p, feed.PointerSuffix)
-	if !ok || filepath.Base(input) == "" {
-		return "", "", usageErrorf("pointer", "%s is not a pointer file name: it must end with %s (the input's path plus %s)", p, feed.PointerSuffix, feed.PointerSuffix)
+	beside, ok := strings.CutSuffix(p, feed.PointerSuffix)
+	if !ok || filepath.Base(beside) == "" {
+		return "", "", usageErrorf("pointer", "%s is not a pointer file name: it must end with %s (the input's name plus %s)", p, feed.PointerSuffix, feed.PointerSuffix)
+	}
+	if input == "" {
+		return p, beside, nil
+	}
+	if filepath.Base(input)+feed.PointerSuffix != filepath.Base(p) {
+		return "", "", usageErrorf("pointer", "%s is not the pointer file of input %s: a feed names it %s", p, input, filepath.Base(input)+feed.PointerSuffix)
 	}
 	return p, input, nil
+}
+
+// lockPointer takes the pointer file's lock, as a feed does, so that no
+// feed runs on it while the tool writes it. A pointer that a feed holds is
+// refused, naming the holder; the caller closes the returned file, which
+// releases the lock.
+func lockPointer(path, verb string) (*feed.PointerFile, error) {
+	pf := feed.OpenPointerFile(path, feed.PointerFileOptions{Sync: feed.SyncEveryCommit, Logger: discardLogger()})
+	err := pf.Lock()
+	if err == nil {
+		return pf, nil
+	}
+	pf.Close()
+	if errors.Is(err, feed.ErrPointerLocked) {
+		holder := "another process"
+		var le *vfs.LockedError
+		if errors.As(err, &le) {
+			holder = le.Holder()
+		}
+		return nil, fmt.Errorf("%s %s: a feed is running on it (the pointer file is held by %s): stop the feed first, then run this again; a running feed would overwrite the pointer at its next commit", verb, path, holder)
+	}
+	return nil, fmt.Errorf("%s %s: %w", verb, path, err)
 }
 
 // loadPointer loads the pointer file at path without changing anything: it
@@ -308,11 +347,12 @@ func slotInfo(data []byte) []string {
 
 func pointerShow(args []string, stdout io.Writer) error {
 	fset := flag.NewFlagSet("pointer show", flag.ContinueOnError)
+	inputFlag := fset.String("input", "", "the input, when the pointer file is not beside it")
 	pos, err := parse("pointer", fset, args)
 	if err != nil {
 		return err
 	}
-	path, inputPath, err := pointerArg(pos)
+	path, inputPath, err := pointerArg(pos, *inputFlag)
 	if err != nil {
 		return err
 	}
@@ -522,11 +562,12 @@ func pointerSet(args []string, stdout io.Writer) error {
 	fset := flag.NewFlagSet("pointer set", flag.ContinueOnError)
 	position := fset.Int64("position", -1, "the byte position to set: a line start")
 	force := fset.Bool("force", false, "accept a position inside a line")
+	inputFlag := fset.String("input", "", "the input, when the pointer file is not beside it")
 	pos, err := parse("pointer", fset, args)
 	if err != nil {
 		return err
 	}
-	path, inputPath, err := pointerArg(pos)
+	path, inputPath, err := pointerArg(pos, *inputFlag)
 	if err != nil {
 		return err
 	}
@@ -534,6 +575,11 @@ func pointerSet(args []string, stdout io.Writer) error {
 		return usageErrorf("pointer", "pointer set needs --position N, a byte offset >= 0")
 	}
 	target := *position
+	pf, err := lockPointer(path, "set pointer")
+	if err != nil {
+		return err
+	}
+	defer pf.Close()
 	in, err := openInput(inputPath)
 	if err != nil {
 		return fmt.Errorf("set pointer %s: open its input: %w; the position is checked against the input, which must exist", path, err)
@@ -566,7 +612,7 @@ func pointerSet(args []string, stdout io.Writer) error {
 		prev = old.Pointer.Epoch
 	}
 	epoch := feed.NewEpoch(prev, time.Now())
-	if err := storePointer(path, in, epoch, target); err != nil {
+	if err := storePointer(pf, in, epoch, target); err != nil {
 		return err
 	}
 	was := "no valid pointer before"
@@ -580,14 +626,14 @@ func pointerSet(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// storePointer writes the pointer of in at pos under epoch, durably, then
-// reads it back.
-func storePointer(path string, in *inputFile, epoch uint64, pos int64) error {
+// storePointer writes the pointer of in at pos under epoch through pf (which
+// holds the lock), durably, closes pf, and reads the pointer back.
+func storePointer(pf *feed.PointerFile, in *inputFile, epoch uint64, pos int64) error {
+	path := pf.Path()
 	p, err := in.pointerAt(epoch, pos)
 	if err != nil {
 		return err
 	}
-	pf := feed.OpenPointerFile(path, feed.PointerFileOptions{Sync: feed.SyncEveryCommit, Logger: discardLogger()})
 	if err := errors.Join(pf.Store(p), pf.Close()); err != nil {
 		return fmt.Errorf("write pointer %s: %w", path, err)
 	}
@@ -602,16 +648,26 @@ func storePointer(path string, in *inputFile, epoch uint64, pos int64) error {
 }
 
 func pointerMigrate(args []string, stdout io.Writer) error {
+	var mig *feed.PointerFile // holds the lock while migrating
 	fset := flag.NewFlagSet("pointer migrate", flag.ContinueOnError)
 	utf16 := fset.Bool("utf16", false, "convert the legacy count of UTF-16 code units to a byte offset of the input")
 	dryRun := fset.Bool("dry-run", false, "print what would be done; write nothing")
+	inputFlag := fset.String("input", "", "the input, when the pointer file is not beside it")
 	pos, err := parse("pointer", fset, args)
 	if err != nil {
 		return err
 	}
-	path, inputPath, err := pointerArg(pos)
+	path, inputPath, err := pointerArg(pos, *inputFlag)
 	if err != nil {
 		return err
+	}
+	if _, err := os.Stat(path); err == nil && !*dryRun {
+		pf, err := lockPointer(path, "migrate")
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		mig = pf
 	}
 	res, _, err := loadPointer(path)
 	if err != nil {
@@ -674,7 +730,9 @@ func pointerMigrate(args []string, stdout io.Writer) error {
 	verb := "migrated"
 	if *dryRun {
 		verb = "would migrate"
-	} else if err := storePointer(path, in, epoch, target); err != nil {
+	} else if mig == nil {
+		return fmt.Errorf("migrate %s: the pointer file appeared while the tool looked at it: a feed may be starting on it; run this again", path)
+	} else if err := storePointer(mig, in, epoch, target); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s legacy pointer %s: %s; position %d under the new epoch %d\n", verb, path, strings.Join(steps, "; "), target, epoch)

@@ -21,6 +21,7 @@ const (
 	OpStat     Op = "stat"
 	OpMkdir    Op = "mkdir"
 	OpSyncDir  Op = "syncdir"
+	OpLock     Op = "lock"
 )
 
 // ErrInjected is the error returned by operations failed with [FailWith]'s
@@ -201,4 +202,11 @@ func (f *injectFile) Truncate(size int64) error {
 		return err
 	}
 	return f.File.Truncate(size)
+}
+
+func (f *injectFile) Lock() error {
+	if err := f.fs.check(OpLock, f.Name()); err != nil {
+		return err
+	}
+	return f.File.Lock()
 }

@@ -9,6 +9,7 @@ package vfs
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -35,7 +36,48 @@ type File interface {
 	Datasync() error
 	// Truncate changes the size of the file.
 	Truncate(size int64) error
+	// Lock takes an exclusive advisory lock on the file without waiting
+	// (flock with LOCK_EX|LOCK_NB on Unix; LockFileEx on a byte range
+	// beyond any data on Windows). The lock belongs to this open file: a
+	// second open of the same file, in this process or another, cannot
+	// take it while this one holds it, and Close releases it (so does the
+	// process's death). Taking it again on the same open file succeeds.
+	// When another open file holds it, the error wraps [ErrLocked] and is
+	// a [*LockedError] naming the holder where the platform tells it. Where
+	// the platform has no such locks the error wraps errors.ErrUnsupported.
+	Lock() error
 }
+
+// ErrLocked is wrapped by the error of [File.Lock] when another open file
+// holds the lock.
+var ErrLocked = errors.New("vfs: file is locked")
+
+// LockedError is the error of [File.Lock] when another open file holds
+// the lock.
+type LockedError struct {
+	// Path is the locked file's name.
+	Path string
+	// PID is the process that holds the lock, 0 when the platform does not
+	// tell (Linux tells it through /proc/locks).
+	PID int
+}
+
+// Holder describes the holder: "process 1234", "process 1234 (this
+// process)", or "another process" when it is not known.
+func (e *LockedError) Holder() string {
+	switch {
+	case e.PID <= 0:
+		return "another process"
+	case e.PID == os.Getpid():
+		return fmt.Sprintf("process %d (this process)", e.PID)
+	}
+	return fmt.Sprintf("process %d", e.PID)
+}
+
+func (e *LockedError) Error() string { return e.Path + " is held by " + e.Holder() }
+
+// Unwrap returns ErrLocked.
+func (e *LockedError) Unwrap() error { return ErrLocked }
 
 // FS is a file system.
 type FS interface {
