@@ -1,6 +1,10 @@
 package vfs
 
-import "testing"
+import (
+	"bytes"
+	"strconv"
+	"testing"
+)
 
 // TestFlockHolder parses /proc/locks as the kernel writes it: waiters and
 // other kinds of locks hold nothing, the device is hexadecimal.
@@ -27,4 +31,22 @@ garbage
 			t.Errorf("%x:%x:%d: holder %d, want %d", c.major, c.minor, c.ino, got, c.want)
 		}
 	}
+}
+
+// FuzzFlockHolder: whatever /proc/locks holds, the parser does not panic,
+// and a holder it returns is the process ID of a FLOCK line naming the
+// file.
+func FuzzFlockHolder(f *testing.F) {
+	f.Add([]byte("1: FLOCK  ADVISORY  WRITE 444 fe:00:42 0 EOF\n"), uint64(0xfe), uint64(0), uint64(42))
+	f.Add([]byte("1: -> FLOCK  ADVISORY  WRITE 333 fe:00:42 0 EOF\n2: POSIX  ADVISORY  WRITE 1 fe:00:42 0 EOF\n"), uint64(0xfe), uint64(0), uint64(42))
+	f.Add([]byte("3: FLOCK ADVISORY WRITE 9 103:1a:7 0 EOF\nx\n\n: : :\n"), uint64(0x103), uint64(0x1a), uint64(7))
+	f.Fuzz(func(t *testing.T, data []byte, major, minor, ino uint64) {
+		pid := flockHolder(data, major, minor, ino)
+		if pid < 0 {
+			t.Fatalf("holder %d", pid)
+		}
+		if pid > 0 && !bytes.Contains(data, []byte(strconv.Itoa(pid))) {
+			t.Fatalf("holder %d is not in the input", pid)
+		}
+	})
 }

@@ -4,7 +4,8 @@
 // the operating system; tests wrap it with [Inject] to fail chosen operations.
 //
 // Only the operations tidemark needs are here. Reads of the input file go
-// through the same interface so that a test can also fail them.
+// through the same interface so that a test can also fail them, and so
+// does the lock that makes one writer per pointer file ([File.Lock]).
 package vfs
 
 import (
