@@ -1,11 +1,15 @@
 package feed
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
 )
@@ -353,5 +357,106 @@ func TestResumeFromCalls(t *testing.T) {
 		if want := map[ReadStrategy]int{Earliest: 2, Latest: 0}[strat]; n != want || s.Status().Rewinds != 0 {
 			t.Fatalf("%v: %d lines, status %+v", strat, n, s.Status())
 		}
+	}
+}
+
+const resumeChildEnv = "TIDEMARK_RESUME_CHILD"
+
+// TestResumeFromKill kills, with SIGKILL, a process that resumes from a
+// store behind its pointer, at moments chosen by its progress: while it
+// reads below the pointer, and after it has passed it. Each start resumes
+// from what the model store (the lines the child reported processed)
+// holds. The pointer file never moves back from where the first run left
+// it, stays in its epoch, and no line after the store's first position is
+// ever skipped.
+func TestResumeFromKill(t *testing.T) {
+	if v := os.Getenv(resumeChildEnv); v != "" {
+		var path string
+		var e uint64
+		var x int64
+		if _, err := fmt.Sscanf(v, "%d %d %s", &e, &x, &path); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		killChildResume(Config{Path: path}, []ResumePoint{inEpoch("model store", e, x)})
+		return
+	}
+	const total, at, from = 20000, 3000, 1000
+	p := filepath.Join(t.TempDir(), "in.log")
+	var b strings.Builder
+	for i := 1; i <= total; i++ {
+		b.WriteString(killLine(i))
+	}
+	write(t, p, b.String())
+	e := stopAfter(t, p, at)
+	const P = at * 12
+	processed := make([]bool, total+1)
+	x := int64(from * 12) // the model store: how far it has applied
+	for round, commits := range []int{20, 150, 400} {
+		env := fmt.Sprintf("%d %d %s", e, x, p)
+		ep, _, seen := runKillChild(t, env, "TestResumeFromKill", resumeChildEnv, "committed", commits)
+		if ep != e {
+			t.Fatalf("round %d: the child read in epoch %d, want %d", round, ep, e)
+		}
+		if len(seen) == 0 || seen[0] != x+12 {
+			t.Fatalf("round %d: the child started at %v, want the line after the store's %d", round, seen[:min(1, len(seen))], x)
+		}
+		for _, pos := range seen {
+			processed[pos/12] = true
+			x = max(x, pos)
+		}
+		res := loadPointer(t, p)
+		if !res.Found || res.Pointer.Epoch != e || res.Pointer.Position < P || res.Pointer.Position > max(P, x) {
+			t.Fatalf("round %d: pointer %+v, want epoch %d, at or after %d and not past the store's %d", round, res.Pointer, e, P, x)
+		}
+	}
+	if x <= P {
+		t.Fatalf("the rounds never passed the pointer (store at %d): the test tests less than it says", x)
+	}
+	s := open(t, p, Config{})
+	if err := s.ResumeFrom([]ResumePoint{inEpoch("model store", e, x)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range s.drain() {
+		processed[g.Position/12] = true
+	}
+	for i := from + 1; i <= total; i++ {
+		if !processed[i] {
+			t.Fatalf("line %d was never processed", i)
+		}
+	}
+}
+
+// killChildResume is killChild with resume points.
+func killChildResume(cfg Config, points []ResumePoint) {
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	s, err := NewFileSource(cfg)
+	if err == nil {
+		err = s.ResumeFrom(points)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	items := make([]Item, 7)
+	for {
+		n, err := s.Poll(context.Background(), items)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		if n == 0 {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		for _, it := range items[:n] {
+			fmt.Fprintf(os.Stdout, "processed %d %d\n", it.Epoch, it.Position)
+		}
+		last := items[n-1]
+		if err := s.Commit(last.Epoch, last.Position); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		fmt.Fprintf(os.Stdout, "committed %d %d\n", last.Epoch, last.Position)
 	}
 }
