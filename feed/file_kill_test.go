@@ -30,8 +30,12 @@ func sourceChild(path string) { killChild(Config{Path: path}, false) }
 // prints "processed <epoch> <position>" for every line (unbuffered: one
 // write per line), then for each batch "committed <epoch> <position>" after
 // its commit, or, with before, "committing <epoch> <position>" before it.
-func killChild(cfg Config, before bool) {
+// The source resumes from points, if any (ResumeFrom).
+func killChild(cfg Config, before bool, points ...ResumePoint) {
 	s, err := NewFileSource(cfg)
+	if err == nil && len(points) > 0 {
+		err = s.ResumeFrom(points)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

@@ -1,7 +1,6 @@
 package feed
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
 )
@@ -378,7 +376,7 @@ func TestResumeFromKill(t *testing.T) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
-		killChildResume(Config{Path: path}, []ResumePoint{inEpoch("model store", e, x)})
+		killChild(Config{Path: path, Logger: slog.New(slog.DiscardHandler)}, false, inEpoch("model store", e, x))
 		return
 	}
 	const total, at, from = 20000, 3000, 1000
@@ -424,39 +422,5 @@ func TestResumeFromKill(t *testing.T) {
 		if !processed[i] {
 			t.Fatalf("line %d was never processed", i)
 		}
-	}
-}
-
-// killChildResume is killChild with resume points.
-func killChildResume(cfg Config, points []ResumePoint) {
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	s, err := NewFileSource(cfg)
-	if err == nil {
-		err = s.ResumeFrom(points)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	items := make([]Item, 7)
-	for {
-		n, err := s.Poll(context.Background(), items)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		if n == 0 {
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		for _, it := range items[:n] {
-			fmt.Fprintf(os.Stdout, "processed %d %d\n", it.Epoch, it.Position)
-		}
-		last := items[n-1]
-		if err := s.Commit(last.Epoch, last.Position); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		fmt.Fprintf(os.Stdout, "committed %d %d\n", last.Epoch, last.Position)
 	}
 }
