@@ -192,8 +192,10 @@ type batch struct {
 	arena []byte  // keys and values of writes
 	ents  []entry // entries not used yet
 	// size counts the bytes of the arena's chunks and of the outputs
-	// (see core.full).
-	size int
+	// (see core.full); c.mu guards it. grown counts the arena's chunks
+	// made by the running Apply, which holds the token but not c.mu: the
+	// Apply adds them to size as it stages its line.
+	size, grown int
 }
 
 // maxBatchBytes is the size at which a batch is cut whatever its count:
@@ -204,11 +206,8 @@ const maxBatchBytes = 1 << 30
 // grow gives the arena a new chunk with room for n bytes at least.
 func (b *batch) grow(n int) {
 	b.arena = make([]byte, 0, max(n, min(max(2*cap(b.arena), 1024), 64<<10)))
-	b.counted(cap(b.arena))
+	b.grown += cap(b.arena)
 }
-
-// counted adds n bytes to the batch's size.
-func (b *batch) counted(n int) { b.size += n }
 
 type markOf struct {
 	cp *checkpoint.Checkpoint
@@ -547,6 +546,9 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *dedupe.Delivery, fn fu
 	if b.count == 0 {
 		b.started = time.Now()
 	}
+	if b.grown != 0 {
+		b.size, b.grown = b.size+b.grown, 0
+	}
 	c.stage(b)
 	b.count++
 	if d.Epoch != 0 {
@@ -741,7 +743,7 @@ func (c *core) stage(b *batch) {
 			c.outFree[o.name] = nil
 		}
 		b.outputs[o.name] = append(p, tw.obuf[o.o0:o.o1]...)
-		b.counted(o.o1 - o.o0)
+		b.size += o.o1 - o.o0
 	}
 }
 
