@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 	"path/filepath"
 
+	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
 )
 
@@ -84,4 +86,68 @@ func ExampleFileSource_Poll_onceEarliest() {
 		}
 	}
 	// Output: a b done
+}
+
+// A store that is behind the pointer (restored from a backup, say) makes
+// the source start where the store is: the store is the truth. The
+// pointer file is not moved back.
+func ExampleFileSource_ResumeFrom() {
+	dir, _ := os.MkdirTemp("", "feed-example")
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "ledger.csv")
+	os.WriteFile(path, []byte("a\nb\nc\n"), 0o644)
+	quiet := slog.New(slog.DiscardHandler)
+	ctx := context.Background()
+	items := make([]feed.Item, 16)
+
+	// A first run reads and commits everything: the pointer is at 6.
+	src, _ := feed.NewFileSource(feed.Config{Path: path, Logger: quiet})
+	n, _ := src.Poll(ctx, items)
+	epoch := items[0].Epoch
+	src.Commit(epoch, items[n-1].Position)
+	src.Close()
+
+	// The store has applied only "a" (position 2) of that epoch.
+	src, _ = feed.NewFileSource(feed.Config{Path: path, Logger: quiet})
+	defer src.Close()
+	err := src.ResumeFrom([]feed.ResumePoint{{
+		Holder:  "group ledger, store bbolt:data",
+		Found:   true,
+		Lineage: dedupe.Lineage{Applied: dedupe.Applied{Epoch: epoch, Position: 2}},
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	n, _ = src.Poll(ctx, items)
+	for _, it := range items[:n] {
+		fmt.Printf("%s at %d\n", it.Line, it.Position)
+	}
+	st := src.Status()
+	fmt.Println("rewinds:", st.Rewinds, "pointer still at:", st.CommittedPosition)
+	// Output:
+	// b at 4
+	// c at 6
+	// rewinds: 1 pointer still at: 6
+}
+
+// One source per pointer file: a second one fails at start, naming the
+// pointer file and the process that holds it.
+func ExampleErrPointerLocked() {
+	dir, _ := os.MkdirTemp("", "feed-example")
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "orders.csv")
+	quiet := slog.New(slog.DiscardHandler)
+
+	first, _ := feed.NewFileSource(feed.Config{Path: path, Logger: quiet})
+	_, err := feed.NewFileSource(feed.Config{Path: path, Logger: quiet})
+	fmt.Println(errors.Is(err, feed.ErrPointerLocked))
+	first.Close()
+
+	// Another pointer folder: another pointer, no conflict.
+	second, err := feed.NewFileSource(feed.Config{Path: path, PointerDir: filepath.Join(dir, "other"), Logger: quiet})
+	fmt.Println(err)
+	second.Close()
+	// Output:
+	// true
+	// <nil>
 }

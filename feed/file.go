@@ -93,7 +93,8 @@ const maxConfigLineBytes = 1 << 30
 // is a sensible default.
 type Config struct {
 	// Path is the input file. It need not exist yet: the source waits for
-	// it.
+	// it. It must be a regular file, or a symbolic link to one
+	// (ErrNotRegular).
 	Path string
 	// Strategy is the read strategy; the zero value is Committed, the only
 	// strategy that opens a pointer file.

@@ -9,12 +9,15 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
 const lockChildEnv = "TIDEMARK_LOCK_CHILD"
@@ -246,5 +249,54 @@ func TestPointerLockEmptyAfterKill(t *testing.T) {
 	}
 	if res := loadPointer(t, p); !res.Found || res.Pointer.Epoch != s.Status().Epoch {
 		t.Fatalf("pointer %+v", res)
+	}
+}
+
+// TestPointerLockCreateFaults: a create of the pointer file that fails
+// (its temporary file cannot be locked, or the rename fails) leaves the
+// lock where it was; the retry moves it to the new file. At no moment may
+// a second pointer file on the path take it.
+func TestPointerLockCreateFaults(t *testing.T) {
+	for _, op := range []vfs.Op{vfs.OpLock, vfs.OpRename, vfs.OpSync} {
+		t.Run(string(op), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "in"+PointerSuffix)
+			tmp := path + PointerTempSuffix
+			// The temporary file's lock and sync; the rename, by its target.
+			c := &vfs.Counter{Match: func(o vfs.Op, name string) bool {
+				return o == op && (name == tmp || o == vfs.OpRename && name == path)
+			}, FailAt: 1}
+			pf := OpenPointerFile(path, PointerFileOptions{FS: vfs.Inject(vfs.Default(), c.Injector()), Logger: slog.New(slog.DiscardHandler)})
+			defer pf.Close()
+			if err := pf.Lock(); err != nil {
+				t.Fatal(err)
+			}
+			other := func() error {
+				o := OpenPointerFile(path, PointerFileOptions{Logger: slog.New(slog.DiscardHandler)})
+				defer o.Close()
+				return o.Lock()
+			}
+			p := Pointer{Epoch: 5, Position: 0}
+			if err := pf.Store(p); err == nil || c.Count() == 0 {
+				t.Fatalf("the injected %s did not fail the create: %v", op, err)
+			}
+			if err := other(); !errors.Is(err, ErrPointerLocked) {
+				t.Fatalf("after the failed create: %v", err)
+			}
+			if err := pf.Store(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := other(); !errors.Is(err, ErrPointerLocked) {
+				t.Fatalf("after the create: %v", err)
+			}
+			if res, err := pf.Load(); err != nil || !res.Found || res.Pointer != p {
+				t.Fatalf("%+v %v", res, err)
+			}
+			if err := pf.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := other(); err != nil {
+				t.Fatalf("after Close: %v", err)
+			}
+		})
 	}
 }

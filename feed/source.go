@@ -92,7 +92,8 @@ type Status struct {
 	// CommittedPosition is the position in the pointer file for Epoch: of
 	// the last pointer record written successfully (under GroupCommit, by
 	// the writer goroutine, so it lags the commits while a write is in
-	// progress).
+	// progress). After a rewind below the pointer (see [Resumer]) it stays
+	// at the pointer's position until the reading passes it.
 	CommittedPosition int64
 	// AskedPosition is the newest position of Epoch that Commit accepted.
 	// It is ahead of CommittedPosition while a GroupCommit write is pending
