@@ -424,3 +424,52 @@ func TestResumeFromKill(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeFromCopyRenamedOver: the input replaced by a copy with the same
+// bytes (another identity) keeps the pointer's epoch; a store behind the
+// pointer lowers the start, and before the copy's first line is handed out
+// the pointer is stored again, at its position, naming the copy (D5): not
+// moved back.
+func TestResumeFromCopyRenamedOver(t *testing.T) {
+	content := genLines("a", 0, 50)
+	p := input(t, content)
+	e := stopAfter(t, p, 40)
+	replaceByRename(t, p, content)
+	s := open(t, p, Config{})
+	if err := s.ResumeFrom([]ResumePoint{inEpoch("g1", e, 10*32)}); err != nil {
+		t.Fatal(err)
+	}
+	if wantLines(t, "copy", s.drain(), content, 10*32) != e {
+		t.Fatal("not the pointer's epoch")
+	}
+	res := loadPointer(t, p)
+	if res.Pointer.Epoch != e || res.Pointer.Position != 40*32 || res.Pointer.Identity != identityOf(t, p) {
+		t.Fatalf("pointer %+v, want epoch %d at %d naming the copy %+v", res.Pointer, e, 40*32, identityOf(t, p))
+	}
+}
+
+// TestResumeFromFingerprintExtended: a pointer written while the input was
+// short (its fingerprint covers 64 bytes), a store behind it, the input
+// grown since: re-reading from the store's position, the source extends
+// the pointer's fingerprint before it delivers lines past what it covers,
+// at the pointer's position, which does not move back.
+func TestResumeFromFingerprintExtended(t *testing.T) {
+	short := genLines("a", 0, 2)
+	p := input(t, short)
+	e := stopAfter(t, p, 2)
+	if res := loadPointer(t, p); res.Pointer.Fingerprint.Len != 64 {
+		t.Fatalf("pointer %+v: the test needs a short fingerprint", res.Pointer)
+	}
+	more := genLines("b", 0, 200)
+	appendTo(t, p, more)
+	s := open(t, p, Config{})
+	if err := s.ResumeFrom([]ResumePoint{{Holder: "g1"}}); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, "from 0", s.drain(), short+more, 0)
+	res := loadPointer(t, p)
+	if res.Pointer.Epoch != e || res.Pointer.Position != 64 || res.Pointer.Fingerprint.Len != MaxFingerprintLen ||
+		res.Pointer.Fingerprint.Hash != HashBytes([]byte((short + more)[:MaxFingerprintLen])) {
+		t.Fatalf("pointer %+v", res.Pointer)
+	}
+}
