@@ -157,6 +157,16 @@
 // store and one framework server per partition: New(Config{JetStream, Stream,
 // Partition, FilterSubject}), ResumeFrom(the store's AppliedAll), run.
 //
+// A partition taken over from another owner (its lease expired): the old
+// owner may still be alive (paused, partitioned away) with pull requests
+// waiting on the server, which take deliveries meant for the new owner
+// until they expire or its connection is closed; the new owner then
+// stops with ErrSecondReader. Give each owner's source its own consumer
+// (Config.Consumer with the lease's token in its name) and delete the
+// previous owner's consumer at take-over: the old owner's requests then
+// reach a consumer that no longer exists. The new consumer starts where
+// the store says, as always.
+//
 // MaxAckPending must exceed what is in flight at once: the buffers, the
 // feed's queue and batch, and two store batches per group (see
 // Config.MaxAckPending; the default, 65536, covers the framework's and

@@ -240,17 +240,19 @@ func (s *Source) checkApplied(ctx context.Context, stream jetstream.Stream, epoc
 	if err != nil {
 		return fmt.Errorf("natsfeed: stream %s: read message %d to check the record of %s: %w", s.cfg.Stream, a, p.Holder, err)
 	}
-	if !subjectMatches(s.cfg.FilterSubject, m.Subject) {
-		return &Error{Kind: ErrWrongPartition, Stream: s.cfg.Stream, Consumer: s.cfg.Consumer, Partition: s.cfg.Partition,
-			Epoch: epoch, Seq: a, Holder: p.Holder,
-			Detail: fmt.Sprintf("the message there is on subject %s, outside the filter %q: give this partition its own store", m.Subject, s.cfg.FilterSubject)}
-	}
+	// The hash first: a store that recorded it tells a lost and reused
+	// sequence from a store of another partition.
 	if p.Lineage.TailLen > 0 {
 		if h := msgHash(epoch, a, m.Time.UnixNano(), m.Subject, m.Data); h != p.Lineage.TailHash {
 			return &Error{Kind: ErrDiverged, Stream: s.cfg.Stream, Consumer: s.cfg.Consumer, Partition: s.cfg.Partition,
 				Epoch: epoch, Seq: a, Holder: p.Holder,
-				Detail: fmt.Sprintf("its hash is %#x, the store recorded %#x: the server lost acknowledged messages and reused their sequences (run it with sync_interval: always, or R3 streams), or the store belongs to another stream", h, p.Lineage.TailHash)}
+				Detail: fmt.Sprintf("the message there (subject %s) hashes to %#x, the store recorded %#x: the server lost acknowledged messages and reused their sequences (run it with sync_interval: always, or R3 streams), or the store belongs to another stream", m.Subject, h, p.Lineage.TailHash)}
 		}
+	}
+	if !subjectMatches(s.cfg.FilterSubject, m.Subject) {
+		return &Error{Kind: ErrWrongPartition, Stream: s.cfg.Stream, Consumer: s.cfg.Consumer, Partition: s.cfg.Partition,
+			Epoch: epoch, Seq: a, Holder: p.Holder,
+			Detail: fmt.Sprintf("the message there is on subject %s, outside the filter %q: give this partition its own store (or, if the store recorded no tail hash, the server may have lost messages and reused the sequence)", m.Subject, s.cfg.FilterSubject)}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package natsfeed_test
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -305,7 +306,7 @@ func TestAppliedMessageChecked(t *testing.T) {
 	}{
 		{"another message", rec(last.Position, h^1), natsfeed.ErrDiverged},
 		{"past the end", rec(int64(seqs[len(seqs)-1]+5), 0), natsfeed.ErrStreamBehind},
-		{"another partition", rec(int64(partitionSeqs(seqs, 0, 2)[0]), 0), natsfeed.ErrWrongPartition},
+		{"another partition", []feed.ResumePoint{point("store", epoch, int64(partitionSeqs(seqs, 0, 2)[0]))}, natsfeed.ErrWrongPartition},
 	} {
 		err := newSource(t, partitionConfig(js, 1), c.points).Open(context.Background())
 		var e *natsfeed.Error
@@ -359,5 +360,65 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if err := src.ResumeFrom(nil); !errors.Is(err, natsfeed.ErrStarted) {
 		t.Fatalf("ResumeFrom after open: %v, want ErrStarted", err)
+	}
+}
+
+// TestServerLostMessages brings the server back with an older copy of its
+// store, as after a crash that lost what the file store had not synced
+// (the default sync interval is two minutes), after a store applied
+// messages the server no longer has: the source refuses to start, first
+// because the stream ends below the store's record, then, once new
+// messages reuse those sequences, because the message at the record is not
+// the one the store applied (its tail hash). Never a silent skip.
+func TestServerLostMessages(t *testing.T) {
+	srv, js, _ := withStream(t, jetstream.StreamConfig{}, 30)
+	srv.Shutdown()
+	old := t.TempDir()
+	if err := os.CopyFS(old, os.DirFS(srv.StoreDir())); err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart()
+	publish(t, js, 30, 60)
+	src := newSource(t, partitionConfig(js, 0), []feed.ResumePoint{})
+	items := make([]feed.Item, 20)
+	k := 0
+	waitFor(t, "all of the partition", func() bool {
+		n, err := src.Poll(context.Background(), items[k:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		k += n
+		return k == 20
+	})
+	last := items[19]
+	h, err := last.Origin.TailHash(last.Position, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = src.Close()
+	rec := point("store", last.Epoch, last.Position)
+	rec.Lineage.TailLen, rec.Lineage.TailHash = 64, h
+
+	// The server comes back with what it had synced: 30 messages.
+	srv.Shutdown()
+	if err := os.RemoveAll(srv.StoreDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(srv.StoreDir(), os.DirFS(old)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart()
+	if e := uint64(streamInfo(t, js).Created.UnixNano()); e != last.Epoch {
+		t.Fatalf("the restored stream has epoch %d, want %d", e, last.Epoch)
+	}
+	err = newSource(t, partitionConfig(js, 0), []feed.ResumePoint{rec}).Open(context.Background())
+	if !errors.Is(err, natsfeed.ErrStreamBehind) {
+		t.Fatalf("open on the stream that lost messages: %v, want ErrStreamBehind", err)
+	}
+	// New messages take the lost sequences.
+	publish(t, js, 100, 140)
+	err = newSource(t, partitionConfig(js, 0), []feed.ResumePoint{rec}).Open(context.Background())
+	if !errors.Is(err, natsfeed.ErrDiverged) {
+		t.Fatalf("open after the sequences were reused: %v, want ErrDiverged", err)
 	}
 }
