@@ -128,8 +128,10 @@
 //     also compared at each status read, so a gap is found while no
 //     message arrives;
 //   - the stream deleted, or recreated (a new epoch), stops the source
-//     ([ErrStreamChanged]); a new source reads the new stream. A consumer
-//     deleted alone is made again and reset to the last commit.
+//     ([ErrStreamChanged]); a new source reads the new stream. The
+//     consumer deleted (by a new owner at take-over, or an operator) stops
+//     it too ([ErrConsumer]): it is not made again behind the new owner's
+//     back; a new source makes it and resumes from the stores.
 //
 // Every [Error] names the stream, partition, consumer, epoch and the
 // sequences concerned, and says what to do; Permanent reports true. After
@@ -164,8 +166,9 @@
 // stops with ErrSecondReader. Give each owner's source its own consumer
 // (Config.Consumer with the lease's token in its name) and delete the
 // previous owner's consumer at take-over: the old owner's requests then
-// reach a consumer that no longer exists. The new consumer starts where
-// the store says, as always.
+// reach a consumer that no longer exists, and the old owner's source
+// stops (ErrConsumer). The new consumer starts where the store says, as
+// always.
 //
 // MaxAckPending must exceed what is in flight at once: the buffers, the
 // feed's queue and batch, and two store batches per group (see

@@ -199,7 +199,7 @@ func (p *pump) nextFailed(err error) (outcome, string) {
 		if !p.consumerGone() {
 			return outStop, ""
 		}
-		return outReset, "the consumer was recreated"
+		return outReset, "the consumer was missing for a moment"
 	}
 	if !p.sleep(100 * time.Millisecond) {
 		return outStop, ""
@@ -227,7 +227,7 @@ func (p *pump) broken(cseq, sseq uint64) (outcome, string) {
 		if !p.consumerGone() {
 			return outStop, ""
 		}
-		return outReset, "the consumer was recreated"
+		return outReset, "the consumer was missing for a moment"
 	case err != nil:
 		return outReset, fmt.Sprintf("consumer sequence %d after %d, and the consumer's state cannot be read: %v", cseq, p.cseq, err)
 	case leaderOf(ci) != p.leader:
@@ -355,7 +355,7 @@ func (p *pump) refresh() (outcome, string, bool) {
 			if !p.consumerGone() {
 				return outStop, "", true
 			}
-			return outReset, "the consumer was recreated", true
+			return outReset, "the consumer was missing for a moment", true
 		}
 		return 0, "", false
 	}
@@ -386,13 +386,17 @@ func (p *pump) streamChanged(si *jetstream.StreamInfo, err error) bool {
 	return true
 }
 
-// consumerGone handles a consumer that does not exist any more: the stream
-// deleted or recreated stops the source; the consumer alone deleted (by an
-// operator) is made again, and the caller resets it. It reports false when
-// the source stops.
+// consumerGone handles a consumer that seems not to exist any more. The
+// stream deleted or recreated stops the source (ErrStreamChanged). The
+// consumer deleted alone stops it too (ErrConsumer): another owner took
+// the partition over (and deleted this owner's consumer), or an operator
+// deleted it; making it again would leave a consumer nobody reads, which
+// holds messages under interest retention. A lookup that finds it after
+// all (a leader election answers "not found" for a moment) reports true:
+// the caller resets and reads on.
 func (p *pump) consumerGone() bool {
 	s := p.s
-	for attempt := 0; ; attempt++ {
+	for attempt, missing := 0, 0; ; attempt++ {
 		c, cancel := s.api(s.ctx)
 		si, err := p.stream.Info(c)
 		cancel()
@@ -403,21 +407,18 @@ func (p *pump) consumerGone() bool {
 			return false
 		}
 		if err == nil {
-			c, cancel = s.api(s.ctx)
-			cons, err := p.stream.CreateOrUpdateConsumer(c, s.cfg.consumerConfig())
+			c, cancel = context.WithTimeout(s.ctx, min(s.cfg.Timeout, time.Second))
+			_, cerr := p.cons.Info(c)
 			cancel()
-			if err == nil {
-				s.log.Warn("the consumer was deleted while the source read it: made again", "epoch", s.epoch.Load(), "last_handed", p.accepted)
-				p.cons = cons
+			switch {
+			case cerr == nil:
 				return true
+			case errors.Is(cerr, jetstream.ErrConsumerNotFound):
+				if missing++; missing >= 3 {
+					s.fail(s.errorf(ErrConsumer, p.accepted, "the consumer was deleted while the source read it: another owner took the partition over, or an operator deleted it; start the source again (it makes the consumer and resumes from the stores)"))
+					return false
+				}
 			}
-			// A refusal may be the deletion still in progress: a few
-			// tries before it counts.
-			if code := apiErrorCode(err); code >= 400 && code < 500 && attempt >= 5 {
-				s.fail(s.errorf(ErrConsumer, p.accepted, "the consumer was deleted and cannot be made again: %v", err))
-				return false
-			}
-			s.log.Warn("the consumer was deleted and cannot be made again yet; retrying", "attempt", attempt+1, "err", err)
 		}
 		if !p.sleep(backoff(attempt)) {
 			return false

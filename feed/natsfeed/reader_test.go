@@ -251,23 +251,40 @@ func TestResetKeepsFloorAtCommit(t *testing.T) {
 	}
 }
 
-// TestConsumerDeletedIsMadeAgain checks that a consumer deleted under the
-// source (by an operator) is made again and reset to the last commit:
-// every message is handed out once, in order.
-func TestConsumerDeletedIsMadeAgain(t *testing.T) {
+// TestConsumerDeletedStops checks that a source whose consumer is deleted
+// under it (a new owner took the partition over, or an operator) stops
+// with ErrConsumer after what it had received, and that a new source makes
+// the consumer again and hands out the rest once, in order.
+func TestConsumerDeletedStops(t *testing.T) {
 	_, js, seqs := withStream(t, jetstream.StreamConfig{}, 300)
 	cfg := partitionConfig(js, 1)
+	cfg.StatusInterval = 50 * time.Millisecond
 	src := newSource(t, cfg, []feed.ResumePoint{})
-	r := startReader(t, src)
-	r.waitCount(20)
+	first := pollN(t, src, 20)
+	epoch := src.Status().Epoch
+	if err := src.Commit(epoch, int64(first[19].seq)); err != nil {
+		t.Fatal(err)
+	}
 	if err := js.DeleteConsumer(context.Background(), testStream, cfg.Consumer); err != nil {
 		t.Fatal(err)
 	}
 	more := publish(t, js, 300, 600)
+	rest, err := pollErr(t, src)
+	var e *natsfeed.Error
+	if !errors.Is(err, natsfeed.ErrConsumer) || !errors.As(err, &e) || e.Consumer != cfg.Consumer {
+		t.Fatalf("error %v, want ErrConsumer naming the consumer", err)
+	}
+	if _, err := js.Consumer(context.Background(), testStream, cfg.Consumer); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("the stopped source made its consumer again: %v", err)
+	}
+	handed := append(first, rest...)
 	want := partitionSeqs(append(seqs, more...), 0, 1)
-	r.waitCount(len(want))
-	r.check(want)
-	if st := src.Stats(); st.Resets < 1 || st.Err != nil {
-		t.Fatalf("stats %+v: want a reset and no error", st)
+	if !slices.Equal(seqsOf(handed), want[:len(handed)]) {
+		t.Fatalf("handed out %v..., not the partition in order", seqsOf(handed)[:5])
+	}
+	// A new source, resumed from the commit.
+	next := newSource(t, cfg, []feed.ResumePoint{point("store", epoch, int64(first[19].seq))})
+	if items := pollN(t, next, len(want)-20); !slices.Equal(seqsOf(items), want[20:]) {
+		t.Fatalf("the new source read %d items, not the rest in order", len(items))
 	}
 }

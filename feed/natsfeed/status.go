@@ -50,7 +50,7 @@ type Stats struct {
 	// are dropped, never handed out twice.
 	RedeliveriesDropped uint64
 	// Resets counts the resets of the consumer to the last commit after a
-	// reconnect, a new consumer leader or a recreated consumer.
+	// reconnect or a new consumer leader.
 	Resets uint64
 	// GapsSkipped counts gaps accepted under GapSkip.
 	GapsSkipped uint64
