@@ -189,7 +189,7 @@ func (c *Config) consumerConfig() jetstream.ConsumerConfig {
 // validSubject reports whether s is a subject or a filter: tokens
 // separated by dots, none empty, '*' a whole token, '>' only as the last.
 func validSubject(s string) bool {
-	if s == "" || strings.ContainsAny(s, " \t\r\n") {
+	if s == "" || strings.ContainsAny(s, " \t\r\n\f") {
 		return false
 	}
 	toks := strings.Split(s, ".")

@@ -7,35 +7,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed/natsfeed"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
 )
-
-// counter counts the messages of its feed in its group's store, per
-// payload: exactly once, whatever the feed delivers twice.
-type counter struct {
-	feed string
-	st   state.Store
-}
-
-func (c *counter) Start(ctx context.Context, fc *framework.Context) error {
-	st, err := fc.Store()
-	if err != nil {
-		return err
-	}
-	c.st = st
-	return fc.Subscribe(c.feed)
-}
-
-func (c *counter) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
-	_, err := c.st.Apply(ctx, d, func(tx *state.Tx) error {
-		_, err := tx.Bucket("counts").AddInt64(line, 1)
-		return err
-	})
-	return err
-}
 
 // runPartition runs a framework server over partition p of the stream
 // with one group that counts into the store at dir, until the feed has

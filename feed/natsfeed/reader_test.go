@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/feed/natsfeed"
@@ -286,5 +287,55 @@ func TestConsumerDeletedStops(t *testing.T) {
 	next := newSource(t, cfg, []feed.ResumePoint{point("store", epoch, int64(first[19].seq))})
 	if items := pollN(t, next, len(want)-20); !slices.Equal(seqsOf(items), want[20:]) {
 		t.Fatalf("the new source read %d items, not the rest in order", len(items))
+	}
+}
+
+// TestCollector checks the Prometheus metrics of a source: registered
+// beside another partition's, labelled by stream and partition, with the
+// read, committed and last sequences.
+func TestCollector(t *testing.T) {
+	_, js, seqs := withStream(t, jetstream.StreamConfig{}, 30)
+	reg := prometheus.NewPedanticRegistry()
+	var srcs []*natsfeed.Source
+	for p := range 2 {
+		src := newSource(t, partitionConfig(js, p), []feed.ResumePoint{})
+		reg.MustRegister(src.Collector())
+		srcs = append(srcs, src)
+	}
+	want := partitionSeqs(seqs, 0, 1)
+	items := pollN(t, srcs[1], len(want))
+	if err := srcs[1].Commit(srcs[1].Status().Epoch, int64(items[4].seq)); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["stream"] != testStream || labels["partition"] != "1" {
+				continue
+			}
+			v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			got[mf.GetName()] = v
+		}
+	}
+	for name, v := range map[string]float64{
+		"tidemark_jetstream_read_sequence":        float64(want[len(want)-1]),
+		"tidemark_jetstream_committed_sequence":   float64(items[4].seq),
+		"tidemark_jetstream_acked_sequence":       float64(items[4].seq),
+		"tidemark_jetstream_stream_last_sequence": float64(seqs[len(seqs)-1]),
+		"tidemark_jetstream_delivered_total":      float64(len(want)),
+		"tidemark_jetstream_uncommitted_messages": float64(len(want) - 5),
+		"tidemark_jetstream_failed":               0,
+	} {
+		if got[name] != v {
+			t.Errorf("%s = %v, want %v", name, got[name], v)
+		}
 	}
 }

@@ -1,0 +1,7 @@
+package natsfeed
+
+// Exported for the external tests.
+var (
+	SubjectMatches = subjectMatches
+	ValidSubject   = validSubject
+)
