@@ -47,6 +47,15 @@
 //     Neither changes anything in the folder. To start over, remove the
 //     whole folder: the feeds then read their input again, as a store with
 //     no record of a feed asks.
+//   - Pebble's write-ahead log: a store closed cleanly keeps nothing in it
+//     (Close flushes Pebble's memtable), so damage to it between two runs
+//     loses nothing. After a crash the log holds the last batches. A damaged
+//     record that records synced after it vouch for (in a later 32 KiB
+//     block) makes Open fail with [ErrCorrupt], naming the file and the
+//     offset. Damage that Pebble takes for the log's end (in its last 32
+//     KiB) loses the batches from there on: the store logs a warning that
+//     names the file and the offset, and opens behind, never ahead of what
+//     it holds; the feeds re-read the lines it lacks.
 //   - An output is recorded before its first byte is written, so a file of
 //     the output's name that the store has no record of is not its own: if
 //     it is not empty, declaring the output fails with [ErrOutputExists]

@@ -36,6 +36,22 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 		FS:               fs,
 		Logger:           pebbleLogger{log: opts.logger()},
 		ErrorIfNotExists: !create,
+		// WAL sync chunks: each WAL record carries the offset synced
+		// before it, so that Pebble tells a damaged record that later
+		// synced records vouch for (an error) from a torn tail (the end).
+		FormatMajorVersion: pebble.FormatWALSyncChunks,
+	}
+	var damage *walDamage
+	if !create {
+		// What Pebble would drop in silence (see pebble_wal.go).
+		d, err := checkWAL(fs, path)
+		switch {
+		case err != nil:
+			opts.logger().Warn("state: could not read pebble's WAL before opening it", "store", dir, "err", err)
+		case d != nil && !d.confirmed:
+			opts.logger().Warn(d.warning(), "store", dir, "wal", d.file, "offset", d.offset)
+		}
+		damage = d
 	}
 	// Pebble does not wait for another holder of its lock: retry until
 	// the lock timeout, as bbolt does.
@@ -43,7 +59,23 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 	for {
 		db, err := pebble.Open(path, po)
 		if err == nil {
+			if create {
+				// A new database's first WAL was made before Pebble moved
+				// to the format asked for, without WAL sync chunks: a flush
+				// puts it behind, and its successor has them.
+				if err := db.Flush(); err != nil {
+					return nil, errors.Join(fmt.Errorf("open pebble %s: flush: %w", path, err), db.Close())
+				}
+			}
 			return &pebbleEngine{db: db}, nil
+		}
+		if pebble.IsCorruptionError(err) {
+			where := "damaged data"
+			if damage != nil && damage.confirmed {
+				where = fmt.Sprintf("its WAL %s damaged at offset %d, with records synced after it", damage.file, damage.offset)
+			}
+			return nil, fmt.Errorf("open pebble %s: Pebble found %s; restore the store's folder from a backup, or remove the whole folder %s to start over (its feeds then read their input again): %w: %w",
+				path, where, dir, ErrCorrupt, err)
 		}
 		if !pebbleLocked(err) {
 			return nil, fmt.Errorf("open pebble %s: %w", path, err)
@@ -137,9 +169,17 @@ func (e *pebbleEngine) limits() (maxKey, maxValue int) { return pebbleMaxKey, pe
 // errPebbleFatal is returned by a Pebble engine after a fatal error.
 var errPebbleFatal = errors.New("pebble reported a fatal error earlier; restart the process")
 
+// close flushes the memtable, so that a store closed cleanly keeps
+// nothing in its WAL (see pebble_wal.go), and closes the database.
 func (e *pebbleEngine) close() (err error) {
 	defer e.recoverFatal(&err)
-	return e.db.Close()
+	var ferr error
+	if !e.fatal.Load() {
+		if ferr = e.db.Flush(); ferr != nil {
+			ferr = fmt.Errorf("flush pebble at close: %w", ferr)
+		}
+	}
+	return errors.Join(ferr, e.db.Close())
 }
 
 // pebbleLogger sends Pebble's messages to slog: its routine messages at
