@@ -108,6 +108,12 @@ type FileConfig struct {
 	// ReadStrategy decides where reading starts and whether a pointer file
 	// is kept. The zero value is feed.Committed.
 	ReadStrategy feed.ReadStrategy
+	// PointerDir is the folder of the pointer file (see
+	// feed.Config.PointerDir); "" means beside the input, as
+	// Filename+".readPointer". Give it when the input's folder is
+	// read-only, or when two programs follow one file: each needs its own
+	// pointer (the pointer file is locked by the feed that holds it).
+	PointerDir string
 	// MaxLineBytes is the longest line delivered; 0 means
 	// feed.DefaultMaxLineBytes.
 	MaxLineBytes int

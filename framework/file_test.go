@@ -232,3 +232,20 @@ func TestFileFeedOnAFIFOIsFatal(t *testing.T) {
 		t.Fatal("Run did not end on a FIFO")
 	}
 }
+
+// With a pointer folder, the input's folder stays untouched (it may be
+// read-only) and the pointer lives where it says.
+func TestFileFeedPointerDir(t *testing.T) {
+	dir := t.TempDir()
+	input := filepath.Join(dir, "in", "orders.csv")
+	require.NoError(t, os.MkdirAll(filepath.Dir(input), 0o755))
+	writeLines(t, input, 1, 10)
+	cfg := fileCfg(input)
+	cfg.Feeds[0].File.PointerDir = filepath.Join(dir, "ptr")
+	cfg.UntilSettled = true
+	require.NoError(t, run(t, cfg, framework.Registry{"p": &recProc{feeds: []string{"orders"}}}))
+	require.NoFileExists(t, input+feed.PointerSuffix)
+	r, err := feed.OpenPointerFile(feed.PointerPath(input, cfg.Feeds[0].File.PointerDir), feed.PointerFileOptions{}).Load()
+	require.NoError(t, err)
+	require.Equal(t, fileLinePos(10), r.Pointer.Position)
+}

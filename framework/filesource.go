@@ -18,6 +18,7 @@ func fileSourceConfig(fc FeedConfig, log *slog.Logger) feed.Config {
 	return feed.Config{
 		Path:         fc.File.Filename,
 		Strategy:     fc.File.ReadStrategy,
+		PointerDir:   fc.File.PointerDir,
 		MaxLineBytes: fc.File.MaxLineBytes,
 		Sync:         fc.File.Sync,
 		SyncInterval: fc.File.SyncInterval,

@@ -336,6 +336,8 @@ func TestLateHoldKeepsCommittedLines(t *testing.T) {
 }
 
 // hookSource calls before at the start of each Poll that has lines to give.
+// A Poll that found no line to give returns none, even if lines were
+// appended meanwhile: the next Poll gives them, after its hook.
 type hookSource struct {
 	*memSource
 	before func()
@@ -345,7 +347,10 @@ func (h *hookSource) Poll(ctx context.Context, items []feed.Item) (int, error) {
 	h.memSource.mu.Lock()
 	more := h.memSource.next < len(h.memSource.lines)
 	h.memSource.mu.Unlock()
-	if more && h.before != nil {
+	if !more {
+		return 0, nil
+	}
+	if h.before != nil {
 		h.before()
 	}
 	return h.memSource.Poll(ctx, items)

@@ -25,6 +25,7 @@ type yamlFeed struct {
 	Name          string        `yaml:"name"`
 	Instance      *yamlInstance `yaml:"instance"`
 	Filename      string        `yaml:"filename"`
+	PointerDir    string        `yaml:"pointerDir"`
 	ReadStrategy  *yamlStrategy `yaml:"readStrategy"`
 	MaxLineBytes  int           `yaml:"maxLineBytes"`
 	AgentName     string        `yaml:"agentName"`
@@ -37,6 +38,7 @@ type yamlFeed struct {
 
 type yamlInstance struct {
 	Filename     string        `yaml:"filename"`
+	PointerDir   string        `yaml:"pointerDir"`
 	ReadStrategy *yamlStrategy `yaml:"readStrategy"`
 	MaxLineBytes int           `yaml:"maxLineBytes"`
 }
@@ -128,6 +130,7 @@ func (a *yamlAction) UnmarshalYAML(n *yaml.Node) error {
 //	      filename: data/orders.csv
 //	      readStrategy: COMMITTED # or COMMITED, EARLIEST, ONCE_EARLIEST, LATEST, ONCE_LATEST
 //	      maxLineBytes: 1048576
+//	      pointerDir: /var/lib/orders-reader  # default: beside the file
 //	    agentName: orders-feed-agent
 //	    overload:
 //	      policy: PAUSE           # or DROP_AFTER_SPIN
@@ -171,19 +174,19 @@ func LoadConfig(r io.Reader) (Config, error) {
 			BatchSize:     yf.BatchSize,
 			StatusEvents:  yf.StatusEvents,
 		}
-		file, strategy, maxLine := yf.Filename, yf.ReadStrategy, yf.MaxLineBytes
+		file, strategy, maxLine, ptrDir := yf.Filename, yf.ReadStrategy, yf.MaxLineBytes, yf.PointerDir
 		if yf.Instance != nil {
-			if file != "" || strategy != nil || maxLine != 0 {
-				return Config{}, fmt.Errorf("framework: load config: %w: feed %d (%q): give filename and readStrategy either in instance or in the feed, not both", ErrInvalidConfig, i+1, yf.Name)
+			if file != "" || strategy != nil || maxLine != 0 || ptrDir != "" {
+				return Config{}, fmt.Errorf("framework: load config: %w: feed %d (%q): give filename, readStrategy, maxLineBytes and pointerDir either in instance or in the feed, not both", ErrInvalidConfig, i+1, yf.Name)
 			}
-			file, strategy, maxLine = yf.Instance.Filename, yf.Instance.ReadStrategy, yf.Instance.MaxLineBytes
+			file, strategy, maxLine, ptrDir = yf.Instance.Filename, yf.Instance.ReadStrategy, yf.Instance.MaxLineBytes, yf.Instance.PointerDir
 		}
 		if file != "" {
-			fc.File = &FileConfig{Filename: file, MaxLineBytes: maxLine}
+			fc.File = &FileConfig{Filename: file, MaxLineBytes: maxLine, PointerDir: ptrDir}
 			if strategy != nil {
 				fc.File.ReadStrategy = strategy.v
 			}
-		} else if strategy != nil || maxLine != 0 {
+		} else if strategy != nil || maxLine != 0 || ptrDir != "" {
 			return Config{}, fmt.Errorf("framework: load config: %w: feed %d (%q) has file settings but no filename", ErrInvalidConfig, i+1, yf.Name)
 		}
 		if yf.Idle != nil {

@@ -192,3 +192,10 @@ processorGroups:
 		require.ErrorContains(t, err, bad.want)
 	}
 }
+
+func TestLoadConfigPointerDir(t *testing.T) {
+	cfg, err := framework.LoadConfig(strings.NewReader("eventFeeds:\n  - {name: a, filename: in/a.log, pointerDir: ptrs}\n  - name: b\n    instance: {filename: in/b.log, pointerDir: other}\n"))
+	require.NoError(t, err)
+	require.Equal(t, "ptrs", cfg.Feeds[0].File.PointerDir)
+	require.Equal(t, "other", cfg.Feeds[1].File.PointerDir)
+}
