@@ -332,10 +332,14 @@ func TestRunOpsListener(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	m := get("/metrics")
+	// The lines are handled before their batch is saved: wait for the
+	// save's metrics too.
 	for _, want := range []string{`tidemark_store_batches_committed_total{store="ledger"}`, `tidemark_store_commit_seconds_count{store="ledger"}`} {
-		if !strings.Contains(m, want) {
-			t.Errorf("metrics lack %s", want)
+		for !strings.Contains(get("/metrics"), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("metrics lack %s:\n%s", want, get("/metrics"))
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	if st := get("/status"); !strings.Contains(st, `"name": "ledger"`) {
