@@ -33,8 +33,15 @@ type Report struct {
 	// State and Want are the store's state and the model's.
 	State, Want LedgerState
 	// Rejects counts the distinct rejected lines; WantRejects the input's
-	// malformed lines.
+	// malformed and oversize lines, and the refused ones.
 	Rejects, WantRejects int
+	// Refused counts the well-formed lines that the run rejected (a store
+	// that cannot hold the line's account, say), each in rejects.csv with
+	// its reason; the model leaves them out, so that they count neither
+	// as missing nor in the expected state. FirstRefusal is the first's
+	// reason.
+	Refused      int
+	FirstRefusal string
 	// Unfollowed counts output lines whose balance does not follow the
 	// account's previous output line; Stale counts accounts whose last
 	// output balance is not the store's balance.
@@ -66,14 +73,23 @@ func (r *Report) BalanceDiffs() []string {
 	return diff
 }
 
-// Compare compares a store's state and output with a model of the input.
-func Compare(m *Model, st LedgerState, out *OutputSummary, rejects int) *Report {
+// Compare compares a store's state and output with a model of the input,
+// of which the run rejected the well-formed lines refused.
+func Compare(m *Model, st LedgerState, out *OutputSummary, rejects int, refused []Refused) *Report {
 	r := &Report{
-		State:       st,
-		Want:        LedgerState{Applied: m.Applied, Total: m.Total, Balances: m.Balances},
-		Rejects:     rejects,
-		WantRejects: m.Malformed + m.Oversize,
+		State:   st,
+		Rejects: rejects,
 	}
+	for _, f := range refused {
+		if m.Remove(f.Entry) {
+			if r.Refused == 0 {
+				r.FirstRefusal = fmt.Sprintf("line %d (position %d of epoch %d): %s", f.ID, f.Position, f.Epoch, f.Reason)
+			}
+			r.Refused++
+		}
+	}
+	r.Want = LedgerState{Applied: m.Applied, Total: m.Total, Balances: m.Balances}
+	r.WantRejects = m.Malformed + m.Oversize + r.Refused
 	for id, want := range m.IDs {
 		got := out.IDs[id]
 		if got < want {
@@ -112,6 +128,9 @@ func (r *Report) Write(w io.Writer) {
 	if r.Unfollowed > 0 || r.Stale > 0 {
 		fmt.Fprintf(w, "output lines whose balance does not follow: %d, accounts whose last output balance is not the state's: %d\n", r.Unfollowed, r.Stale)
 	}
+	if r.Refused > 0 {
+		fmt.Fprintf(w, "well-formed lines rejected by the run (in rejects.csv, left out of the expected state): %d, first: %s\n", r.Refused, r.FirstRefusal)
+	}
 	if r.Rejects != r.WantRejects {
 		fmt.Fprintf(w, "rejected lines: %d (expected %d)\n", r.Rejects, r.WantRejects)
 	}
@@ -137,11 +156,11 @@ func CheckDir(dir string, inputs ...string) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rejects, err := CountRejects(filepath.Join(dir, rejectsFile))
+	rejects, refused, err := CountRejects(filepath.Join(dir, rejectsFile))
 	if err != nil {
 		return nil, err
 	}
-	return Compare(m, st, out, rejects), nil
+	return Compare(m, st, out, rejects, refused), nil
 }
 
 func cmdCheck(args []string, stdout, stderr io.Writer) int {

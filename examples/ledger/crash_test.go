@@ -70,14 +70,15 @@ func settle(t *testing.T, exe string, args []string, dir string, run *int) {
 }
 
 // checkExact fails t unless the data folder holds exactly what the inputs
-// imply: nothing missing, nothing twice, the state and the rejects exact.
+// imply: nothing missing, nothing twice, the state and the rejects exact,
+// and no well-formed line rejected.
 func checkExact(t *testing.T, data string, inputs ...string) *Report {
 	t.Helper()
 	r, err := CheckDir(data, inputs...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.OK() || r.Twice != 0 || r.Unknown != 0 || r.Rejects != r.WantRejects || r.Unfollowed != 0 || r.Stale != 0 {
+	if !r.OK() || r.Twice != 0 || r.Unknown != 0 || r.Rejects != r.WantRejects || r.Refused != 0 || r.Unfollowed != 0 || r.Stale != 0 {
 		var b strings.Builder
 		r.Write(&b)
 		t.Fatalf("not exact:\n%s", b.String())

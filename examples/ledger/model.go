@@ -57,6 +57,22 @@ func (m *Model) Add(payload []byte) {
 	m.IDs[e.ID]++
 }
 
+// Remove takes a well-formed line that the run rejected out of the model,
+// as if the input did not hold it. It reports false, and changes nothing,
+// when the model holds no line of e's id.
+func (m *Model) Remove(e Entry) bool {
+	if m.IDs[e.ID] == 0 {
+		return false
+	}
+	if m.IDs[e.ID]--; m.IDs[e.ID] == 0 {
+		delete(m.IDs, e.ID)
+	}
+	m.Applied--
+	m.Total -= e.Amount
+	m.Balances[e.Account] -= e.Amount
+	return true
+}
+
 // ReadFrom adds every complete line of r, framed the way the feed frames
 // them: a line ends with "\n", and a "\r" just before it is not part of the
 // payload. An unterminated last line is ignored.

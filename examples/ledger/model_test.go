@@ -86,7 +86,7 @@ func TestReadOutput(t *testing.T) {
 	}
 	m := NewModel()
 	m.ReadFrom(strings.NewReader("1,a,5\n2,b,1\n3,a,5\n4,a,1\n"))
-	r := Compare(m, LedgerState{Applied: 4, Total: 12, Balances: map[string]int64{"a": 11, "b": 1}}, s, 0)
+	r := Compare(m, LedgerState{Applied: 4, Total: 12, Balances: map[string]int64{"a": 11, "b": 1}}, s, 0, nil)
 	if r.Unfollowed != 1 || r.Stale != 1 {
 		t.Fatalf("%+v", r)
 	}
@@ -102,7 +102,7 @@ func TestCompare(t *testing.T) {
 	m.ReadFrom(strings.NewReader("1,a,10\n2,b,20\n3,a,-5\n4,c,1\nbad\n"))
 	exact := LedgerState{Applied: 4, Total: 26, Balances: map[string]int64{"a": 5, "b": 20, "c": 1}}
 	out := &OutputSummary{IDs: map[int64]int{1: 1, 2: 1, 3: 1, 4: 1}}
-	r := Compare(m, exact, out, 1)
+	r := Compare(m, exact, out, 1, nil)
 	if !r.OK() || r.Missing != 0 || r.Twice != 0 {
 		t.Fatalf("exact state: %+v", r)
 	}
@@ -116,7 +116,7 @@ func TestCompare(t *testing.T) {
 	// Line 3 applied twice, line 4 missing, an unknown id, a reject missing.
 	twice := LedgerState{Applied: 4, Total: 20, Balances: map[string]int64{"a": 0, "b": 20}}
 	out = &OutputSummary{IDs: map[int64]int{1: 1, 2: 1, 3: 2, 9: 1}}
-	r = Compare(m, twice, out, 0)
+	r = Compare(m, twice, out, 0, nil)
 	if r.OK() || r.Missing != 1 || r.Twice != 1 || r.Unknown != 1 {
 		t.Fatalf("%+v", r)
 	}
@@ -134,8 +134,38 @@ func TestCompare(t *testing.T) {
 
 	// Only a balance off: not exact.
 	off := LedgerState{Applied: 4, Total: 26, Balances: map[string]int64{"a": 6, "b": 19, "c": 1}}
-	r = Compare(m, off, &OutputSummary{IDs: map[int64]int{1: 1, 2: 1, 3: 1, 4: 1}}, 1)
+	r = Compare(m, off, &OutputSummary{IDs: map[int64]int{1: 1, 2: 1, 3: 1, 4: 1}}, 1, nil)
 	if r.OK() || len(r.BalanceDiffs()) != 2 {
 		t.Fatalf("%+v %v", r, r.BalanceDiffs())
+	}
+}
+
+// A well-formed line that the run rejected (in rejects.csv with its
+// reason) is left out of the model: not missing, not in the expected
+// state, and said in the report. A refusal of a line the input does not
+// hold leaves the model as it is, and the rejects do not match.
+func TestCompareRefused(t *testing.T) {
+	input := "1,a,10\n2," + strings.Repeat("x", 40) + ",7\n3,a,-5\nbad\n"
+	refused := []Refused{{Entry: Entry{ID: 2, Account: strings.Repeat("x", 40), Amount: 7}, Epoch: 9, Position: 57, Reason: "key too large"}}
+	state := LedgerState{Applied: 2, Total: 5, Balances: map[string]int64{"a": 5}}
+	out := &OutputSummary{IDs: map[int64]int{1: 1, 3: 1}}
+	m := NewModel()
+	m.ReadFrom(strings.NewReader(input))
+	r := Compare(m, state, out, 2, refused)
+	if !r.OK() || r.Refused != 1 || r.Rejects != r.WantRejects {
+		t.Fatalf("%+v", r)
+	}
+	var buf bytes.Buffer
+	r.Write(&buf)
+	if want := "well-formed lines rejected by the run (in rejects.csv, left out of the expected state): 1, first: line 2 (position 57 of epoch 9): key too large\n"; !strings.HasSuffix(buf.String(), want) {
+		t.Fatalf("report:\n%s\nwant it to end with:\n%s", buf.String(), want)
+	}
+
+	m = NewModel()
+	m.ReadFrom(strings.NewReader(input))
+	refused[0].ID = 4
+	r = Compare(m, state, out, 2, refused)
+	if r.OK() || r.Refused != 0 || r.Missing != 1 || r.Rejects == r.WantRejects {
+		t.Fatalf("a refusal of a line not in the input: %+v", r)
 	}
 }

@@ -43,7 +43,7 @@ func OpenRejectLog(path string) (*RejectLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	seen, end, err := readRejects(f)
+	seen, end, err := readRejects(f, nil)
 	if err == nil {
 		err = f.Truncate(end)
 	}
@@ -93,25 +93,45 @@ func (l *RejectLog) Close() error {
 	return errors.Join(l.w.Error(), l.f.Close())
 }
 
+// Refused is a well-formed line in the reject log: a line the run could
+// not apply (its account too long for the store, say), as opposed to a
+// malformed or oversize one.
+type Refused struct {
+	Entry
+	Epoch    uint64
+	Position int64
+	Reason   string
+}
+
 // CountRejects returns the number of distinct lines in the reject log at
-// path; a missing log has none.
-func CountRejects(path string) (int, error) {
+// path, and the well-formed ones among them; a missing log has none.
+func CountRejects(path string) (int, []Refused, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		return 0, nil, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer f.Close()
-	seen, _, err := readRejects(f)
-	return len(seen), err
+	var refused []Refused
+	seen, _, err := readRejects(f, func(k rejectKey, reason, line string) {
+		if len(line) > maxLineBytes {
+			return
+		}
+		if e, err := ParseLine([]byte(line)); err == nil {
+			refused = append(refused, Refused{Entry: e, Epoch: k.epoch, Position: k.pos, Reason: reason})
+		}
+	})
+	return len(seen), refused, err
 }
 
 // readRejects reads the keys of the records of r and the length of its
 // complete lines. Each record is one physical line: a rejected line has no
-// "\n", and the CSV writer quotes a field with "\r".
-func readRejects(r io.Reader) (map[rejectKey]bool, int64, error) {
+// "\n", and the CSV writer quotes a field with "\r". When each is not nil
+// it is called with the reason and the line of every record whose key was
+// not seen before.
+func readRejects(r io.Reader, each func(k rejectKey, reason, line string)) (map[rejectKey]bool, int64, error) {
 	seen := make(map[rejectKey]bool)
 	br := bufio.NewReader(r)
 	var end int64
@@ -133,6 +153,17 @@ func readRejects(r io.Reader) (map[rejectKey]bool, int64, error) {
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		seen[rejectKey{epoch, pos}] = true
+		k := rejectKey{epoch, pos}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		if each != nil {
+			cr := csv.NewReader(bytes.NewReader(rec))
+			cr.FieldsPerRecord = 4
+			if f, err := cr.Read(); err == nil {
+				each(k, f[2], f[3])
+			}
+		}
 	}
 }

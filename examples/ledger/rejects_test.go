@@ -30,7 +30,7 @@ func TestRejectLog(t *testing.T) {
 	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString("9,44,torn")
 	f.Close()
-	if n, _ := CountRejects(path); n != 2 {
+	if n, _, _ := CountRejects(path); n != 2 {
 		t.Fatalf("CountRejects with a torn record = %d, want 2 (a torn record does not count)", n)
 	}
 	l, err = OpenRejectLog(path)
@@ -47,10 +47,10 @@ func TestRejectLog(t *testing.T) {
 		t.Fatal("the torn record was not written again")
 	}
 	l.Close()
-	if n, err := CountRejects(path); n != 3 || err != nil {
+	if n, _, err := CountRejects(path); n != 3 || err != nil {
 		t.Fatalf("CountRejects = %d, %v; want 3", n, err)
 	}
-	if n, err := CountRejects(filepath.Join(t.TempDir(), "none")); n != 0 || err != nil {
+	if n, _, err := CountRejects(filepath.Join(t.TempDir(), "none")); n != 0 || err != nil {
 		t.Fatalf("missing log: %d, %v", n, err)
 	}
 }
@@ -70,13 +70,13 @@ func TestParseEvent(t *testing.T) {
 // FuzzReadRejects: whatever a reject log holds (a crash can tear its last
 // record, a disk can garble it), reading it never fails from memory, stops
 // at a line boundary, and a record the log writes after that boundary is
-// read back, whatever the rejected line holds.
+// read back, its reason and line as written, whatever the line holds.
 func FuzzReadRejects(f *testing.F) {
 	f.Add([]byte("1764000000000000000,37,malformed line,\"a,b\"\n"), uint64(7), int64(120), []byte("x,\"y\"\r"))
 	f.Add([]byte("1,2,reason,line\n1,2,reason,line\n3,4,torn"), uint64(1), int64(2), []byte(""))
 	f.Add([]byte("\n\n,,\nx,y,z\n-1,5,r,l\n"), uint64(0), int64(-1), []byte("\xff\x00"))
 	f.Fuzz(func(t *testing.T, data []byte, epoch uint64, pos int64, line []byte) {
-		seen, end, err := readRejects(bytes.NewReader(data))
+		seen, end, err := readRejects(bytes.NewReader(data), func(rejectKey, string, string) {})
 		if err != nil {
 			t.Fatalf("readRejects(%q): %v", data, err)
 		}
@@ -95,12 +95,21 @@ func FuzzReadRejects(f *testing.F) {
 		}
 		w.Flush()
 		again := append(slices.Clip(data[:end]), rec.Bytes()...)
-		seen2, end2, err := readRejects(bytes.NewReader(again))
+		k := rejectKey{epoch, pos}
+		var got []string
+		seen2, end2, err := readRejects(bytes.NewReader(again), func(rk rejectKey, reason, l string) {
+			if rk == k {
+				got = []string{reason, l}
+			}
+		})
 		if err != nil || end2 != int64(len(again)) {
 			t.Fatalf("after appending %q: end %d of %d, err %v", rec.Bytes(), end2, len(again), err)
 		}
-		if !seen2[rejectKey{epoch, pos}] {
+		if !seen2[k] {
 			t.Fatalf("the record %q appended to %q is not read back", rec.Bytes(), data[:end])
+		}
+		if !seen[k] && (got == nil || got[0] != "malformed line" || got[1] != string(line)) {
+			t.Fatalf("the record %q appended to %q reads back as %q", rec.Bytes(), data[:end], got)
 		}
 		for k := range seen {
 			if !seen2[k] {
