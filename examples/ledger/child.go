@@ -22,7 +22,12 @@ import (
 //	                                       position P of epoch E
 //	ahead epoch=E pointer=P durable=D      the pointer file was seen ahead of
 //	                                       the durable state (a broken
-//	                                       guarantee; never expected)
+//	                                       guarantee; never expected). A
+//	                                       pointer the run found ahead of a
+//	                                       store behind it is not reported:
+//	                                       the feed reads from the store's
+//	                                       position, and commits again once
+//	                                       the reading passes the pointer
 //	done lines=N applied=A skipped=S rejected=R saves=C
 //	                                       the run ends cleanly: N lines were
 //	                                       delivered in this run, A applied,

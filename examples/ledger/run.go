@@ -422,6 +422,16 @@ func startEvents(w io.Writer, srv *framework.Server, st, ns state.Store, pointer
 			pos     int64
 		}
 		first := true
+		// The pointer as the run found it: when the store is behind it
+		// (deleted, restored from a backup, its last batches lost), the
+		// feed reads from the store's position and leaves the pointer
+		// where it was until the reading passes it (feed.Resumer). That
+		// pointer is ahead of the state by design; a pointer that a commit
+		// of this run wrote never is.
+		inherited := make(map[dedupe.Applied]bool)
+		for _, p := range pointerSlots(pointerPath) {
+			inherited[dedupe.Applied{Epoch: p.Epoch, Position: p.Position}] = true
+		}
 		for {
 			// The group's checkpoint exists once the processor subscribed.
 			cp := srv.Checkpoints().Lookup(feedName, groupName)
@@ -431,6 +441,9 @@ func startEvents(w io.Writer, srv *framework.Server, st, ns state.Store, pointer
 			durable, ok := durablePosition(ns, proc, cp)
 			s := st.Stats()
 			for _, p := range ptrs {
+				if inherited[dedupe.Applied{Epoch: p.Epoch, Position: p.Position}] {
+					continue
+				}
 				if ok && p.Epoch == durable.Epoch && p.Position > durable.Position {
 					var mark checkpoint.Mark
 					if cp != nil {
