@@ -52,7 +52,12 @@ func TestDemo(t *testing.T) {
 			}
 		} else {
 			// Without de-duplication, what the restart re-delivered from
-			// behind the saved state is applied a second time.
+			// behind the saved state is applied a second time: the
+			// scenario must show some, on any machine.
+			if r.Redelivered == 0 || r.Report.Twice == 0 || r.Report.State.Applied <= r.Report.Want.Applied {
+				t.Errorf("%s: no line applied twice (re-delivered %d, written twice %d, applied %d of %d): the scenario shows nothing",
+					sc.Title, r.Redelivered, r.Report.Twice, r.Report.State.Applied, r.Report.Want.Applied)
+			}
 			if got, want := r.Report.State.Applied-r.Report.Want.Applied, int64(r.Redelivered); got != want {
 				t.Errorf("%s: applied %d lines twice, want the %d re-delivered", sc.Title, got, want)
 			}
@@ -67,6 +72,31 @@ func TestDemo(t *testing.T) {
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q", want)
+		}
+	}
+}
+
+// A scenario without de-duplication is OK only when it shows lines applied
+// twice; one with de-duplication only when nothing is twice.
+func TestScenarioResultOK(t *testing.T) {
+	exact := &Report{State: LedgerState{Applied: 10, Total: 5}, Want: LedgerState{Applied: 10, Total: 5}}
+	twice := &Report{Twice: 3, State: LedgerState{Applied: 13, Total: 8}, Want: LedgerState{Applied: 10, Total: 5}}
+	for _, tc := range []struct {
+		name        string
+		dedupe      bool
+		redelivered int
+		report      *Report
+		ok          bool
+	}{
+		{"no dedupe, lines applied twice", false, 3, twice, true},
+		{"no dedupe, nothing twice", false, 0, exact, false},
+		{"no dedupe, re-delivered but nothing twice", false, 3, exact, false},
+		{"dedupe, exact", true, 3, exact, true},
+		{"dedupe, lines applied twice", true, 3, twice, false},
+	} {
+		r := &ScenarioResult{Scenario: Scenario{Dedupe: tc.dedupe}, Killed: true, NeverAhead: true, Redelivered: tc.redelivered, Report: tc.report}
+		if r.OK() != tc.ok {
+			t.Errorf("%s: OK() = %t, want %t", tc.name, r.OK(), tc.ok)
 		}
 	}
 }
