@@ -30,8 +30,11 @@ const childEnv = "TIDEMARK_FRAMEWORK_CHILD"
 const crashKillAfter = 400
 
 func runChild(mode string) int {
-	if mode == "signals" {
+	switch mode {
+	case "signals":
 		return runSignalChild()
+	case childCounter, childUnbound:
+		return runReadmeChild(mode)
 	}
 	dir := os.Getenv("TIDEMARK_DIR")
 	run := os.Getenv("TIDEMARK_RUN")
