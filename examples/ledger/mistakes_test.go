@@ -308,6 +308,10 @@ func TestPebbleWALByteFlipped(t *testing.T) {
 	if !strings.Contains(log, rewindWarning) {
 		t.Errorf("the run does not warn that the store is behind the pointer:\n%s", log)
 	}
+	// The store says so, naming the file and where (state: pebble_wal.go).
+	if want := fmt.Sprintf("state: pebble's WAL %s ends with a record that does not verify, at offset %d", walPath, start); !strings.Contains(log, want) || !strings.Contains(log, "level=WARN msg=\"state: pebble's WAL") {
+		t.Errorf("the run does not report the damage (%q):\n%s", want, log)
+	}
 	t.Logf("the run after the damage read %d lines again", done["lines"])
 	checkCommand(t, exe, data, input)
 }
