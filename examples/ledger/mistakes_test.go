@@ -571,3 +571,91 @@ func names(m map[string][]byte) []string {
 	}
 	return out
 }
+
+// Two `ledger run` on one input with two data folders at once used to share
+// one pointer file: the second started at the first's pointer and missed
+// lines, and the pointer moved backwards. The pointer file is locked by the
+// run that follows it now: the second fails at start, naming the pointer
+// file and the first's process; the first, killed part way and restarted,
+// ends exact; so does the second, run once the first is done.
+func TestTwoRunsOnOneInput(t *testing.T) {
+	exe := ledgerExe(t)
+	dir := t.TempDir()
+	input := filepath.Join(dir, "ledger.csv")
+	first, second := filepath.Join(dir, "data1"), filepath.Join(dir, "data2")
+	if err := GenFile(input, GenOptions{Lines: 50_000, Accounts: 30, Seed: 26, MalformedEvery: 501}); err != nil {
+		t.Fatal(err)
+	}
+	args := func(data string) []string {
+		return []string{"--input", input, "--data", data, "--progress", "none"}
+	}
+	c1, err := startChild(exe, append(args(first), "--follow", "--batch", "1000"), filepath.Join(dir, "first.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c1.waitApplied(5000, childTimeout) {
+		t.Fatalf("the first run never saved 5000 lines: %v", c1.wait(childTimeout))
+	}
+	c2, log := runToEnd(t, exe, args(second), filepath.Join(dir, "second.log"), promptly)
+	expectFailure(t, c2, log, fmt.Sprintf("%s.readPointer is held by process %d", input, c1.cmd.Process.Pid),
+		"give this one a pointer file of its own", "--pointer-dir DIR")
+
+	c1.kill()
+	if !c1.killed() {
+		t.Fatalf("the first run was not killed: %v", c1.err)
+	}
+	checkNotAhead(t, c1, input, first, false)
+	mustSettle(t, exe, args(first), filepath.Join(dir, "first-again.log"))
+	checkCommand(t, exe, first, input)
+	mustSettle(t, exe, args(second), filepath.Join(dir, "second-again.log"))
+	checkCommand(t, exe, second, input)
+}
+
+// Two runs on one input at once, each with its own data folder and its own
+// pointer folder (--pointer-dir): both follow the whole input and end
+// exact, and no pointer file is made beside the input.
+func TestTwoRunsWithTheirOwnPointerDirs(t *testing.T) {
+	exe := ledgerExe(t)
+	dir := t.TempDir()
+	input := filepath.Join(dir, "ledger.csv")
+	const lines = 30_000
+	if err := GenFile(input, GenOptions{Lines: lines, Accounts: 30, Seed: 27, MalformedEvery: 333}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ModelOf(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []*child
+	for i := 1; i <= 2; i++ {
+		data, pointers := filepath.Join(dir, fmt.Sprintf("data%d", i)), filepath.Join(dir, fmt.Sprintf("pointers%d", i))
+		c, err := startChild(exe, []string{"--input", input, "--data", data, "--pointer-dir", pointers, "--follow", "--batch", "1000", "--progress", "none"},
+			filepath.Join(dir, fmt.Sprintf("run%d.log", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, c)
+	}
+	for i, c := range runs {
+		if !c.waitApplied(m.Applied, childTimeout) {
+			t.Fatalf("run %d never saved the %d lines: %v\n%s", i+1, m.Applied, c.wait(childTimeout), readLog(t, c))
+		}
+	}
+	for i, c := range runs {
+		if err := c.signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.wait(childTimeout); err != nil {
+			t.Fatalf("run %d: %v\n%s", i+1, err, readLog(t, c))
+		}
+		if ahead, err := realAhead(input, c.aheadEvents()); err != nil || ahead {
+			t.Fatalf("run %d: the pointer was ahead of the state: %v %v", i+1, c.aheadEvents(), err)
+		}
+		pointers := filepath.Join(dir, fmt.Sprintf("pointers%d", i+1))
+		if _, err := os.Stat(filepath.Join(pointers, "ledger.csv.readPointer")); err != nil {
+			t.Errorf("run %d has no pointer file in its folder: %v", i+1, err)
+		}
+		checkCommand(t, exe, filepath.Join(dir, fmt.Sprintf("data%d", i+1)), input)
+	}
+	noPointerFile(t, input)
+}

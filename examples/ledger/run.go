@@ -26,8 +26,11 @@ import (
 
 // RunOptions are the flags of `ledger run`.
 type RunOptions struct {
-	Input         string
-	Data          string
+	Input string
+	Data  string
+	// PointerDir is the folder of the feed's pointer file; "" means beside
+	// the input (Input+".readPointer").
+	PointerDir    string
 	Store         string // state.Bolt or state.Pebble
 	Dedupe        bool
 	Sync          bool
@@ -66,11 +69,12 @@ const (
 )
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("run", stderr, "usage: ledger run --input PATH --data DIR [--store bbolt|pebble] [--dedupe=true|false] [--sync]\n"+
+	fs := newFlagSet("run", stderr, "usage: ledger run --input PATH --data DIR [--pointer-dir DIR] [--store bbolt|pebble] [--dedupe=true|false] [--sync]\n"+
 		"                  [--batch N] [--batch-interval D] [--follow] [--pace D] [--ops ADDR]")
 	var o RunOptions
 	fs.StringVar(&o.Input, "input", "", "the ledger file to read (required)")
 	fs.StringVar(&o.Data, "data", "", "the data folder: the store, output.csv and rejects.csv (required)")
+	fs.StringVar(&o.PointerDir, "pointer-dir", "", "the folder of the feed's pointer file (default: beside the input); one for each program that follows the same input")
 	fs.StringVar(&o.Store, "store", state.Bolt, "the store's backend for a new data folder: bbolt or pebble")
 	fs.BoolVar(&o.Dedupe, "dedupe", true, "skip lines the store already applied (false applies re-deliveries again, to show what de-duplication prevents)")
 	fs.BoolVar(&o.Sync, "sync", false, "save each line durably before the next, instead of batched asynchronous saves")
@@ -248,6 +252,7 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 			Name: feedName,
 			File: &framework.FileConfig{
 				Filename:     o.Input,
+				PointerDir:   o.PointerDir,
 				ReadStrategy: feed.Committed,
 				MaxLineBytes: maxLineBytes,
 				OnReject: func(r feed.Reject) {
@@ -280,6 +285,9 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 		fcfg.Observer = obs
 	}
 	srv, err := framework.New(fcfg, framework.Registry{processorName: proc})
+	if errors.Is(err, feed.ErrPointerLocked) {
+		err = fmt.Errorf("%w (here: --pointer-dir DIR, a folder of this run's own)", err)
+	}
 	if err != nil {
 		return exitFailed, err
 	}
@@ -343,7 +351,7 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 		if err != nil {
 			return exitFailed, errors.Join(err, srv.Stop(context.Background()))
 		}
-		ev = startEvents(stdout, srv, st, ns, o.Input+feed.PointerSuffix, start.Applied, proc)
+		ev = startEvents(stdout, srv, st, ns, feed.PointerPath(o.Input, o.PointerDir), start.Applied, proc)
 	}
 
 	runErr := srv.Run(ctx)
