@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(holderEnv); v != "" {
 		holdPointer(v)
 	}
+	if v := os.Getenv(feedEnv); v != "" {
+		runFeed(v)
+	}
 	goleak.VerifyTestMain(m)
 }
 
