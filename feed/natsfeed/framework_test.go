@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,7 +18,11 @@ import (
 // settled, and returns the source's stats.
 func runPartition(t *testing.T, js jetstream.JetStream, p int, dir string) natsfeed.Stats {
 	t.Helper()
-	src, err := natsfeed.New(partitionConfig(js, p))
+	cfg := partitionConfig(js, p)
+	// Status reads while messages are on their way must not make the
+	// feed look caught up (and settled) early.
+	cfg.StatusInterval = 2 * time.Millisecond
+	src, err := natsfeed.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

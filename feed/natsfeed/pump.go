@@ -90,7 +90,7 @@ func (p *pump) consume() (outcome, string) {
 	it, err := p.cons.Messages(jetstream.PullMaxMessages(s.cfg.PullBatch))
 	if err != nil {
 		if s.nc.IsClosed() {
-			s.fail(fmt.Errorf("%w: the NATS connection is closed: %v", ErrClosed, err))
+			s.fail(s.errorf(ErrClosed, p.accepted, "the NATS connection is closed (%v): connect with nats.MaxReconnects(-1), and start the source again on a new connection", err))
 			return outStop, ""
 		}
 		if !p.sleep(time.Second) {
@@ -193,7 +193,7 @@ func (p *pump) nextFailed(err error) (outcome, string) {
 	s := p.s
 	switch {
 	case s.nc.IsClosed():
-		s.fail(fmt.Errorf("%w: the NATS connection is closed: %v", ErrClosed, err))
+		s.fail(s.errorf(ErrClosed, p.accepted, "the NATS connection is closed (%v): connect with nats.MaxReconnects(-1), and start the source again on a new connection", err))
 		return outStop, ""
 	case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
 		if !p.consumerGone() {
@@ -359,10 +359,19 @@ func (p *pump) refresh() (outcome, string, bool) {
 		}
 		return 0, "", false
 	}
-	s.pending.Store(ci.NumPending)
-	// Deliveries after the last counted are on their way: they account
-	// for that much of the drop.
-	if d := ci.Delivered.Consumer; d >= p.cseq && d >= p.pendingAt && leaderOf(ci) == p.leader {
+	d := ci.Delivered.Consumer
+	if d < p.cseq || leaderOf(ci) != p.leader {
+		// Not this generation's view (a reset or a new leader since):
+		// the next message says.
+		return 0, "", false
+	}
+	// The server counts as pending only what it has not delivered:
+	// deliveries on their way to the pump (d - p.cseq of them) are
+	// behind the read position too, or the feed would look caught up
+	// with messages still to come.
+	s.pending.Store(ci.NumPending + (d - p.cseq))
+	// Those deliveries also account for that much of a drop.
+	if d >= p.pendingAt {
 		return p.checkPending(ci.NumPending, d, 0)
 	}
 	return 0, "", false

@@ -339,3 +339,18 @@ func TestCollector(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectionClosed checks that a source whose connection is closed
+// under it stops with ErrClosed, a permanent error.
+func TestConnectionClosed(t *testing.T) {
+	srv, _, _ := withStream(t, jetstream.StreamConfig{}, 30)
+	js := natstest.JetStream(t, srv.URL())
+	src := newSource(t, partitionConfig(js, 0), []feed.ResumePoint{})
+	pollN(t, src, 10)
+	js.Conn().Close()
+	_, err := pollErr(t, src)
+	var e *natsfeed.Error
+	if !errors.Is(err, natsfeed.ErrClosed) || !errors.As(err, &e) || !e.Permanent() {
+		t.Fatalf("error %v, want a permanent ErrClosed", err)
+	}
+}
