@@ -40,7 +40,7 @@ bench-short:
 # testdata/fuzz run in make test as ordinary tests.
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test ./feed -run '^$$' -fuzz '^FuzzDecodePointer$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1s
+	$(GO) test ./feed/pointer -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1s
 	$(GO) test ./feed -run '^$$' -fuzz '^FuzzFramer$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./framework -run '^$$' -fuzz '^FuzzLoadConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./examples/ledger -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME)

@@ -12,6 +12,7 @@ import (
 	"github.com/tidemark-go/tidemark/bench"
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
 )
@@ -69,13 +70,13 @@ func BenchmarkFraming(b *testing.B) {
 
 // BenchmarkPointerEncode encodes one pointer record.
 func BenchmarkPointerEncode(b *testing.B) {
-	p := feed.Pointer{Epoch: 1764000000000000000, Position: 1 << 30, Identity: dedupe.Identity{Dev: 2049, Ino: 123456},
+	p := pointer.Record{Epoch: 1764000000000000000, Position: 1 << 30, Identity: dedupe.Identity{Dev: 2049, Ino: 123456},
 		Fingerprint: dedupe.Fingerprint{Len: 4096, Hash: 0x1234}, TailLen: 64, TailHash: 0x5678}
-	buf := make([]byte, 0, feed.PointerRecordSize)
+	buf := make([]byte, 0, pointer.RecordSize)
 	for b.Loop() {
-		buf = feed.EncodePointer(buf[:0], p)
+		buf = pointer.Encode(buf[:0], p)
 	}
-	if len(buf) != feed.PointerRecordSize {
+	if len(buf) != pointer.RecordSize {
 		b.Fatalf("record of %d bytes", len(buf))
 	}
 }

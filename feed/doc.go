@@ -25,10 +25,11 @@
 // The framework polls a [Source] from one goroutine (the feed's runner): each
 // duty cycle it commits the position that every subscriber has finished
 // ([Source.Commit]), then reads a batch ([Source.Poll]) and hands the items to
-// the subscriber queues. [FileSource] is the Source of a file; [PointerFile]
-// is its durable pointer. The package knows nothing of processors, queues
-// or stores; checkpoint and state build on what it delivers: an [Item]'s
-// Epoch, Position and Origin.
+// the subscriber queues. [FileSource] is the Source of a file; its
+// durable pointer is a [github.com/tidemark-go/tidemark/feed/pointer.File]
+// (package feed/pointer holds the format, for tools). The package knows
+// nothing of processors, queues or stores; checkpoint and state build on
+// what it delivers: an [Item]'s Epoch, Position and Origin.
 //
 // The smallest use:
 //
@@ -96,11 +97,11 @@
 // # The pointer file
 //
 // Committed keeps its position in a pointer file named after the input,
-// <base of Path>.readPointer ([PointerSuffix]), beside the input or in
-// Config.PointerDir ([PointerPath]; see "Where the pointer file lives").
+// <base of Path>.readPointer (pointer.Suffix), beside the input or in
+// Config.PointerDir ([github.com/tidemark-go/tidemark/feed/pointer.Path]; see "Where the pointer file lives").
 // The format (two checksummed 80-byte records in 4096-byte slots, written
 // alternately), its byte-by-byte diagram, why it is crash safe, and what a
-// commit costs are documented on [PointerFile]. A record holds:
+// commit costs are documented on [github.com/tidemark-go/tidemark/feed/pointer.File]. A record holds:
 //
 //   - the epoch and the position;
 //   - the identity of the input (device and inode on Unix);
@@ -148,7 +149,7 @@
 // Two sources that commit to one pointer file lose lines: each starts at
 // the other's pointer, and each moves it past lines only the other
 // processed. So a Committed source takes an exclusive OS lock on its
-// pointer file (flock on Unix, [PointerFile.Lock]) in NewFileSource, and
+// pointer file (flock on Unix, [github.com/tidemark-go/tidemark/feed/pointer.File.Lock]) in NewFileSource, and
 // holds it until Close; the operating system releases it when the process
 // dies, kill -9 included, so no stale lock is ever left to clean up. A
 // second source on the same pointer file, in this process or another,

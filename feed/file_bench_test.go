@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 // benchInput writes lines of 100 bytes (terminator included) to a new file.
@@ -46,7 +48,7 @@ func BenchmarkFileSourcePoll(b *testing.B) {
 			ctx := context.Background()
 			items := make([]Item, 256)
 			newSource := func() *FileSource {
-				os.Remove(p + PointerSuffix)
+				os.Remove(p + pointer.Suffix)
 				s, err := NewFileSource(Config{Path: p, Strategy: bc.strat, Sync: bc.sync, GroupCommit: bc.group})
 				if err != nil {
 					b.Fatal(err)

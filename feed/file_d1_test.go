@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
@@ -85,8 +86,8 @@ func TestRewrittenInPlaceBetweenPolls(t *testing.T) {
 			if st.Reopens[ReasonRewritten] != 1 || st.LastReopenReason != ReasonRewritten || len(st.Reopens) != 1 {
 				t.Fatalf("status %+v", st)
 			}
-			if res := loadPointer(t, p); res.Pointer.Epoch != g[0].Epoch || res.Pointer.Position != 0 {
-				t.Fatalf("the new epoch must be stored at once: %+v", res.Pointer)
+			if res := loadPointer(t, p); res.Record.Epoch != g[0].Epoch || res.Record.Position != 0 {
+				t.Fatalf("the new epoch must be stored at once: %+v", res.Record)
 			}
 			if len(s.log.find(slog.LevelInfo, ReasonRewritten)) != 1 {
 				t.Fatalf("log:\n%s", s.log)
@@ -175,7 +176,7 @@ type countReadAtFile struct {
 func (f *countReadAtFile) ReadAt(b []byte, off int64) (int, error) {
 	if f.c.on.Load() {
 		f.c.n.Add(1)
-		if len(b) > MaxTailLen {
+		if len(b) > pointer.MaxTailLen {
 			return 0, fmt.Errorf("a ReadAt of %d bytes on return from idle", len(b))
 		}
 	}
@@ -207,8 +208,8 @@ func TestRewriteNotLentToPointer(t *testing.T) {
 	if err := s.Commit(epoch, p1); err != nil {
 		t.Fatal(err)
 	}
-	if res := loadPointer(t, p); res.Pointer.Epoch != epoch || res.Pointer.Position != p0 {
-		t.Fatalf("the pointer moved after the rewrite: %+v, want position %d", res.Pointer, p0)
+	if res := loadPointer(t, p); res.Record.Epoch != epoch || res.Record.Position != p0 {
+		t.Fatalf("the pointer moved after the rewrite: %+v, want position %d", res.Record, p0)
 	}
 	if len(s.log.find(slog.LevelWarn, "rewritten in place since it was read")) != 1 {
 		t.Fatalf("log:\n%s", s.log)

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
@@ -61,14 +62,14 @@ func TestCopyRenamedOverPathThenRotatedWhileStopped(t *testing.T) {
 			t.Fatalf("line %+v: the copy must be read on in epoch %d", l, epoch)
 		}
 	}
-	res, err := OpenPointerFile(p+PointerSuffix, PointerFileOptions{}).Load()
+	res, err := pointer.Open(p+pointer.Suffix, pointer.Options{}).Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Pointer{Epoch: epoch, Position: committed, Identity: idB}); !res.Found ||
-		res.Pointer.Epoch != want.Epoch || res.Pointer.Position != want.Position || res.Pointer.Identity != want.Identity {
+	if want := (pointer.Record{Epoch: epoch, Position: committed, Identity: idB}); !res.Found ||
+		res.Record.Epoch != want.Epoch || res.Record.Position != want.Position || res.Record.Identity != want.Identity {
 		t.Fatalf("pointer %+v once the copy's lines are handed out, want epoch %d position %d identity %+v (the copy; the first file was %+v)",
-			res.Pointer, epoch, committed, idB, idA)
+			res.Record, epoch, committed, idB, idA)
 	}
 	if err := s.Close(); err != nil { // killed: the rest is not committed
 		t.Fatal(err)
@@ -96,7 +97,7 @@ func TestCopyRenamedOverPathPointerWriteFails(t *testing.T) {
 	p := input(t, a)
 	var fail atomic.Bool
 	fsys := vfs.Inject(vfs.Default(), func(op vfs.Op, name string) error {
-		if fail.Load() && op == vfs.OpWrite && name == p+PointerSuffix {
+		if fail.Load() && op == vfs.OpWrite && name == p+pointer.Suffix {
 			return errors.New("injected pointer write failure")
 		}
 		return nil
@@ -123,8 +124,8 @@ func TestCopyRenamedOverPathPointerWriteFails(t *testing.T) {
 		t.Fatalf("the copy was read in epoch %d, want %d", e, epoch)
 	}
 	res := loadPointer(t, p)
-	if res.Pointer.Identity != identityOf(t, p) || res.Pointer.Epoch != epoch || res.Pointer.Position != committed {
-		t.Fatalf("pointer %+v, want the copy's identity %+v", res.Pointer, identityOf(t, p))
+	if res.Record.Identity != identityOf(t, p) || res.Record.Epoch != epoch || res.Record.Position != committed {
+		t.Fatalf("pointer %+v, want the copy's identity %+v", res.Record, identityOf(t, p))
 	}
 	if st := s.Status(); st.LastCommitError != "" {
 		t.Fatalf("the stored pointer leaves a commit error: %+v", st)

@@ -1,6 +1,7 @@
 package feed
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/internal/vfs"
+	"go.uber.org/goleak"
 )
 
 // pointerLog watches the pointer file of an input through an injected file
@@ -31,17 +32,17 @@ type pointerLog struct {
 	writes  atomic.Int64 // in-place writes of the pointer file
 
 	mu   sync.Mutex
-	recs []Pointer
+	recs []pointer.Record
 }
 
 func newPointerLog(input string) *pointerLog {
-	return &pointerLog{ptr: input + PointerSuffix, held: make(chan struct{}), release: make(chan struct{})}
+	return &pointerLog{ptr: input + pointer.Suffix, held: make(chan struct{}), release: make(chan struct{})}
 }
 
 // fs returns the operating system's file system watched by l.
 func (l *pointerLog) fs() vfs.FS {
 	return vfs.Inject(vfs.Default(), func(op vfs.Op, name string) error {
-		if name != l.ptr && name != l.ptr+PointerTempSuffix {
+		if name != l.ptr && name != l.ptr+pointer.TempSuffix {
 			return nil
 		}
 		if f := l.fail.Load(); f != nil && *f == op && name == l.ptr {
@@ -68,15 +69,31 @@ func (l *pointerLog) fs() vfs.FS {
 			// Called after the write, before the sync: the file holds the
 			// record being made durable.
 			if b, err := os.ReadFile(name); err == nil {
-				if st := parseState(b, int64(len(b))); st.best >= 0 {
+				if p, ok := bestRecord(b); ok {
 					l.mu.Lock()
-					l.recs = append(l.recs, st.slots[st.best].p)
+					l.recs = append(l.recs, p)
 					l.mu.Unlock()
 				}
 			}
 		}
 		return nil
 	})
+}
+
+// bestRecord returns the record that Load would use from the bytes of a
+// pointer file: the valid slot with the higher write sequence.
+func bestRecord(b []byte) (pointer.Record, bool) {
+	var best pointer.Record
+	var bestSeq uint64
+	found := false
+	for off := 0; off+pointer.RecordSize <= len(b); off += pointer.SlotSize {
+		rec := b[off : off+pointer.RecordSize]
+		p, err := pointer.Decode(rec)
+		if seq := binary.LittleEndian.Uint64(rec[8:16]); err == nil && (!found || seq > bestSeq) {
+			best, bestSeq, found = p, seq, true
+		}
+	}
+	return best, found
 }
 
 // failOp makes every op on the pointer file fail; "" fails nothing.
@@ -98,10 +115,10 @@ func (l *pointerLog) waitHeld(t *testing.T) {
 	}
 }
 
-func (l *pointerLog) records() []Pointer {
+func (l *pointerLog) records() []pointer.Record {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]Pointer(nil), l.recs...)
+	return append([]pointer.Record(nil), l.recs...)
 }
 
 // groupInput is an input of n 32-byte lines: from 400 lines on, longer
@@ -133,7 +150,7 @@ func TestGroupCommitCoalesces(t *testing.T) {
 	s := open(t, p, Config{GroupCommit: true, FS: l.fs()})
 	g := s.drain()
 	e := g[0].Epoch
-	if res := loadPointer(t, p); !res.Found || res.Pointer.Epoch != e || res.Pointer.Position != 0 {
+	if res := loadPointer(t, p); !res.Found || res.Record.Epoch != e || res.Record.Position != 0 {
 		t.Fatalf("the epoch's first record is not stored at once: %+v", res)
 	}
 	before := l.writes.Load()
@@ -161,8 +178,8 @@ func TestGroupCommitCoalesces(t *testing.T) {
 	if st := s.Status(); st.CommittedPosition != last || st.AskedPosition != last {
 		t.Fatalf("status after Flush: %+v", st)
 	}
-	if res := loadPointer(t, p); res.Pointer.Epoch != e || res.Pointer.Position != last {
-		t.Fatalf("pointer after Flush %+v, want epoch %d position %d", res.Pointer, e, last)
+	if res := loadPointer(t, p); res.Record.Epoch != e || res.Record.Position != last {
+		t.Fatalf("pointer after Flush %+v, want epoch %d position %d", res.Record, e, last)
 	}
 	if n := l.writes.Load() - before; n != 2 {
 		t.Fatalf("%d pointer writes for %d commits handed during one write; want 2 (the one held, then the newest)", n, len(g))
@@ -196,8 +213,8 @@ func TestGroupCommitOff(t *testing.T) {
 		if err := s.Commit(x.Epoch, x.Position); err != nil {
 			t.Fatal(err)
 		}
-		if res := loadPointer(t, p); res.Pointer.Position != x.Position {
-			t.Fatalf("pointer %+v after Commit(%d)", res.Pointer, x.Position)
+		if res := loadPointer(t, p); res.Record.Position != x.Position {
+			t.Fatalf("pointer %+v after Commit(%d)", res.Record, x.Position)
 		}
 	}
 	if err := s.Flush(); err != nil {
@@ -274,8 +291,8 @@ func TestGroupCommitRotationOrder(t *testing.T) {
 			t.Fatalf("a record of the old epoch after the new epoch's: %+v", recs)
 		}
 	}
-	if res := loadPointer(t, p); res.Pointer.Epoch != n[0].Epoch || res.Pointer.Identity != identityOf(t, p) {
-		t.Fatalf("pointer %+v, want the new file's epoch %d", res.Pointer, n[0].Epoch)
+	if res := loadPointer(t, p); res.Record.Epoch != n[0].Epoch || res.Record.Identity != identityOf(t, p) {
+		t.Fatalf("pointer %+v, want the new file's epoch %d", res.Record, n[0].Epoch)
 	}
 }
 
@@ -311,8 +328,8 @@ func TestGroupCommitRotationWaitsForWrite(t *testing.T) {
 		st.Epoch != e || st.CommittedPosition != g[9].Position || st.AskedPosition != last {
 		t.Fatalf("status %+v", st)
 	}
-	if res := loadPointer(t, p); res.Pointer.Epoch != e || res.Pointer.Position != g[9].Position {
-		t.Fatalf("pointer %+v", res.Pointer)
+	if res := loadPointer(t, p); res.Record.Epoch != e || res.Record.Position != g[9].Position {
+		t.Fatalf("pointer %+v", res.Record)
 	}
 	l.failOp("")
 	n := s.waitLines(10)
@@ -347,8 +364,8 @@ func TestGroupCommitSyncInterval(t *testing.T) {
 	if l.writes.Load() != writes+1 || len(l.records()) != synced {
 		t.Fatalf("%d writes and %d syncs for a commit within the interval, want 1 write and no sync", l.writes.Load()-writes, len(l.records())-synced)
 	}
-	if res := loadPointer(t, p); res.Pointer.Position != g[9].Position {
-		t.Fatalf("pointer %+v", res.Pointer)
+	if res := loadPointer(t, p); res.Record.Position != g[9].Position {
+		t.Fatalf("pointer %+v", res.Record)
 	}
 	waitUntil(t, "an idle poll to sync the writer's write", func() bool {
 		if g, err := s.poll(); len(g) != 0 || err != nil {
@@ -384,8 +401,8 @@ func TestGroupCommitWriteFails(t *testing.T) {
 			readable := func(most int64) {
 				t.Helper()
 				res := loadPointer(t, p)
-				if !res.Found || res.Pointer.Epoch != e || res.Pointer.Position < pos(9) || res.Pointer.Position > most ||
-					(op == vfs.OpWrite && res.Pointer.Position != pos(9)) {
+				if !res.Found || res.Record.Epoch != e || res.Record.Position < pos(9) || res.Record.Position > most ||
+					(op == vfs.OpWrite && res.Record.Position != pos(9)) {
 					t.Fatalf("the previous pointer must stay readable, never ahead of the commits: %+v", res)
 				}
 			}
@@ -434,8 +451,8 @@ func TestGroupCommitWriteFails(t *testing.T) {
 			if err := s.Flush(); err != nil {
 				t.Fatal(err)
 			}
-			if res := loadPointer(t, p); res.Pointer.Position != pos(39) {
-				t.Fatalf("pointer %+v", res.Pointer)
+			if res := loadPointer(t, p); res.Record.Position != pos(39) {
+				t.Fatalf("pointer %+v", res.Record)
 			}
 
 			// A newer commit replaces a failed one; Close writes it.
@@ -451,8 +468,8 @@ func TestGroupCommitWriteFails(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if res := loadPointer(t, p); res.Pointer.Position != pos(59) {
-				t.Fatalf("pointer after Close %+v, want %d", res.Pointer, pos(59))
+			if res := loadPointer(t, p); res.Record.Position != pos(59) {
+				t.Fatalf("pointer after Close %+v, want %d", res.Record, pos(59))
 			}
 		})
 	}
@@ -474,7 +491,7 @@ func TestGroupCommitCloseFails(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "close input "+p) || !errors.Is(err, vfs.ErrInjected.Err) {
 		t.Fatalf("Close with a failing pending write: %v", err)
 	}
-	if res := loadPointer(t, p); !res.Found || res.Pointer.Position != 0 {
+	if res := loadPointer(t, p); !res.Found || res.Record.Position != 0 {
 		t.Fatalf("pointer %+v", res)
 	}
 	// Close joined the writer: its goroutine has at most to return.
@@ -507,8 +524,8 @@ func TestGroupCommitCloseJoinsWriter(t *testing.T) {
 	// Close joined the writer: its goroutine has at most to return.
 	waitUntil(t, "the writer's goroutine to end", func() bool { return writersRunning() == before })
 	goleak.VerifyNone(t, leaks)
-	if res := loadPointer(t, p); res.Pointer.Position != g[len(g)-1].Position {
-		t.Fatalf("pointer after Close %+v", res.Pointer)
+	if res := loadPointer(t, p); res.Record.Position != g[len(g)-1].Position {
+		t.Fatalf("pointer after Close %+v", res.Record)
 	}
 }
 

@@ -111,10 +111,10 @@ func killRounds(t *testing.T, test, env, word string, rounds []int, cfg Config, 
 		}
 		epoch = ep
 		res := loadPointer(t, p)
-		if !res.Found || res.Pointer.Epoch != epoch {
+		if !res.Found || res.Record.Epoch != epoch {
 			t.Fatalf("round %d: pointer %+v, want epoch %d", round, res, epoch)
 		}
-		pos := res.Pointer.Position
+		pos := res.Record.Position
 		if pos%12 != 0 || !posOK(pos, last) {
 			t.Fatalf("round %d: pointer at %d; the child's last %q line was of %d", round, pos, word, last)
 		}
@@ -135,7 +135,7 @@ func readRestAfterKills(t *testing.T, p string, cfg Config, epoch uint64, proces
 	t.Helper()
 	s := open(t, p, cfg)
 	g := s.drain()
-	if len(g) == 0 || g[0].Epoch != epoch || g[0].Position != loadPointer(t, p).Pointer.Position+12 {
+	if len(g) == 0 || g[0].Epoch != epoch || g[0].Position != loadPointer(t, p).Record.Position+12 {
 		t.Fatalf("restart: first line %+v", g[:min(1, len(g))])
 	}
 	for _, x := range g {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
@@ -91,7 +92,7 @@ func wantLocked(t *testing.T, err error, input string, pid int) {
 		t.Fatalf("err %v, want ErrPointerLocked", err)
 	}
 	msg := err.Error()
-	if !strings.Contains(msg, input+PointerSuffix) || !strings.Contains(msg, "stop the feed that holds it first") {
+	if !strings.Contains(msg, input+pointer.Suffix) || !strings.Contains(msg, "stop the feed that holds it first") {
 		t.Fatalf("error %q does not name the pointer file and what to do", msg)
 	}
 	if runtime.GOOS == "linux" && !strings.Contains(msg, fmt.Sprintf("held by process %d", pid)) {
@@ -141,7 +142,7 @@ func TestPointerLockMissingInput(t *testing.T) {
 	if err := s1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(p + PointerSuffix); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(p + pointer.Suffix); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the empty pointer file made for the lock is left behind: %v", err)
 	}
 	s2 := open(t, p, Config{})
@@ -162,10 +163,10 @@ func TestPointerLockKeptAcrossCreate(t *testing.T) {
 			case "legacy":
 				writeLegacy(t, p, 2)
 			case "corrupt":
-				write(t, p+PointerSuffix, strings.Repeat("x", 100))
+				write(t, p+pointer.Suffix, strings.Repeat("x", 100))
 			}
 			s := open(t, p, Config{})
-			ino := identityOf(t, p+PointerSuffix)
+			ino := identityOf(t, p+pointer.Suffix)
 			g := s.drain()
 			if err := s.Commit(g[len(g)-1].Epoch, g[len(g)-1].Position); err != nil {
 				t.Fatal(err)
@@ -173,7 +174,7 @@ func TestPointerLockKeptAcrossCreate(t *testing.T) {
 			if res := loadPointer(t, p); !res.Found {
 				t.Fatalf("pointer %+v", res)
 			}
-			if identityOf(t, p+PointerSuffix) == ino {
+			if identityOf(t, p+pointer.Suffix) == ino {
 				t.Fatal("the pointer file was not replaced: the test tests nothing")
 			}
 			_, err := NewFileSource(Config{Path: p})
@@ -218,7 +219,7 @@ func TestPointerLockOtherProcess(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 3 || len(text) != 1 {
 		t.Fatalf("second process: %v, output %q", err, text)
 	}
-	if msg := text[0]; !strings.Contains(msg, p+PointerSuffix) || (runtime.GOOS == "linux" && !strings.Contains(msg, fmt.Sprintf("held by process %d", os.Getpid()))) {
+	if msg := text[0]; !strings.Contains(msg, p+pointer.Suffix) || (runtime.GOOS == "linux" && !strings.Contains(msg, fmt.Sprintf("held by process %d", os.Getpid()))) {
 		t.Fatalf("second process: %q does not name the pointer and the holder %d", msg, os.Getpid())
 	}
 }
@@ -237,7 +238,7 @@ func TestPointerLockEmptyAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Wait()
-	if fi, err := os.Stat(p + PointerSuffix); err != nil || fi.Size() != 0 {
+	if fi, err := os.Stat(p + pointer.Suffix); err != nil || fi.Size() != 0 {
 		t.Fatalf("pointer file after the kill: %v %v", fi, err)
 	}
 	s := open(t, p, Config{})
@@ -247,7 +248,7 @@ func TestPointerLockEmptyAfterKill(t *testing.T) {
 	if n := s.log.count(slog.LevelWarn); n != 0 || len(s.log.find(slog.LevelInfo, "holds no record yet")) != 1 {
 		t.Fatalf("log:\n%s", s.log)
 	}
-	if res := loadPointer(t, p); !res.Found || res.Pointer.Epoch != s.Status().Epoch {
+	if res := loadPointer(t, p); !res.Found || res.Record.Epoch != s.Status().Epoch {
 		t.Fatalf("pointer %+v", res)
 	}
 }
@@ -259,23 +260,23 @@ func TestPointerLockEmptyAfterKill(t *testing.T) {
 func TestPointerLockCreateFaults(t *testing.T) {
 	for _, op := range []vfs.Op{vfs.OpLock, vfs.OpRename, vfs.OpSync} {
 		t.Run(string(op), func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "in"+PointerSuffix)
-			tmp := path + PointerTempSuffix
+			path := filepath.Join(t.TempDir(), "in"+pointer.Suffix)
+			tmp := path + pointer.TempSuffix
 			// The temporary file's lock and sync; the rename, by its target.
 			c := &vfs.Counter{Match: func(o vfs.Op, name string) bool {
 				return o == op && (name == tmp || o == vfs.OpRename && name == path)
 			}, FailAt: 1}
-			pf := OpenPointerFile(path, PointerFileOptions{FS: vfs.Inject(vfs.Default(), c.Injector()), Logger: slog.New(slog.DiscardHandler)})
+			pf := pointer.Open(path, pointer.Options{FS: vfs.Inject(vfs.Default(), c.Injector()), Logger: slog.New(slog.DiscardHandler)})
 			defer pf.Close()
 			if err := pf.Lock(); err != nil {
 				t.Fatal(err)
 			}
 			other := func() error {
-				o := OpenPointerFile(path, PointerFileOptions{Logger: slog.New(slog.DiscardHandler)})
+				o := pointer.Open(path, pointer.Options{Logger: slog.New(slog.DiscardHandler)})
 				defer o.Close()
 				return o.Lock()
 			}
-			p := Pointer{Epoch: 5, Position: 0}
+			p := pointer.Record{Epoch: 5, Position: 0}
 			if err := pf.Store(p); err == nil || c.Count() == 0 {
 				t.Fatalf("the injected %s did not fail the create: %v", op, err)
 			}
@@ -288,7 +289,7 @@ func TestPointerLockCreateFaults(t *testing.T) {
 			if err := other(); !errors.Is(err, ErrPointerLocked) {
 				t.Fatalf("after the create: %v", err)
 			}
-			if res, err := pf.Load(); err != nil || !res.Found || res.Pointer != p {
+			if res, err := pf.Load(); err != nil || !res.Found || res.Record != p {
 				t.Fatalf("%+v %v", res, err)
 			}
 			if err := pf.Close(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
@@ -81,13 +82,13 @@ func TestOpenTable(t *testing.T) {
 		{name: "another identity, same leading bytes, not shorter", mutate: func(t *testing.T, p string) {
 			replaceByRename(t, p, initial+"charlie\n")
 		}, kept: true, first: "charlie", pos: 20, level: slog.LevelWarn, msg: "identity changed"},
-		{name: "pointer missing", mutate: func(t *testing.T, p string) { os.Remove(p + PointerSuffix) },
+		{name: "pointer missing", mutate: func(t *testing.T, p string) { os.Remove(p + pointer.Suffix) },
 			first: "alpha", pos: 6, level: slog.LevelInfo, msg: "no pointer file"},
-		{name: "pointer empty (made to be locked, never written)", mutate: func(t *testing.T, p string) { write(t, p+PointerSuffix, "") },
+		{name: "pointer empty (made to be locked, never written)", mutate: func(t *testing.T, p string) { write(t, p+pointer.Suffix, "") },
 			first: "alpha", pos: 6, level: slog.LevelInfo, msg: "holds no record yet"},
-		{name: "pointer shorter than 8 bytes", mutate: func(t *testing.T, p string) { write(t, p+PointerSuffix, "TDMP\x01") },
+		{name: "pointer shorter than 8 bytes", mutate: func(t *testing.T, p string) { write(t, p+pointer.Suffix, "TDMP\x01") },
 			first: "alpha", pos: 6, level: slog.LevelWarn, msg: "no valid record"},
-		{name: "pointer all NULs", mutate: func(t *testing.T, p string) { write(t, p+PointerSuffix, string(make([]byte, PointerFileSize))) },
+		{name: "pointer all NULs", mutate: func(t *testing.T, p string) { write(t, p+pointer.Suffix, string(make([]byte, pointer.FileSize))) },
 			first: "alpha", pos: 6, level: slog.LevelWarn, msg: "no valid record"},
 	}
 	for _, tt := range tests {
@@ -125,14 +126,14 @@ func TestOpenTable(t *testing.T) {
 				if len(recs) != 1 {
 					t.Fatalf("want one %s %q; log:\n%s", tt.level, tt.msg, s.log)
 				}
-				if a := attrs(recs[0]); a["pointer"].String() != p+PointerSuffix {
+				if a := attrs(recs[0]); a["pointer"].String() != p+pointer.Suffix {
 					t.Fatalf("the log must name the pointer file: %v", a)
 				}
 			}
 			if !tt.kept {
 				// The new epoch is stored at once, with this file's identity.
 				res := loadPointer(t, p)
-				if !res.Found || res.Pointer.Epoch != st.Epoch || res.Pointer.Identity != identityOf(t, p) {
+				if !res.Found || res.Record.Epoch != st.Epoch || res.Record.Identity != identityOf(t, p) {
 					t.Fatalf("pointer %+v, status %+v", res, st)
 				}
 			}
@@ -142,9 +143,9 @@ func TestOpenTable(t *testing.T) {
 
 func writeLegacy(t *testing.T, p string, count int64) {
 	t.Helper()
-	b := make([]byte, LegacyPointerSize)
+	b := make([]byte, pointer.LegacySize)
 	binary.BigEndian.PutUint64(b, uint64(count))
-	write(t, p+PointerSuffix, string(b))
+	write(t, p+pointer.Suffix, string(b))
 }
 
 // TestLegacyPointer: the count of the product tidemark replaces is taken as a
@@ -200,7 +201,7 @@ func TestLegacyPointer(t *testing.T) {
 			if tt.name == "inside a line" || strings.HasPrefix(tt.name, "after") {
 				want = tt.pos - int64(len(tt.first)) - 1
 			}
-			if !res.Found || res.Pointer.Epoch != st.Epoch || res.Pointer.Position != want {
+			if !res.Found || res.Record.Epoch != st.Epoch || res.Record.Position != want {
 				t.Fatalf("pointer %+v, want epoch %d position %d", res, st.Epoch, want)
 			}
 		})
@@ -224,7 +225,7 @@ func TestLegacyPointerInsideUnterminatedLine(t *testing.T) {
 	if len(g) != 1 || g[0].Line != "ef" || g[0].Position != 9 {
 		t.Fatalf("%+v", g)
 	}
-	if res := loadPointer(t, p); !res.Found || res.Pointer.Position != 6 || res.Pointer.Epoch != g[0].Epoch {
+	if res := loadPointer(t, p); !res.Found || res.Record.Position != 6 || res.Record.Epoch != g[0].Epoch {
 		t.Fatalf("pointer %+v", res)
 	}
 }
@@ -235,7 +236,7 @@ func TestLegacyPointerInsideUnterminatedLine(t *testing.T) {
 func TestFingerprintCoversPrefixFingerprinted(t *testing.T) {
 	p := input(t, "ab\n")
 	epoch, _ := firstRun(t, p)
-	if res := loadPointer(t, p); res.Pointer.Fingerprint.Len != 3 {
+	if res := loadPointer(t, p); res.Record.Fingerprint.Len != 3 {
 		t.Fatalf("pointer %+v", res)
 	}
 	more := strings.Repeat(strings.Repeat("y", 99)+"\n", 50)
@@ -250,8 +251,8 @@ func TestFingerprintCoversPrefixFingerprinted(t *testing.T) {
 	}
 	b, _ := os.ReadFile(p)
 	res := loadPointer(t, p)
-	if res.Pointer.Fingerprint.Len != MaxFingerprintLen || res.Pointer.Fingerprint.Hash != HashBytes(b[:MaxFingerprintLen]) {
-		t.Fatalf("fingerprint not extended: %+v", res.Pointer.Fingerprint)
+	if res.Record.Fingerprint.Len != pointer.MaxFingerprintLen || res.Record.Fingerprint.Hash != HashBytes(b[:pointer.MaxFingerprintLen]) {
+		t.Fatalf("fingerprint not extended: %+v", res.Record.Fingerprint)
 	}
 }
 
@@ -261,13 +262,13 @@ func TestFingerprintCoversPrefixFingerprinted(t *testing.T) {
 // path) fails NewFileSource, which locks it.
 func TestPointerLoadErrorIsReturnedAndRetried(t *testing.T) {
 	p := input(t, "a\nb\n")
-	if err := os.Mkdir(p+PointerSuffix, 0o755); err != nil {
+	if err := os.Mkdir(p+pointer.Suffix, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewFileSource(Config{Path: p}); err == nil || !strings.Contains(err.Error(), p+PointerSuffix) {
+	if _, err := NewFileSource(Config{Path: p}); err == nil || !strings.Contains(err.Error(), p+pointer.Suffix) {
 		t.Fatalf("a folder at the pointer's path: err %v", err)
 	}
-	if err := os.Remove(p + PointerSuffix); err != nil {
+	if err := os.Remove(p + pointer.Suffix); err != nil {
 		t.Fatal(err)
 	}
 	s := open(t, p, Config{})
@@ -278,10 +279,10 @@ func TestPointerLoadErrorIsReturnedAndRetried(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	c := &vfs.Counter{Match: func(op vfs.Op, name string) bool { return op == vfs.OpRead && name == p+PointerSuffix }, FailAt: 1}
+	c := &vfs.Counter{Match: func(op vfs.Op, name string) bool { return op == vfs.OpRead && name == p+pointer.Suffix }, FailAt: 1}
 	s = open(t, p, Config{FS: vfs.Inject(vfs.Default(), c.Injector())})
 	_, err := s.poll()
-	if err == nil || !strings.Contains(err.Error(), p+PointerSuffix) {
+	if err == nil || !strings.Contains(err.Error(), p+pointer.Suffix) {
 		t.Fatalf("err %v", err)
 	}
 	if g := s.drain(); fmt.Sprint(lines(g)) != "[b]" {
@@ -300,16 +301,16 @@ func TestFingerprintStoredBeforeDelivery(t *testing.T) {
 	s := open(t, p, Config{})
 	s.drain()
 	epoch := s.Status().Epoch
-	if res := loadPointer(t, p); res.Pointer.Fingerprint.Len != 0 || res.Pointer.Epoch != epoch {
-		t.Fatalf("pointer %+v", res.Pointer)
+	if res := loadPointer(t, p); res.Record.Fingerprint.Len != 0 || res.Record.Epoch != epoch {
+		t.Fatalf("pointer %+v", res.Record)
 	}
 	appendTo(t, p, "a\nb\n")
 	if g := s.drain(); len(g) != 2 {
 		t.Fatalf("%+v", g)
 	}
 	res := loadPointer(t, p)
-	if res.Pointer.Fingerprint != (dedupe.Fingerprint{Len: 4, Hash: HashBytes([]byte("a\nb\n"))}) || res.Pointer.Position != 0 || res.Pointer.Epoch != epoch {
-		t.Fatalf("pointer %+v", res.Pointer)
+	if res.Record.Fingerprint != (dedupe.Fingerprint{Len: 4, Hash: HashBytes([]byte("a\nb\n"))}) || res.Record.Position != 0 || res.Record.Epoch != epoch {
+		t.Fatalf("pointer %+v", res.Record)
 	}
 	s.Close() // no commit: as after a crash
 	replaceByRename(t, p, "x\ny\nz\n")

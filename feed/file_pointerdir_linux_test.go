@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 // readOnlyFolder makes dir read-only for this process until the test ends:
@@ -47,7 +49,7 @@ func TestPointerDirReadOnlyInputFolder(t *testing.T) {
 	readOnlyFolder(t, in)
 
 	_, err := NewFileSource(Config{Path: p})
-	if err == nil || !strings.Contains(err.Error(), p+PointerSuffix) || !strings.Contains(err.Error(), "PointerDir") || !errors.Is(err, syscall.EROFS) && !errors.Is(err, syscall.EACCES) {
+	if err == nil || !strings.Contains(err.Error(), p+pointer.Suffix) || !strings.Contains(err.Error(), "PointerDir") || !errors.Is(err, syscall.EROFS) && !errors.Is(err, syscall.EACCES) {
 		t.Fatalf("beside a read-only input: %v", err)
 	}
 

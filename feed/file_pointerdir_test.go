@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 func TestPointerPath(t *testing.T) {
@@ -17,8 +19,8 @@ func TestPointerPath(t *testing.T) {
 		{"/data/in.csv", "/var/lib/feed", "/var/lib/feed/in.csv.readPointer"},
 		{"/data/in.csv", "state", "state/in.csv.readPointer"},
 	} {
-		if got := PointerPath(c.input, c.dir); got != c.want {
-			t.Errorf("PointerPath(%q, %q) = %q, want %q", c.input, c.dir, got, c.want)
+		if got := pointer.Path(c.input, c.dir); got != c.want {
+			t.Errorf("pointer.Path(%q, %q) = %q, want %q", c.input, c.dir, got, c.want)
 		}
 	}
 }
@@ -40,16 +42,16 @@ func TestPointerDir(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ptr := filepath.Join(dir, "in.log"+PointerSuffix)
-	res, err := OpenPointerFile(ptr, PointerFileOptions{Logger: slog.New(slog.DiscardHandler)}).Load()
-	if err != nil || !res.Found || res.Pointer.Position != 5*32 {
+	ptr := filepath.Join(dir, "in.log"+pointer.Suffix)
+	res, err := pointer.Open(ptr, pointer.Options{Logger: slog.New(slog.DiscardHandler)}).Load()
+	if err != nil || !res.Found || res.Record.Position != 5*32 {
 		t.Fatalf("pointer in the pointer folder: %+v %v", res, err)
 	}
-	if _, err := os.Stat(p + PointerSuffix); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(p + pointer.Suffix); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a pointer file beside the input: %v", err)
 	}
 	s = open(t, p, Config{PointerDir: dir})
-	if g := s.drain(); len(g) != 5 || g[0].Position != 6*32 || g[0].Epoch != res.Pointer.Epoch {
+	if g := s.drain(); len(g) != 5 || g[0].Position != 6*32 || g[0].Epoch != res.Record.Epoch {
 		t.Fatalf("restart: %+v", g)
 	}
 	if n := len(s.log.find(slog.LevelInfo, "created the pointer folder")); n != 0 {
@@ -75,13 +77,13 @@ func TestPointerDirTwoPrograms(t *testing.T) {
 		t.Fatal(err)
 	}
 	for dir, want := range map[string]int64{d1: 3 * 32, d2: 8 * 32} {
-		res, err := OpenPointerFile(PointerPath(p, dir), PointerFileOptions{}).Load()
-		if err != nil || res.Pointer.Position != want {
+		res, err := pointer.Open(pointer.Path(p, dir), pointer.Options{}).Load()
+		if err != nil || res.Record.Position != want {
 			t.Fatalf("%s: %+v %v, want %d", dir, res, err, want)
 		}
 	}
 	_, err := NewFileSource(Config{Path: p, PointerDir: d1})
-	if !errors.Is(err, ErrPointerLocked) || !strings.Contains(err.Error(), PointerPath(p, d1)) {
+	if !errors.Is(err, ErrPointerLocked) || !strings.Contains(err.Error(), pointer.Path(p, d1)) {
 		t.Fatalf("a third program on the first one's folder: %v", err)
 	}
 }

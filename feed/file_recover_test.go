@@ -120,14 +120,14 @@ func TestRenamedAwayWhileStoppedIsFinished(t *testing.T) {
 	if st := s.Status(); st.State != StateBehind || !strings.Contains(st.Detail, "to be committed") || st.Epoch != epoch {
 		t.Fatalf("status %+v", st)
 	}
-	if res := loadPointer(t, p); res.Pointer.Identity != oldID || res.Pointer.Epoch != epoch || res.Pointer.Position != 120*32 {
-		t.Fatalf("pointer %+v", res.Pointer)
+	if res := loadPointer(t, p); res.Record.Identity != oldID || res.Record.Epoch != epoch || res.Record.Position != 120*32 {
+		t.Fatalf("pointer %+v", res.Record)
 	}
 	if err := s.Commit(epoch, g[len(g)-1].Position); err != nil {
 		t.Fatal(err)
 	}
-	if res := loadPointer(t, p); res.Pointer.Identity != oldID || res.Pointer.Position != 300*32 {
-		t.Fatalf("pointer %+v", res.Pointer)
+	if res := loadPointer(t, p); res.Record.Identity != oldID || res.Record.Position != 300*32 {
+		t.Fatalf("pointer %+v", res.Record)
 	}
 	// Then the new file, from 0, under a new epoch stored at once.
 	g = s.takeCommit(100)
@@ -138,8 +138,8 @@ func TestRenamedAwayWhileStoppedIsFinished(t *testing.T) {
 		t.Fatalf("more lines: %+v", h)
 	}
 	res := loadPointer(t, p)
-	if res.Pointer.Identity != identityOf(t, p) || res.Pointer.Epoch != g[0].Epoch || res.Pointer.Position != 100*32 {
-		t.Fatalf("pointer %+v", res.Pointer)
+	if res.Record.Identity != identityOf(t, p) || res.Record.Epoch != g[0].Epoch || res.Record.Position != 100*32 {
+		t.Fatalf("pointer %+v", res.Record)
 	}
 	st := s.Status()
 	if st.Reopens[ReasonRenamedAway] != 1 || st.PartialDropped != 1 || len(s.rejects) != 1 ||
@@ -394,8 +394,8 @@ func TestRenamedAwayPathMissingAtStart(t *testing.T) {
 		}
 		return s.Status().State == StateWaiting
 	})
-	if res := loadPointer(t, p); res.Pointer.Epoch != epoch || res.Pointer.Position != 100*32 {
-		t.Fatalf("pointer %+v", res.Pointer)
+	if res := loadPointer(t, p); res.Record.Epoch != epoch || res.Record.Position != 100*32 {
+		t.Fatalf("pointer %+v", res.Record)
 	}
 	b := genLines("b", 0, 20)
 	write(t, p, b)
@@ -467,8 +467,8 @@ func TestRotationWaitsForOldLinesCommitted(t *testing.T) {
 			if st := s.Status(); st.State != StateBehind || !strings.Contains(st.Detail, "to be committed") {
 				t.Fatalf("status %+v", st)
 			}
-			if res := loadPointer(t, p); res.Pointer.Identity != oldID || res.Pointer.Epoch != epoch || res.Pointer.Position != 20*32 {
-				t.Fatalf("pointer %+v", res.Pointer)
+			if res := loadPointer(t, p); res.Record.Identity != oldID || res.Record.Epoch != epoch || res.Record.Position != 20*32 {
+				t.Fatalf("pointer %+v", res.Record)
 			}
 			if !crash {
 				if err := s.Commit(epoch, g[49].Position); err != nil {

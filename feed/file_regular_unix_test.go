@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
@@ -70,7 +71,7 @@ func wantNotRegular(t *testing.T, err error, path, kind string) {
 // file) exists for input.
 func noPointerBeside(t *testing.T, input string) {
 	t.Helper()
-	for _, p := range []string{input + PointerSuffix, input + PointerSuffix + PointerTempSuffix} {
+	for _, p := range []string{input + pointer.Suffix, input + pointer.Suffix + pointer.TempSuffix} {
 		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("%s exists (%v): no pointer file may be made for an input that is not a regular file", p, err)
 		}
@@ -206,7 +207,7 @@ func TestSymlinkToRegularAccepted(t *testing.T) {
 	if err := s.Commit(g[1].Epoch, g[1].Position); err != nil {
 		t.Fatal(err)
 	}
-	if res := loadPointer(t, link); !res.Found || res.Pointer.Position != 4 {
+	if res := loadPointer(t, link); !res.Found || res.Record.Position != 4 {
 		t.Fatalf("pointer of the link: %+v", res)
 	}
 }

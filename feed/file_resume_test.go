@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 // lineageOf is the record a store keeps after applying path's lines up to
@@ -21,8 +22,8 @@ func lineageOf(t *testing.T, path string, epoch uint64, pos int64) dedupe.Lineag
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp := data[:min(len(data), MaxFingerprintLen)]
-	n := int(min(pos, MaxTailLen))
+	fp := data[:min(len(data), pointer.MaxFingerprintLen)]
+	n := int(min(pos, pointer.MaxTailLen))
 	return dedupe.Lineage{
 		Applied:     dedupe.Applied{Epoch: epoch, Position: pos},
 		Fingerprint: dedupe.Fingerprint{Len: len(fp), Hash: HashBytes(fp)},
@@ -122,7 +123,7 @@ func TestResumeFromDecision(t *testing.T) {
 		}, start: 20 * 32, rewind: true, reason: "g2 (epoch 7, position 640)", holder: "g2"},
 		{name: "no points", points: func(t *testing.T, p string, e uint64) []ResumePoint { return nil }, start: P},
 		{name: "pointer missing", change: func(t *testing.T, p string) {
-			if err := os.Remove(p + PointerSuffix); err != nil {
+			if err := os.Remove(p + pointer.Suffix); err != nil {
 				t.Fatal(err)
 			}
 		}, points: func(t *testing.T, p string, e uint64) []ResumePoint {
@@ -173,14 +174,14 @@ func TestResumeFromDecision(t *testing.T) {
 				holder = tc.holder
 			}
 			a := attrs(w[0])
-			if a["path"].String() != p || a["pointer"].String() != p+PointerSuffix || a["epoch"].Uint64() != e ||
+			if a["path"].String() != p || a["pointer"].String() != p+pointer.Suffix || a["epoch"].Uint64() != e ||
 				a["pointer_position"].Int64() != P || a["start"].Int64() != tc.start || a["holder"].String() != holder ||
 				a["reason"].String() == "" || !strings.Contains(st.LastRewind, a["reason"].String()) || !strings.HasPrefix(st.LastRewind, holder+" ") {
 				t.Fatalf("warning %v, LastRewind %q", a, st.LastRewind)
 			}
 			// The pointer file was not moved back, and the source says so.
-			if res := loadPointer(t, p); res.Pointer.Epoch != e || res.Pointer.Position != P {
-				t.Fatalf("pointer %+v, want epoch %d position %d", res.Pointer, e, P)
+			if res := loadPointer(t, p); res.Record.Epoch != e || res.Record.Position != P {
+				t.Fatalf("pointer %+v, want epoch %d position %d", res.Record, e, P)
 			}
 			if st.CommittedPosition != P || st.Epoch != e {
 				t.Fatalf("status %+v", st)
@@ -201,8 +202,8 @@ func TestResumeFromEndToEnd(t *testing.T) {
 			p := input(t, content)
 			e := stopAfter(t, p, 500)
 			const P = 500 * 32
-			if res := loadPointer(t, p); res.Pointer.Position != P {
-				t.Fatalf("pointer %+v", res.Pointer)
+			if res := loadPointer(t, p); res.Record.Position != P {
+				t.Fatalf("pointer %+v", res.Record)
 			}
 			s := open(t, p, Config{GroupCommit: group})
 			const X = 123 * 32
@@ -217,8 +218,8 @@ func TestResumeFromEndToEnd(t *testing.T) {
 					t.Fatal(err)
 				}
 				res := loadPointer(t, p)
-				if res.Pointer.Epoch != e || res.Pointer.Position != P {
-					t.Fatalf("after the commit of %d: pointer %+v, want it at %d until the reading passes it", last.Position, res.Pointer, P)
+				if res.Record.Epoch != e || res.Record.Position != P {
+					t.Fatalf("after the commit of %d: pointer %+v, want it at %d until the reading passes it", last.Position, res.Record, P)
 				}
 				if st := s.Status(); st.CommittedPosition != P || st.AskedPosition != P {
 					t.Fatalf("status %+v", st)
@@ -236,8 +237,8 @@ func TestResumeFromEndToEnd(t *testing.T) {
 			if err := s.Flush(); err != nil {
 				t.Fatal(err)
 			}
-			if res := loadPointer(t, p); res.Pointer.Epoch != e || res.Pointer.Position != P+10*32 {
-				t.Fatalf("pointer %+v", res.Pointer)
+			if res := loadPointer(t, p); res.Record.Epoch != e || res.Record.Position != P+10*32 {
+				t.Fatalf("pointer %+v", res.Record)
 			}
 			if st := s.Status(); st.Rewinds != 1 || st.CommittedPosition != P+10*32 {
 				t.Fatalf("status %+v", st)
@@ -315,7 +316,7 @@ func TestResumeFromLegacy(t *testing.T) {
 	g := s.drain()
 	e := wantLines(t, "migrated", g, content, 50*32)
 	res := loadPointer(t, p)
-	if !res.Found || res.Pointer.Epoch != e || res.Pointer.Position != 50*32 {
+	if !res.Found || res.Record.Epoch != e || res.Record.Position != 50*32 {
 		t.Fatalf("pointer %+v, want the new epoch %d at 1600", res, e)
 	}
 	if st := s.Status(); st.Rewinds != 1 {
@@ -404,8 +405,8 @@ func TestResumeFromKill(t *testing.T) {
 			x = max(x, pos)
 		}
 		res := loadPointer(t, p)
-		if !res.Found || res.Pointer.Epoch != e || res.Pointer.Position < P || res.Pointer.Position > max(P, x) {
-			t.Fatalf("round %d: pointer %+v, want epoch %d, at or after %d and not past the store's %d", round, res.Pointer, e, P, x)
+		if !res.Found || res.Record.Epoch != e || res.Record.Position < P || res.Record.Position > max(P, x) {
+			t.Fatalf("round %d: pointer %+v, want epoch %d, at or after %d and not past the store's %d", round, res.Record, e, P, x)
 		}
 	}
 	if x <= P {
@@ -443,8 +444,8 @@ func TestResumeFromCopyRenamedOver(t *testing.T) {
 		t.Fatal("not the pointer's epoch")
 	}
 	res := loadPointer(t, p)
-	if res.Pointer.Epoch != e || res.Pointer.Position != 40*32 || res.Pointer.Identity != identityOf(t, p) {
-		t.Fatalf("pointer %+v, want epoch %d at %d naming the copy %+v", res.Pointer, e, 40*32, identityOf(t, p))
+	if res.Record.Epoch != e || res.Record.Position != 40*32 || res.Record.Identity != identityOf(t, p) {
+		t.Fatalf("pointer %+v, want epoch %d at %d naming the copy %+v", res.Record, e, 40*32, identityOf(t, p))
 	}
 }
 
@@ -457,8 +458,8 @@ func TestResumeFromFingerprintExtended(t *testing.T) {
 	short := genLines("a", 0, 2)
 	p := input(t, short)
 	e := stopAfter(t, p, 2)
-	if res := loadPointer(t, p); res.Pointer.Fingerprint.Len != 64 {
-		t.Fatalf("pointer %+v: the test needs a short fingerprint", res.Pointer)
+	if res := loadPointer(t, p); res.Record.Fingerprint.Len != 64 {
+		t.Fatalf("pointer %+v: the test needs a short fingerprint", res.Record)
 	}
 	more := genLines("b", 0, 200)
 	appendTo(t, p, more)
@@ -468,8 +469,8 @@ func TestResumeFromFingerprintExtended(t *testing.T) {
 	}
 	wantLines(t, "from 0", s.drain(), short+more, 0)
 	res := loadPointer(t, p)
-	if res.Pointer.Epoch != e || res.Pointer.Position != 64 || res.Pointer.Fingerprint.Len != MaxFingerprintLen ||
-		res.Pointer.Fingerprint.Hash != HashBytes([]byte((short + more)[:MaxFingerprintLen])) {
-		t.Fatalf("pointer %+v", res.Pointer)
+	if res.Record.Epoch != e || res.Record.Position != 64 || res.Record.Fingerprint.Len != pointer.MaxFingerprintLen ||
+		res.Record.Fingerprint.Hash != HashBytes([]byte((short + more)[:pointer.MaxFingerprintLen])) {
+		t.Fatalf("pointer %+v", res.Record)
 	}
 }

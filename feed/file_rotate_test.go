@@ -129,8 +129,8 @@ func TestRotationRenameAwayConcurrentWriter(t *testing.T) {
 		s.Commit(x.Epoch, x.Position)
 	}
 	res := loadPointer(t, p)
-	if res.Pointer.Epoch != last.Epoch || res.Pointer.Position != last.Position || res.Pointer.Identity != identityOf(t, p) {
-		t.Fatalf("pointer %+v, want epoch %d position %d", res.Pointer, last.Epoch, last.Position)
+	if res.Record.Epoch != last.Epoch || res.Record.Position != last.Position || res.Record.Identity != identityOf(t, p) {
+		t.Fatalf("pointer %+v, want epoch %d position %d", res.Record, last.Epoch, last.Position)
 	}
 }
 
@@ -227,8 +227,8 @@ func TestRotationReadsOldFileToItsEnd(t *testing.T) {
 	if err := s.Commit(old, 4); err != nil {
 		t.Fatal(err)
 	}
-	if res := loadPointer(t, p); res.Pointer.Epoch != g[1].Epoch || res.Pointer.Position != 0 {
-		t.Fatalf("old epoch's commit landed in the new pointer: %+v", res.Pointer)
+	if res := loadPointer(t, p); res.Record.Epoch != g[1].Epoch || res.Record.Position != 0 {
+		t.Fatalf("old epoch's commit landed in the new pointer: %+v", res.Record)
 	}
 }
 
@@ -327,8 +327,8 @@ func TestTruncatedWhileOpenDoesNotResumeAtOldOffset(t *testing.T) {
 	if g[0].Line != "c0" || g[0].Position != 3 || g[0].Epoch <= old || g[19].Line != "c19" {
 		t.Fatalf("%+v", g[:2])
 	}
-	if res := loadPointer(t, p); res.Pointer.Epoch != g[0].Epoch || res.Pointer.Position != 0 {
-		t.Fatalf("the new epoch must be stored: %+v", res.Pointer)
+	if res := loadPointer(t, p); res.Record.Epoch != g[0].Epoch || res.Record.Position != 0 {
+		t.Fatalf("the new epoch must be stored: %+v", res.Record)
 	}
 	if st := s.Status(); st.LastReopenReason != ReasonTruncated {
 		t.Fatalf("status %+v", st)
@@ -449,8 +449,8 @@ func TestReopenSameContentKeepsEpochAndOrigin(t *testing.T) {
 	if err := s.Commit(e1, 6); err != nil {
 		t.Fatal(err)
 	}
-	if res := loadPointer(t, p); res.Pointer.Identity != identityOf(t, p) || res.Pointer.Position != 6 {
-		t.Fatalf("pointer %+v", res.Pointer)
+	if res := loadPointer(t, p); res.Record.Identity != identityOf(t, p) || res.Record.Position != 6 {
+		t.Fatalf("pointer %+v", res.Record)
 	}
 	replaceByRename(t, p, "new\n")
 	if n, err := s.Poll(ctx, s.items); n != 1 || err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
@@ -224,9 +225,9 @@ func appendTo(t *testing.T, path, s string) {
 	}
 }
 
-func loadPointer(t *testing.T, path string) LoadResult {
+func loadPointer(t *testing.T, path string) pointer.LoadResult {
 	t.Helper()
-	pf := OpenPointerFile(path+PointerSuffix, PointerFileOptions{Logger: slog.New(slog.DiscardHandler)})
+	pf := pointer.Open(path+pointer.Suffix, pointer.Options{Logger: slog.New(slog.DiscardHandler)})
 	defer pf.Close()
 	res, err := pf.Load()
 	if err != nil {
@@ -247,7 +248,7 @@ func input(t *testing.T, content string) string {
 // noPointerFS fails the test on any operation on the pointer file.
 func noPointerFS(t *testing.T, path string) vfs.FS {
 	return vfs.Inject(vfs.Default(), func(op vfs.Op, name string) error {
-		if strings.HasPrefix(name, path+PointerSuffix) {
+		if strings.HasPrefix(name, path+pointer.Suffix) {
 			t.Errorf("%s on the pointer file %s", op, name)
 			return errors.New("pointer file touched")
 		}
@@ -288,7 +289,7 @@ func TestCommittedStartsAtZeroAndCreatesPointer(t *testing.T) {
 		t.Fatal("Committed items need an epoch")
 	}
 	res := loadPointer(t, p)
-	if !res.Found || res.Pointer.Epoch != g[0].Epoch || res.Pointer.Position != 0 {
+	if !res.Found || res.Record.Epoch != g[0].Epoch || res.Record.Position != 0 {
 		t.Fatalf("the new epoch must be stored at once: %+v", res)
 	}
 	if err := s.Commit(g[1].Epoch, g[1].Position); err != nil {
@@ -296,11 +297,11 @@ func TestCommittedStartsAtZeroAndCreatesPointer(t *testing.T) {
 	}
 	res = loadPointer(t, p)
 	id := identityOf(t, p)
-	want := Pointer{Epoch: g[0].Epoch, Position: 4, Identity: id,
+	want := pointer.Record{Epoch: g[0].Epoch, Position: 4, Identity: id,
 		Fingerprint: dedupe.Fingerprint{Len: 4, Hash: HashBytes([]byte("a\nb\n"))},
 		TailLen:     4, TailHash: HashBytes([]byte("a\nb\n"))}
-	if res.Pointer != want {
-		t.Fatalf("pointer %+v\nwant    %+v", res.Pointer, want)
+	if res.Record != want {
+		t.Fatalf("pointer %+v\nwant    %+v", res.Record, want)
 	}
 	if st := s.Status(); st.CommittedPosition != 4 || st.ReadPosition != 4 || st.State != StateCaughtUp || st.LinesRead != 2 || st.BytesRead != 4 {
 		t.Fatalf("status %+v", st)
@@ -320,7 +321,7 @@ func identityOf(t *testing.T, path string) dedupe.Identity {
 func TestEarliestNeverOpensPointerAndTails(t *testing.T) {
 	p := input(t, "a\nb\n")
 	garbage := "not a pointer"
-	write(t, p+PointerSuffix, garbage)
+	write(t, p+pointer.Suffix, garbage)
 	s := open(t, p, Config{Strategy: Earliest, FS: noPointerFS(t, p)})
 	g := s.drain()
 	if fmt.Sprint(lines(g)) != "[a b]" || g[0].Epoch != 0 {
@@ -333,7 +334,7 @@ func TestEarliestNeverOpensPointerAndTails(t *testing.T) {
 	if g := s.drain(); fmt.Sprint(lines(g)) != "[c]" || g[0].Position != 6 {
 		t.Fatalf("tail: %+v", g)
 	}
-	if b, _ := os.ReadFile(p + PointerSuffix); string(b) != garbage {
+	if b, _ := os.ReadFile(p + pointer.Suffix); string(b) != garbage {
 		t.Fatalf("pointer file changed: %q", b)
 	}
 	// A second run starts at 0 again.
@@ -356,7 +357,7 @@ func TestNonCommittingStrategiesCreateNoPointer(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.Close()
-			if _, err := os.Stat(p + PointerSuffix); !errors.Is(err, fs.ErrNotExist) {
+			if _, err := os.Stat(p + pointer.Suffix); !errors.Is(err, fs.ErrNotExist) {
 				t.Fatalf("pointer file exists: %v", err)
 			}
 		})
@@ -577,8 +578,8 @@ func TestCommitRules(t *testing.T) {
 		if err := s.Commit(c.epoch, c.pos); err != nil {
 			t.Fatal(err)
 		}
-		if res := loadPointer(t, p); res.Pointer.Position != 6 || res.Pointer.Epoch != e {
-			t.Fatalf("commit %+v moved the pointer: %+v", c, res.Pointer)
+		if res := loadPointer(t, p); res.Record.Position != 6 || res.Record.Epoch != e {
+			t.Fatalf("commit %+v moved the pointer: %+v", c, res.Record)
 		}
 	}
 	if err := s.Commit(e, 10); !errors.Is(err, ErrCommitAhead) || !strings.Contains(err.Error(), p) {
@@ -611,10 +612,10 @@ func TestFailedCommitReportedAndRetried(t *testing.T) {
 			if err := s.Commit(e, 3); err != nil {
 				t.Fatal(err)
 			}
-			c.Match = func(o vfs.Op, name string) bool { return o == op && name == p+PointerSuffix }
+			c.Match = func(o vfs.Op, name string) bool { return o == op && name == p+pointer.Suffix }
 			c.FailAt, c.Sticky = 1, true
 			err := s.Commit(e, 6)
-			if err == nil || !strings.Contains(err.Error(), p+PointerSuffix) || !strings.Contains(err.Error(), "position 6") {
+			if err == nil || !strings.Contains(err.Error(), p+pointer.Suffix) || !strings.Contains(err.Error(), "position 6") {
 				t.Fatalf("failed commit: %v", err)
 			}
 			st := s.Status()
@@ -624,7 +625,7 @@ func TestFailedCommitReportedAndRetried(t *testing.T) {
 			// A failed write leaves the previous record; after a failed
 			// sync the new record may or may not be there: either way a
 			// valid record, never a position ahead of the commit.
-			if res := loadPointer(t, p); !res.Found || (res.Pointer.Position != 3 && (op == vfs.OpWrite || res.Pointer.Position != 6)) {
+			if res := loadPointer(t, p); !res.Found || (res.Record.Position != 3 && (op == vfs.OpWrite || res.Record.Position != 6)) {
 				t.Fatalf("the previous pointer must stay readable: %+v", res)
 			}
 			if len(s.log.find(slog.LevelWarn, "pointer write failed")) != 1 {
@@ -637,7 +638,7 @@ func TestFailedCommitReportedAndRetried(t *testing.T) {
 			if st := s.Status(); st.CommitErrors != 1 || st.LastCommitError != "" || st.CommittedPosition != 6 {
 				t.Fatalf("status %+v", st)
 			}
-			if res := loadPointer(t, p); res.Pointer.Position != 6 {
+			if res := loadPointer(t, p); res.Record.Position != 6 {
 				t.Fatalf("pointer %+v", res)
 			}
 		})
@@ -711,7 +712,7 @@ func TestIdleSyncsPendingCommit(t *testing.T) {
 	p := input(t, b.String())
 	var syncs atomic.Int64
 	fsys := vfs.Inject(vfs.Default(), func(op vfs.Op, name string) error {
-		if op == vfs.OpSync && name == p+PointerSuffix {
+		if op == vfs.OpSync && name == p+pointer.Suffix {
 			syncs.Add(1)
 		}
 		return nil

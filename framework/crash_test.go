@@ -235,10 +235,10 @@ func kill9(t *testing.T, proc string, crashLines int) {
 	killed := readState(t, dir)
 	last := killed[len(killed)-1]
 	ptr := loadPointer(t, input)
-	t.Logf("killed: %d lines durable, last position %d; pointer %d (found %v)", len(killed), last.pos, ptr.Pointer.Position, ptr.Found)
+	t.Logf("killed: %d lines durable, last position %d; pointer %d (found %v)", len(killed), last.pos, ptr.Record.Position, ptr.Found)
 	if ptr.Found {
-		require.Equal(t, last.epoch, ptr.Pointer.Epoch)
-		require.LessOrEqual(t, ptr.Pointer.Position, last.pos, "the pointer is never ahead of the durable state")
+		require.Equal(t, last.epoch, ptr.Record.Epoch)
+		require.LessOrEqual(t, ptr.Record.Position, last.pos, "the pointer is never ahead of the durable state")
 	}
 	require.True(t, last.pos < fileLinePos(crashLines), "killed before the end")
 
@@ -264,10 +264,10 @@ func kill9(t *testing.T, proc string, crashLines int) {
 	require.True(t, len(second) > 0)
 	var resume int64
 	if ptr.Found {
-		resume = ptr.Pointer.Position
+		resume = ptr.Record.Position
 	}
 	require.Equal(t, resume+fileLinePos(1), second[0].pos, "the restart re-delivers from the pointer on")
 	dups := len(recs) - crashLines
 	t.Logf("re-delivered %d lines (the commit lag)", dups)
-	require.Equal(t, fileLinePos(crashLines), loadPointer(t, input).Pointer.Position)
+	require.Equal(t, fileLinePos(crashLines), loadPointer(t, input).Record.Position)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
 )
 
@@ -36,9 +37,9 @@ func writeLines(t testing.TB, path string, from, to int) {
 // fileLinePos is the position after line i of writeLines' output.
 func fileLinePos(i int) int64 { return int64(i) * int64(len("000000,entry\n")) }
 
-func loadPointer(t testing.TB, input string) feed.LoadResult {
+func loadPointer(t testing.TB, input string) pointer.LoadResult {
 	t.Helper()
-	r, err := feed.OpenPointerFile(input+feed.PointerSuffix, feed.PointerFileOptions{}).Load()
+	r, err := pointer.Open(input+pointer.Suffix, pointer.Options{}).Load()
 	if err != nil {
 		t.Fatalf("load pointer of %s: %v", input, err)
 	}
@@ -75,11 +76,11 @@ func TestFileFeedCommitsAndResumes(t *testing.T) {
 	stopServer(t, s)
 	ptr := loadPointer(t, input)
 	require.True(t, ptr.Found)
-	require.Equal(t, fileLinePos(150), ptr.Pointer.Position)
+	require.Equal(t, fileLinePos(150), ptr.Record.Position)
 	first := p.all()
 	require.Equal(t, "000001,entry", first[0].line)
 	require.Equal(t, fileLinePos(1), first[0].d.Position)
-	require.Equal(t, ptr.Pointer.Epoch, first[0].d.Epoch)
+	require.Equal(t, ptr.Record.Epoch, first[0].d.Epoch)
 	require.True(t, first[0].d.Origin != nil, "a file feed describes its origin")
 
 	writeLines(t, input, 151, 160)
@@ -91,8 +92,8 @@ func TestFileFeedCommitsAndResumes(t *testing.T) {
 	require.Len(t, second, 10)
 	require.Equal(t, "000151,entry", second[0].line)
 	require.EqualValues(t, 1, second[0].d.Seq)
-	require.Equal(t, ptr.Pointer.Epoch, second[0].d.Epoch)
-	require.Equal(t, fileLinePos(160), loadPointer(t, input).Pointer.Position)
+	require.Equal(t, ptr.Record.Epoch, second[0].d.Epoch)
+	require.Equal(t, fileLinePos(160), loadPointer(t, input).Record.Position)
 }
 
 // Two groups on a real file: the pointer file follows the slower; a clean
@@ -114,14 +115,14 @@ func TestFileFeedPointerFollowsSlowestGroup(t *testing.T) {
 	})
 	// The pointer file follows: the feed's group commit writes it in the
 	// background, a moment after the commit.
-	waitFor(t, "pointer file at line 19", func() bool { return loadPointer(t, input).Pointer.Position == fileLinePos(19) })
+	waitFor(t, "pointer file at line 19", func() bool { return loadPointer(t, input).Record.Position == fileLinePos(19) })
 	idle := status(t, s, "orders")
 	require.Equal(t, fileLinePos(19), idle.CommittedPosition, "and no further: line 20 is not finished")
 	stopped := make(chan error, 1)
 	go func() { stopped <- s.Stop(context.Background()) }()
 	g.release()
 	require.NoError(t, <-stopped)
-	require.Equal(t, fileLinePos(50), loadPointer(t, input).Pointer.Position)
+	require.Equal(t, fileLinePos(50), loadPointer(t, input).Record.Position)
 }
 
 // A non-committing strategy (ONCE_EARLIEST) reads the file to its end and
@@ -139,7 +140,7 @@ func TestFileFeedOnceEarliest(t *testing.T) {
 	require.Equal(t, feed.StateDone, st.State)
 	stopServer(t, s)
 	require.Equal(t, 30, p.count())
-	_, err := os.Stat(input + feed.PointerSuffix)
+	_, err := os.Stat(input + pointer.Suffix)
 	require.True(t, os.IsNotExist(err), "no pointer file: %v", err)
 }
 
@@ -199,8 +200,8 @@ func TestFileFeedTruncationStartsNewEpoch(t *testing.T) {
 	require.EqualValues(t, 11, got[10].d.Seq, "sequence numbers go on within the run")
 	stopServer(t, s)
 	ptr := loadPointer(t, input)
-	require.Equal(t, got[10].d.Epoch, ptr.Pointer.Epoch)
-	require.Equal(t, fileLinePos(3), ptr.Pointer.Position)
+	require.Equal(t, got[10].d.Epoch, ptr.Record.Epoch)
+	require.Equal(t, fileLinePos(3), ptr.Record.Position)
 }
 
 // An input that is not a regular file is refused at New, and a path that
@@ -212,7 +213,7 @@ func TestFileFeedOnAFIFOIsFatal(t *testing.T) {
 	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
 	_, err := framework.New(fileCfg(fifo), framework.Registry{"p": &recProc{feeds: []string{"orders"}}})
 	require.ErrorIs(t, err, feed.ErrNotRegular)
-	require.NoFileExists(t, fifo+feed.PointerSuffix)
+	require.NoFileExists(t, fifo+pointer.Suffix)
 
 	later := filepath.Join(dir, "later.csv")
 	s, err := framework.New(fileCfg(later), framework.Registry{"p": &recProc{feeds: []string{"orders"}}})
@@ -244,8 +245,8 @@ func TestFileFeedPointerDir(t *testing.T) {
 	cfg.Feeds[0].File.PointerDir = filepath.Join(dir, "ptr")
 	cfg.UntilSettled = true
 	require.NoError(t, run(t, cfg, framework.Registry{"p": &recProc{feeds: []string{"orders"}}}))
-	require.NoFileExists(t, input+feed.PointerSuffix)
-	r, err := feed.OpenPointerFile(feed.PointerPath(input, cfg.Feeds[0].File.PointerDir), feed.PointerFileOptions{}).Load()
+	require.NoFileExists(t, input+pointer.Suffix)
+	r, err := pointer.Open(pointer.Path(input, cfg.Feeds[0].File.PointerDir), pointer.Options{}).Load()
 	require.NoError(t, err)
-	require.Equal(t, fileLinePos(10), r.Pointer.Position)
+	require.Equal(t, fileLinePos(10), r.Record.Position)
 }

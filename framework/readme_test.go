@@ -26,7 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tidemark-go/tidemark/dedupe"
-	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
 )
@@ -256,9 +256,9 @@ func TestReadmeCounterKilledThreeTimes(t *testing.T) {
 }
 
 // loadPointerFile loads the pointer beside input; no feed may hold it.
-func loadPointerFile(t *testing.T, input string) feed.Pointer {
+func loadPointerFile(t *testing.T, input string) pointer.Record {
 	t.Helper()
-	return loadPointer(t, input).Pointer
+	return loadPointer(t, input).Record
 }
 
 // The README's old snippet, a processor that opened its own store and
@@ -285,7 +285,7 @@ func TestReadmeUnboundCounterFailsLoudly(t *testing.T) {
 		require.Contains(t, msg, want)
 	}
 	res := loadPointer(t, input)
-	require.Zero(t, res.Pointer.Position, "the pointer moved past lines no store holds")
+	require.Zero(t, res.Record.Position, "the pointer moved past lines no store holds")
 	require.Empty(t, readCounts(t, filepath.Join(dir, "state")), "nothing was saved")
 }
 

@@ -32,7 +32,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidemark-go/tidemark/dedupe"
-	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/state"
 )
 
@@ -612,9 +612,9 @@ func wellFormedBetween(path string, from, to int64) (int, error) {
 }
 
 // loadPointer reads the input's pointer file (no server may run on it).
-func loadPointer(t *testing.T, input string) feed.LoadResult {
+func loadPointer(t *testing.T, input string) pointer.LoadResult {
 	t.Helper()
-	pf := feed.OpenPointerFile(input+feed.PointerSuffix, feed.PointerFileOptions{})
+	pf := pointer.Open(input+pointer.Suffix, pointer.Options{})
 	res, err := pf.Load()
 	pf.Close()
 	if err != nil {
@@ -649,15 +649,15 @@ func checkPointerOnDisk(t *testing.T, input, data string) {
 	}
 	app, ok := storeApplied(t, data)
 	if !ok {
-		app = dedupe.Applied{Epoch: res.Pointer.Epoch}
+		app = dedupe.Applied{Epoch: res.Record.Epoch}
 	}
-	if res.Pointer.Epoch != app.Epoch || res.Pointer.Position <= app.Position {
+	if res.Record.Epoch != app.Epoch || res.Record.Position <= app.Position {
 		return
 	}
-	n, err := wellFormedBetween(input, app.Position, res.Pointer.Position)
+	n, err := wellFormedBetween(input, app.Position, res.Record.Position)
 	if err != nil || n > 0 {
 		t.Fatalf("invariant 5 broken on disk after the kill: the pointer (epoch %d, position %d) is %d well-formed lines past the store's durable position %d (%v)",
-			res.Pointer.Epoch, res.Pointer.Position, n, app.Position, err)
+			res.Record.Epoch, res.Record.Position, n, app.Position, err)
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 // TestTornPointer is scenario 5: the real ledger restarted on a damaged
@@ -38,11 +38,11 @@ func TestTornPointer(t *testing.T) {
 	c.kill()
 	c.checkNotAhead()
 	checkPointerOnDisk(t, input, data)
-	img, err := os.ReadFile(input + feed.PointerSuffix)
+	img, err := os.ReadFile(input + pointer.Suffix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(img) != feed.PointerFileSize {
+	if len(img) != pointer.FileSize {
 		t.Fatalf("pointer file of %d bytes", len(img))
 	}
 	newest, older := newestSlot(t, img)
@@ -56,9 +56,9 @@ func TestTornPointer(t *testing.T) {
 		warn bool   // the log must name the pointer file
 	}
 	var cases []damage
-	recN := img[newest*feed.PointerSlotSize : newest*feed.PointerSlotSize+feed.PointerRecordSize]
-	recO := img[older*feed.PointerSlotSize : older*feed.PointerSlotSize+feed.PointerRecordSize]
-	for k := 0; k <= feed.PointerRecordSize; k++ {
+	recN := img[newest*pointer.SlotSize : newest*pointer.SlotSize+pointer.RecordSize]
+	recO := img[older*pointer.SlotSize : older*pointer.SlotSize+pointer.RecordSize]
+	for k := 0; k <= pointer.RecordSize; k++ {
 		if !long && k%8 != 0 && k != 1 && k != 76 && k != 79 {
 			continue
 		}
@@ -68,12 +68,12 @@ func TestTornPointer(t *testing.T) {
 		// or zeros.
 		for _, rest := range []string{"old record", "zeros"} {
 			d := bytes.Clone(img)
-			at := newest * feed.PointerSlotSize
+			at := newest * pointer.SlotSize
 			copy(d[at:at+k], recN[:k])
 			if rest == "zeros" {
-				clear(d[at+k : at+feed.PointerRecordSize])
+				clear(d[at+k : at+pointer.RecordSize])
 			} else {
-				copy(d[at+k:at+feed.PointerRecordSize], recO[k:])
+				copy(d[at+k:at+pointer.RecordSize], recO[k:])
 			}
 			cases = append(cases, damage{name: fmt.Sprintf("torn at byte %d, then %s", k, rest), img: d})
 		}
@@ -82,11 +82,11 @@ func TestTornPointer(t *testing.T) {
 	for i := 0; i < flips; i++ {
 		d := bytes.Clone(img)
 		slot := []int{newest, older}[i%2]
-		bit := rng.IntN(feed.PointerRecordSize * 8)
-		d[slot*feed.PointerSlotSize+bit/8] ^= 1 << (bit % 8)
+		bit := rng.IntN(pointer.RecordSize * 8)
+		d[slot*pointer.SlotSize+bit/8] ^= 1 << (bit % 8)
 		cases = append(cases, damage{name: fmt.Sprintf("bit %d of slot %d flipped", bit, slot), img: d})
 	}
-	garbage := make([]byte, feed.PointerFileSize)
+	garbage := make([]byte, pointer.FileSize)
 	for i := range garbage {
 		garbage[i] = byte(rng.IntN(256))
 	}
@@ -99,17 +99,17 @@ func TestTornPointer(t *testing.T) {
 	ahead := slotPointer(img, newest)
 	ahead.Position = fi.Size()
 	ahead.TailLen, ahead.TailHash = 0, 0
-	tmpImg := make([]byte, feed.PointerFileSize)
-	copy(tmpImg, withSeq(feed.EncodePointer(nil, ahead), 1<<40))
+	tmpImg := make([]byte, pointer.FileSize)
+	copy(tmpImg, withSeq(pointer.Encode(nil, ahead), 1<<40))
 	cases = append(cases,
-		damage{name: "NUL-filled", img: make([]byte, feed.PointerFileSize), warn: true},
+		damage{name: "NUL-filled", img: make([]byte, pointer.FileSize), warn: true},
 		// What a source leaves that took the pointer's lock (creating the
 		// file empty) and was killed before its first write: no record,
 		// no damage, so a note rather than a warning.
 		damage{name: "zero length", img: []byte{}},
 		damage{name: "5 bytes", img: img[:5], warn: true},
-		damage{name: "first slot only", img: img[:feed.PointerSlotSize]},
-		damage{name: "cut inside the second record", img: img[:feed.PointerSlotSize+40]},
+		damage{name: "first slot only", img: img[:pointer.SlotSize]},
+		damage{name: "cut inside the second record", img: img[:pointer.SlotSize+40]},
 		damage{name: "random garbage", img: garbage, warn: true},
 		damage{name: "both records torn", img: tearBoth(img), warn: true},
 		damage{name: "leftover temporary file claiming the end", img: img, tmp: tmpImg},
@@ -128,10 +128,10 @@ func TestTornPointer(t *testing.T) {
 		}
 		copyTree(t, data, filepath.Join(dir, "data"))
 		if dm.img != nil {
-			writeFile(t, in+feed.PointerSuffix, dm.img)
+			writeFile(t, in+pointer.Suffix, dm.img)
 		}
 		if dm.tmp != nil {
-			writeFile(t, in+feed.PointerSuffix+feed.PointerTempSuffix, dm.tmp)
+			writeFile(t, in+pointer.Suffix+pointer.TempSuffix, dm.tmp)
 		}
 		figures.faults.Add(1)
 		c := start(t, dir, runArgs(in, filepath.Join(dir, "data"))...)
@@ -140,7 +140,7 @@ func TestTornPointer(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: the first run on the damaged pointer failed (%v): a crash loop\n%s", dm.name, err, tail(c.stderr.String()))
 		}
-		if dm.warn && !strings.Contains(c.stderr.String(), in+feed.PointerSuffix) {
+		if dm.warn && !strings.Contains(c.stderr.String(), in+pointer.Suffix) {
 			t.Errorf("%s: no log line names the pointer file:\n%s", dm.name, tail(c.stderr.String()))
 		}
 		r := check(t, filepath.Join(dir, "data"), in)
@@ -150,7 +150,7 @@ func TestTornPointer(t *testing.T) {
 		if !r.ok || lost != 0 || twice != 0 {
 			t.Fatalf("%s: not exact: %d lines lost, %d applied twice\n%s", dm.name, lost, twice, r.out)
 		}
-		if _, err := os.Stat(in + feed.PointerSuffix + feed.PointerTempSuffix); err == nil {
+		if _, err := os.Stat(in + pointer.Suffix + pointer.TempSuffix); err == nil {
 			t.Errorf("%s: the temporary pointer file is still there", dm.name)
 		}
 		os.RemoveAll(dir)
@@ -158,8 +158,8 @@ func TestTornPointer(t *testing.T) {
 	t.Logf("%d damaged pointer files, each survived on the first run", len(cases))
 }
 
-func slotPointer(img []byte, slot int) feed.Pointer {
-	p, _ := feed.DecodePointer(img[slot*feed.PointerSlotSize:])
+func slotPointer(img []byte, slot int) pointer.Record {
+	p, _ := pointer.Decode(img[slot*pointer.SlotSize:])
 	return p
 }
 
@@ -169,8 +169,8 @@ func newestSlot(t *testing.T, img []byte) (newest, older int) {
 	t.Helper()
 	var seq [2]uint64
 	for i := range 2 {
-		rec := img[i*feed.PointerSlotSize:]
-		if _, err := feed.DecodePointer(rec); err != nil {
+		rec := img[i*pointer.SlotSize:]
+		if _, err := pointer.Decode(rec); err != nil {
 			t.Fatalf("slot %d of the pointer does not decode: %v", i, err)
 		}
 		seq[i] = binary.LittleEndian.Uint64(rec[8:])
@@ -182,11 +182,11 @@ func newestSlot(t *testing.T, img []byte) (newest, older int) {
 }
 
 // withSeq sets a record's write sequence and recomputes its checksum
-// (layout in feed/pointer.go).
+// (layout in feed/pointer/pointer.go).
 func withSeq(rec []byte, seq uint64) []byte {
 	rec = bytes.Clone(rec)
 	binary.LittleEndian.PutUint64(rec[8:], seq)
-	n := feed.PointerRecordSize
+	n := pointer.RecordSize
 	binary.LittleEndian.PutUint32(rec[n-4:], crc32.Checksum(rec[:n-4], crc32.MakeTable(crc32.Castagnoli)))
 	return rec
 }
@@ -194,7 +194,7 @@ func withSeq(rec []byte, seq uint64) []byte {
 func tearBoth(img []byte) []byte {
 	d := bytes.Clone(img)
 	for s := range 2 {
-		clear(d[s*feed.PointerSlotSize+30 : s*feed.PointerSlotSize+feed.PointerRecordSize])
+		clear(d[s*pointer.SlotSize+30 : s*pointer.SlotSize+pointer.RecordSize])
 	}
 	return d
 }
@@ -249,7 +249,7 @@ func TestPointerLostAfterCopy(t *testing.T) {
 	if err := os.Rename(input+".copy", input); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(input + feed.PointerSuffix); err != nil {
+	if err := os.Remove(input + pointer.Suffix); err != nil {
 		t.Fatal(err)
 	}
 	runToEnd(t, dir, runArgs(input, data)...)

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 // TestPowerLoss is scenario 10: the ledger runs with its input, pointer
@@ -70,7 +70,7 @@ func TestPowerLoss(t *testing.T) {
 				scratch := filepath.Join(dir, "scratch"+strconv.Itoa(k))
 				copyTree(t, data, filepath.Join(scratch, "data"))
 				copyFile(t, input, filepath.Join(scratch, "ledger.csv"))
-				copyFile(t, input+feed.PointerSuffix, filepath.Join(scratch, "ledger.csv"+feed.PointerSuffix))
+				copyFile(t, input+pointer.Suffix, filepath.Join(scratch, "ledger.csv"+pointer.Suffix))
 				checkPointerOnDisk(t, filepath.Join(scratch, "ledger.csv"), filepath.Join(scratch, "data"))
 				os.RemoveAll(scratch)
 				applied = got

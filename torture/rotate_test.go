@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 // TestRotationUnderKills is scenario 2: a writer appends steadily (paced by
@@ -231,7 +231,7 @@ func waitPointerNames(input string, h *hub, stop <-chan struct{}) bool {
 			return false
 		}
 		want := fi.Sys().(*syscall.Stat_t).Ino
-		if p, ok := newestPointer(input + feed.PointerSuffix); ok && p.Identity.Ino == want {
+		if p, ok := newestPointer(input + pointer.Suffix); ok && p.Identity.Ino == want {
 			return true
 		}
 		h.mu.Lock()
@@ -248,16 +248,16 @@ func waitPointerNames(input string, h *hub, stop <-chan struct{}) bool {
 
 // newestPointer decodes the valid record of a pointer file with the higher
 // write sequence, without the pointer file's writer knowing.
-func newestPointer(path string) (feed.Pointer, bool) {
+func newestPointer(path string) (pointer.Record, bool) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return feed.Pointer{}, false
+		return pointer.Record{}, false
 	}
-	var best feed.Pointer
+	var best pointer.Record
 	var bestSeq uint64
 	found := false
-	for off := 0; off+feed.PointerRecordSize <= len(b) && off <= feed.PointerSlotSize; off += feed.PointerSlotSize {
-		p, err := feed.DecodePointer(b[off:])
+	for off := 0; off+pointer.RecordSize <= len(b) && off <= pointer.SlotSize; off += pointer.SlotSize {
+		p, err := pointer.Decode(b[off:])
 		if err != nil {
 			continue
 		}

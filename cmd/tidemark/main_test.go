@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 func TestMain(m *testing.M) {
@@ -56,7 +57,7 @@ func expect(t *testing.T, r result, code int) {
 func pair(t *testing.T, pointerFixture, inputFixture string) string {
 	t.Helper()
 	dir := t.TempDir()
-	ptr := filepath.Join(dir, "in.log"+feed.PointerSuffix)
+	ptr := filepath.Join(dir, "in.log"+pointer.Suffix)
 	if pointerFixture != "" {
 		copyFile(t, filepath.Join("..", "..", "testdata", "pointer", pointerFixture), ptr)
 	}
@@ -83,7 +84,7 @@ func readFile(t *testing.T, path string) []byte {
 // legacyPointer writes a legacy 1024-byte pointer holding count.
 func legacyPointer(t *testing.T, path string, count int64) {
 	t.Helper()
-	b := make([]byte, feed.LegacyPointerSize)
+	b := make([]byte, pointer.LegacySize)
 	binary.BigEndian.PutUint64(b, uint64(count))
 	require.NoError(t, os.WriteFile(path, b, 0o644))
 }
@@ -93,7 +94,7 @@ func legacyPointer(t *testing.T, path string, count int64) {
 // epoch and position), or the zero Item when it delivers none.
 func resume(t *testing.T, ptr string) (feed.Item, string) {
 	t.Helper()
-	src, err := feed.NewFileSource(feed.Config{Path: strings.TrimSuffix(ptr, feed.PointerSuffix)})
+	src, err := feed.NewFileSource(feed.Config{Path: strings.TrimSuffix(ptr, pointer.Suffix)})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, src.Close()) }()
 	items := make([]feed.Item, 16)
@@ -109,7 +110,7 @@ func resume(t *testing.T, ptr string) (feed.Item, string) {
 // and commits its first line.
 func commitFirst(t *testing.T, ptr string) {
 	t.Helper()
-	src, err := feed.NewFileSource(feed.Config{Path: strings.TrimSuffix(ptr, feed.PointerSuffix)})
+	src, err := feed.NewFileSource(feed.Config{Path: strings.TrimSuffix(ptr, pointer.Suffix)})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, src.Close()) }()
 	items := make([]feed.Item, 1)
@@ -183,7 +184,7 @@ func TestPointerShowCurrent(t *testing.T) {
 	ptr := pair(t, "current.bin", "hello.txt")
 	// A leftover temporary file: show must not remove it, nor change the
 	// pointer (it loads a copy).
-	tmp := ptr + feed.PointerTempSuffix
+	tmp := ptr + pointer.TempSuffix
 	require.NoError(t, os.WriteFile(tmp, []byte("leftover"), 0o644))
 	before := readFile(t, ptr)
 
@@ -235,7 +236,7 @@ func TestPointerShowTornAndNew(t *testing.T) {
 
 func TestPointerShowMismatch(t *testing.T) {
 	ptr := pair(t, "current.bin", "")
-	input := strings.TrimSuffix(ptr, feed.PointerSuffix)
+	input := strings.TrimSuffix(ptr, pointer.Suffix)
 
 	require.NoError(t, os.WriteFile(input, []byte("HELLO\nworld\nthird\n"), 0o644))
 	r := tm("pointer", "show", ptr)
@@ -308,7 +309,7 @@ func TestPointerShowLegacy(t *testing.T) {
 	require.Contains(t, r.stdout, "which end at byte 7, not 5")
 
 	ptr := pair(t, "legacy-ascii.bin", "")
-	require.NoError(t, os.WriteFile(strings.TrimSuffix(ptr, feed.PointerSuffix), []byte("short\n"), 0o644))
+	require.NoError(t, os.WriteFile(strings.TrimSuffix(ptr, pointer.Suffix), []byte("short\n"), 0o644))
 	r = tm("pointer", "show", ptr)
 	expect(t, r, exitOK)
 	require.Contains(t, r.stdout, "shorter than the count 12")
@@ -339,34 +340,34 @@ func TestPointerSet(t *testing.T) {
 	res, _, err := loadPointer(ptr)
 	require.NoError(t, err)
 	require.True(t, res.Found)
-	require.EqualValues(t, 6, res.Pointer.Position)
-	require.True(t, res.Pointer.Epoch > 1764400000000000000, "the epoch is new")
+	require.EqualValues(t, 6, res.Record.Position)
+	require.True(t, res.Record.Epoch > 1764400000000000000, "the epoch is new")
 	it, line := resume(t, ptr)
 	require.Equal(t, "world", line)
-	require.Equal(t, res.Pointer.Epoch, it.Epoch)
+	require.Equal(t, res.Record.Epoch, it.Epoch)
 	require.EqualValues(t, 12, it.Position)
 	r = tm("pointer", "show", ptr)
 	require.Contains(t, r.stdout, "verdict       matches: the feed resumes at 6")
 	require.Contains(t, r.stdout, "identity      ok")
 	// The identity and fingerprint written are the file source's own: a
 	// commit by the source records the same.
-	set := res.Pointer
+	set := res.Record
 	commitFirst(t, ptr)
 	res, _, err = loadPointer(ptr)
 	require.NoError(t, err)
-	require.EqualValues(t, 12, res.Pointer.Position)
-	require.Equal(t, set.Epoch, res.Pointer.Epoch)
-	require.Equal(t, set.Identity, res.Pointer.Identity)
-	require.Equal(t, set.Fingerprint, res.Pointer.Fingerprint)
-	require.Equal(t, set.TailLen+6, res.Pointer.TailLen)
+	require.EqualValues(t, 12, res.Record.Position)
+	require.Equal(t, set.Epoch, res.Record.Epoch)
+	require.Equal(t, set.Identity, res.Record.Identity)
+	require.Equal(t, set.Fingerprint, res.Record.Fingerprint)
+	require.Equal(t, set.TailLen+6, res.Record.TailLen)
 
 	// The end of the input and 0 are line starts.
-	prev := res.Pointer.Epoch
+	prev := res.Record.Epoch
 	expect(t, tm("pointer", "set", ptr, "--position", "18"), exitOK)
 	res, _, err = loadPointer(ptr)
 	require.NoError(t, err)
-	require.EqualValues(t, 18, res.Pointer.Position)
-	require.True(t, res.Pointer.Epoch > prev, "every set starts a new epoch")
+	require.EqualValues(t, 18, res.Record.Position)
+	require.True(t, res.Record.Epoch > prev, "every set starts a new epoch")
 	it, _ = resume(t, ptr)
 	require.EqualValues(t, 0, it.Position, "nothing to deliver after the end")
 	expect(t, tm("pointer", "set", ptr, "--position", "0"), exitOK)
@@ -407,11 +408,11 @@ func TestPointerMigrate(t *testing.T) {
 	res, _, err := loadPointer(ptr)
 	require.NoError(t, err)
 	require.True(t, res.Found)
-	require.EqualValues(t, 12, res.Pointer.Position)
-	require.True(t, res.Pointer.Epoch != 0)
+	require.EqualValues(t, 12, res.Record.Position)
+	require.True(t, res.Record.Epoch != 0)
 	it, line := resume(t, ptr)
 	require.Equal(t, "third", line)
-	require.Equal(t, res.Pointer.Epoch, it.Epoch)
+	require.Equal(t, res.Record.Epoch, it.Epoch)
 
 	// Again: refused, it is not legacy any more.
 	r = tm("pointer", "migrate", ptr)
@@ -434,7 +435,7 @@ func TestPointerMigrate(t *testing.T) {
 func TestPointerMigrateUTF16(t *testing.T) {
 	dir := t.TempDir()
 	input := filepath.Join(dir, "in.log")
-	ptr := input + feed.PointerSuffix
+	ptr := input + pointer.Suffix
 	// "ééé\n" is 4 UTF-16 units in 7 bytes; "ab\n" 3 units. The legacy
 	// product read both lines: count 7. As a byte offset 7 is the start of
 	// "ab", which would be delivered again.
@@ -489,7 +490,7 @@ func TestPointerMigrateRefusals(t *testing.T) {
 	require.Contains(t, r.stderr, "must exist")
 
 	// Past the end of the input.
-	input := strings.TrimSuffix(ptr, feed.PointerSuffix)
+	input := strings.TrimSuffix(ptr, pointer.Suffix)
 	require.NoError(t, os.WriteFile(input, []byte("hello\n"), 0o644))
 	before := readFile(t, ptr)
 	r = tm("pointer", "migrate", ptr)

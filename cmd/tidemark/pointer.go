@@ -18,6 +18,7 @@ import (
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
@@ -92,15 +93,15 @@ func pointerArg(pos []string, input string) (string, string, error) {
 		return "", "", usageErrorf("pointer", "want one pointer file, got %d arguments", len(pos))
 	}
 	p := pos[0]
-	beside, ok := strings.CutSuffix(p, feed.PointerSuffix)
+	beside, ok := strings.CutSuffix(p, pointer.Suffix)
 	if !ok || filepath.Base(beside) == "" {
-		return "", "", usageErrorf("pointer", "%s is not a pointer file name: it must end with %s (the input's name plus %s)", p, feed.PointerSuffix, feed.PointerSuffix)
+		return "", "", usageErrorf("pointer", "%s is not a pointer file name: it must end with %s (the input's name plus %s)", p, pointer.Suffix, pointer.Suffix)
 	}
 	if input == "" {
 		return p, beside, nil
 	}
-	if filepath.Base(input)+feed.PointerSuffix != filepath.Base(p) {
-		return "", "", usageErrorf("pointer", "%s is not the pointer file of input %s: a feed names it %s", p, input, filepath.Base(input)+feed.PointerSuffix)
+	if filepath.Base(input)+pointer.Suffix != filepath.Base(p) {
+		return "", "", usageErrorf("pointer", "%s is not the pointer file of input %s: a feed names it %s", p, input, filepath.Base(input)+pointer.Suffix)
 	}
 	return p, input, nil
 }
@@ -109,8 +110,8 @@ func pointerArg(pos []string, input string) (string, string, error) {
 // feed runs on it while the tool writes it. A pointer that a feed holds is
 // refused, naming the holder; the caller closes the returned file, which
 // releases the lock.
-func lockPointer(path, verb string) (*feed.PointerFile, error) {
-	pf := feed.OpenPointerFile(path, feed.PointerFileOptions{Sync: feed.SyncEveryCommit, Logger: discardLogger()})
+func lockPointer(path, verb string) (*pointer.File, error) {
+	pf := pointer.Open(path, pointer.Options{Sync: feed.SyncEveryCommit, Logger: discardLogger()})
 	err := pf.Lock()
 	if err == nil {
 		return pf, nil
@@ -128,29 +129,29 @@ func lockPointer(path, verb string) (*feed.PointerFile, error) {
 }
 
 // loadPointer loads the pointer file at path without changing anything: it
-// loads a copy, since PointerFile.Load removes a leftover temporary file.
-func loadPointer(path string) (feed.LoadResult, []byte, error) {
+// loads a copy, since pointer.File.Load removes a leftover temporary file.
+func loadPointer(path string) (pointer.LoadResult, []byte, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return feed.LoadResult{Missing: true, Reason: fmt.Sprintf("pointer file %s does not exist", path)}, nil, nil
+		return pointer.LoadResult{Missing: true, Reason: fmt.Sprintf("pointer file %s does not exist", path)}, nil, nil
 	}
 	if err != nil {
-		return feed.LoadResult{}, nil, fmt.Errorf("read pointer file %s: %w", path, err)
+		return pointer.LoadResult{}, nil, fmt.Errorf("read pointer file %s: %w", path, err)
 	}
 	dir, err := os.MkdirTemp("", "tidemark-pointer-")
 	if err != nil {
-		return feed.LoadResult{}, nil, fmt.Errorf("make a temporary copy of pointer file %s: %w", path, err)
+		return pointer.LoadResult{}, nil, fmt.Errorf("make a temporary copy of pointer file %s: %w", path, err)
 	}
 	defer os.RemoveAll(dir)
-	cp := filepath.Join(dir, "copy"+feed.PointerSuffix)
+	cp := filepath.Join(dir, "copy"+pointer.Suffix)
 	if err := os.WriteFile(cp, data, 0o600); err != nil {
-		return feed.LoadResult{}, nil, fmt.Errorf("make a temporary copy of pointer file %s: %w", path, err)
+		return pointer.LoadResult{}, nil, fmt.Errorf("make a temporary copy of pointer file %s: %w", path, err)
 	}
-	pf := feed.OpenPointerFile(cp, feed.PointerFileOptions{Logger: discardLogger()})
+	pf := pointer.Open(cp, pointer.Options{Logger: discardLogger()})
 	defer pf.Close()
 	res, err := pf.Load()
 	if err != nil {
-		return feed.LoadResult{}, nil, fmt.Errorf("load pointer file %s: %w", path, err)
+		return pointer.LoadResult{}, nil, fmt.Errorf("load pointer file %s: %w", path, err)
 	}
 	res.Reason = strings.ReplaceAll(res.Reason, cp, path)
 	return res, data, nil
@@ -185,7 +186,7 @@ func openInput(path string) (*inputFile, error) {
 	}
 	in := &inputFile{path: path, f: f, size: fi.Size()}
 	in.id, in.hasID = fileIdentity(fi)
-	in.head = make([]byte, min(in.size, feed.MaxFingerprintLen))
+	in.head = make([]byte, min(in.size, pointer.MaxFingerprintLen))
 	if _, err := f.ReadAt(in.head, 0); err != nil && !errors.Is(err, io.EOF) {
 		f.Close()
 		return nil, fmt.Errorf("read the first bytes of input %s: %w", path, err)
@@ -259,17 +260,17 @@ func (in *inputFile) prevLineStart(pos int64) (int64, error) {
 // pointerAt computes the pointer of the input at pos, as the file source
 // stores it: the identity, the hash of the first min(size, 4096) bytes, and
 // the hash of the min(pos, 64) bytes before pos.
-func (in *inputFile) pointerAt(epoch uint64, pos int64) (feed.Pointer, error) {
-	p := feed.Pointer{
+func (in *inputFile) pointerAt(epoch uint64, pos int64) (pointer.Record, error) {
+	p := pointer.Record{
 		Epoch:       epoch,
 		Position:    pos,
 		Identity:    in.id,
 		Fingerprint: dedupe.Fingerprint{Len: len(in.head), Hash: feed.HashBytes(in.head)},
 	}
-	if n := int(min(feed.MaxTailLen, pos)); n > 0 {
+	if n := int(min(pointer.MaxTailLen, pos)); n > 0 {
 		h, err := in.hashBefore(pos, n)
 		if err != nil {
-			return feed.Pointer{}, err
+			return pointer.Record{}, err
 		}
 		p.TailLen, p.TailHash = n, h
 	}
@@ -317,23 +318,23 @@ func slotInfo(data []byte) []string {
 	var out []string
 	used, best := -1, uint64(0)
 	for i := 0; i < 2; i++ {
-		off := i * feed.PointerSlotSize
+		off := i * pointer.SlotSize
 		name := string(rune('A' + i))
-		if off+feed.PointerRecordSize > len(data) {
+		if off+pointer.RecordSize > len(data) {
 			out = append(out, "slot "+name+": absent (the file is too short)")
 			continue
 		}
-		rec := data[off : off+feed.PointerRecordSize]
+		rec := data[off : off+pointer.RecordSize]
 		if bytes.Count(rec, []byte{0}) == len(rec) {
 			out = append(out, "slot "+name+": empty")
 			continue
 		}
-		p, err := feed.DecodePointer(rec)
+		p, err := pointer.Decode(rec)
 		if err != nil {
 			out = append(out, fmt.Sprintf("slot %s: invalid: %v", name, err))
 			continue
 		}
-		seq := binary.LittleEndian.Uint64(rec[8:16]) // the write sequence (see feed.PointerFile)
+		seq := binary.LittleEndian.Uint64(rec[8:16]) // the write sequence (see pointer.File)
 		if used < 0 || seq > best {
 			used, best = i, seq
 		}
@@ -367,16 +368,16 @@ func pointerShow(args []string, stdout io.Writer) error {
 	case res.Missing:
 		row("format", "none: the file does not exist")
 	case res.Legacy:
-		row("format", "legacy (%d bytes, written by the product tidemark replaces): a count of UTF-16 code units, no epoch", feed.LegacyPointerSize)
-		row("count", "%d", res.Pointer.Position)
+		row("format", "legacy (%d bytes, written by the product tidemark replaces): a count of UTF-16 code units, no epoch", pointer.LegacySize)
+		row("count", "%d", res.Record.Position)
 	case !res.Found:
 		row("format", "no valid record: %s", res.Reason)
 		for _, s := range slotInfo(data) {
 			row("", "%s", s)
 		}
 	default:
-		p := res.Pointer
-		row("format", "version %d", feed.PointerVersion)
+		p := res.Record
+		row("format", "version %d", pointer.Version)
 		row("epoch", "%s", epochString(p.Epoch))
 		row("position", "%d", p.Position)
 		row("identity", "device %d, inode %d", p.Identity.Dev, p.Identity.Ino)
@@ -413,7 +414,7 @@ func pointerShow(args []string, stdout io.Writer) error {
 
 // startWithout says where a feed starts with a pointer that does not match
 // (or before the input exists).
-func startWithout(res feed.LoadResult) string {
+func startWithout(res pointer.LoadResult) string {
 	switch {
 	case res.Missing:
 		return "reads it from 0 under a new epoch (no pointer file)"
@@ -427,12 +428,12 @@ func startWithout(res feed.LoadResult) string {
 
 // checkAgainst prints the checks of the pointer against the input and
 // returns where the feed will resume, as the file source decides at open.
-func checkAgainst(in *inputFile, res feed.LoadResult, row func(k, format string, args ...any)) (string, error) {
+func checkAgainst(in *inputFile, res pointer.LoadResult, row func(k, format string, args ...any)) (string, error) {
 	switch {
 	case res.Missing, !res.Found && !res.Legacy:
 		return "the feed reads the input from 0 under a new epoch", nil
 	case res.Legacy:
-		count := res.Pointer.Position
+		count := res.Record.Position
 		if count > in.size {
 			row("size", "MISMATCH: the input (%d bytes) is shorter than the count %d", in.size, count)
 			return "the feed reads the input from 0 under a new epoch (truncated or replaced since)", nil
@@ -456,7 +457,7 @@ func checkAgainst(in *inputFile, res feed.LoadResult, row func(k, format string,
 		}
 		return verdict + " (tidemark pointer migrate does the same now)", nil
 	}
-	p := res.Pointer
+	p := res.Record
 	why := ""
 	if in.size >= p.Position {
 		row("size", "ok: %d bytes, not shorter than the position %d", in.size, p.Position)
@@ -609,7 +610,7 @@ func pointerSet(args []string, stdout io.Writer) error {
 	}
 	var prev uint64
 	if old.Found {
-		prev = old.Pointer.Epoch
+		prev = old.Record.Epoch
 	}
 	epoch := feed.NewEpoch(prev, time.Now())
 	if err := storePointer(pf, in, epoch, target); err != nil {
@@ -618,9 +619,9 @@ func pointerSet(args []string, stdout io.Writer) error {
 	was := "no valid pointer before"
 	switch {
 	case old.Found:
-		was = fmt.Sprintf("was epoch %d, position %d", old.Pointer.Epoch, old.Pointer.Position)
+		was = fmt.Sprintf("was epoch %d, position %d", old.Record.Epoch, old.Record.Position)
 	case old.Legacy:
-		was = fmt.Sprintf("was a legacy pointer, count %d", old.Pointer.Position)
+		was = fmt.Sprintf("was a legacy pointer, count %d", old.Record.Position)
 	}
 	fmt.Fprintf(stdout, "set %s: position %d under the new epoch %d (%s)\n", path, target, epoch, was)
 	return nil
@@ -628,7 +629,7 @@ func pointerSet(args []string, stdout io.Writer) error {
 
 // storePointer writes the pointer of in at pos under epoch through pf (which
 // holds the lock), durably, closes pf, and reads the pointer back.
-func storePointer(pf *feed.PointerFile, in *inputFile, epoch uint64, pos int64) error {
+func storePointer(pf *pointer.File, in *inputFile, epoch uint64, pos int64) error {
 	path := pf.Path()
 	p, err := in.pointerAt(epoch, pos)
 	if err != nil {
@@ -641,14 +642,14 @@ func storePointer(pf *feed.PointerFile, in *inputFile, epoch uint64, pos int64) 
 	if err != nil {
 		return err
 	}
-	if !back.Found || back.Pointer != p {
-		return fmt.Errorf("write pointer %s: reading it back found %+v (%s), not what was written; check the disk", path, back.Pointer, back.Reason)
+	if !back.Found || back.Record != p {
+		return fmt.Errorf("write pointer %s: reading it back found %+v (%s), not what was written; check the disk", path, back.Record, back.Reason)
 	}
 	return nil
 }
 
 func pointerMigrate(args []string, stdout io.Writer) error {
-	var mig *feed.PointerFile // holds the lock while migrating
+	var mig *pointer.File // holds the lock while migrating
 	fset := flag.NewFlagSet("pointer migrate", flag.ContinueOnError)
 	utf16 := fset.Bool("utf16", false, "convert the legacy count of UTF-16 code units to a byte offset of the input")
 	dryRun := fset.Bool("dry-run", false, "print what would be done; write nothing")
@@ -677,11 +678,11 @@ func pointerMigrate(args []string, stdout io.Writer) error {
 	case res.Missing:
 		return fmt.Errorf("migrate %s: no such pointer file; nothing to migrate (the feed reads its input from 0 under a new epoch)", path)
 	case res.Found:
-		return fmt.Errorf("migrate %s: not a legacy pointer: it is already in the current format (version %d, epoch %d, position %d); nothing to do. To move it, use tidemark pointer set", path, feed.PointerVersion, res.Pointer.Epoch, res.Pointer.Position)
+		return fmt.Errorf("migrate %s: not a legacy pointer: it is already in the current format (version %d, epoch %d, position %d); nothing to do. To move it, use tidemark pointer set", path, pointer.Version, res.Record.Epoch, res.Record.Position)
 	case !res.Legacy:
-		return fmt.Errorf("migrate %s: not a legacy pointer (a legacy pointer is exactly %d bytes and holds a count >= 0): %s. The feed would read its input from 0 under a new epoch; to resume elsewhere, write a pointer with tidemark pointer set", path, feed.LegacyPointerSize, res.Reason)
+		return fmt.Errorf("migrate %s: not a legacy pointer (a legacy pointer is exactly %d bytes and holds a count >= 0): %s. The feed would read its input from 0 under a new epoch; to resume elsewhere, write a pointer with tidemark pointer set", path, pointer.LegacySize, res.Reason)
 	}
-	count := res.Pointer.Position
+	count := res.Record.Position
 	in, err := openInput(inputPath)
 	if err != nil {
 		return fmt.Errorf("migrate %s: open its input: %w; the count is resolved against the input, which must exist", path, err)

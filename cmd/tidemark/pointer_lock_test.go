@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 // holderEnv makes the test binary a feed holding a pointer (see
@@ -80,7 +81,7 @@ func wantRefused(t *testing.T, r result, pid int) {
 // the feed is stopped they write it. show reads it all the same.
 func TestPointerSetMigrateRefuseLocked(t *testing.T) {
 	ptr := pair(t, "current.bin", "hello.txt")
-	input := strings.TrimSuffix(ptr, feed.PointerSuffix)
+	input := strings.TrimSuffix(ptr, pointer.Suffix)
 	before := readFile(t, ptr)
 	pid := startHolder(t, input, "")
 	wantRefused(t, tm("pointer", "set", ptr, "--position", "6"), pid)
@@ -89,7 +90,7 @@ func TestPointerSetMigrateRefuseLocked(t *testing.T) {
 
 	legacy := pair(t, "legacy-ascii.bin", "hello.txt")
 	lbefore := readFile(t, legacy)
-	pid = startHolder(t, strings.TrimSuffix(legacy, feed.PointerSuffix), "")
+	pid = startHolder(t, strings.TrimSuffix(legacy, pointer.Suffix), "")
 	wantRefused(t, tm("pointer", "migrate", legacy), pid)
 	require.Equal(t, lbefore, readFile(t, legacy), "a refused migrate changed the pointer")
 	// A dry run writes nothing, and needs no lock.
@@ -100,7 +101,7 @@ func TestPointerSetMigrateRefuseLocked(t *testing.T) {
 // free again.
 func TestPointerSetAfterFeedStopped(t *testing.T) {
 	ptr := pair(t, "current.bin", "hello.txt")
-	input := strings.TrimSuffix(ptr, feed.PointerSuffix)
+	input := strings.TrimSuffix(ptr, pointer.Suffix)
 	src, err := feed.NewFileSource(feed.Config{Path: input, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	r := tm("pointer", "set", ptr, "--position", "6")
@@ -117,7 +118,7 @@ func TestPointerSetAfterFeedStopped(t *testing.T) {
 // refused.
 func TestPointerInput(t *testing.T) {
 	ptr := pair(t, "current.bin", "hello.txt")
-	input := strings.TrimSuffix(ptr, feed.PointerSuffix)
+	input := strings.TrimSuffix(ptr, pointer.Suffix)
 	dir := filepath.Join(t.TempDir(), "pointers")
 	require.NoError(t, os.Mkdir(dir, 0o755))
 	moved := filepath.Join(dir, filepath.Base(ptr))
@@ -129,7 +130,7 @@ func TestPointerInput(t *testing.T) {
 	pid := startHolder(t, input, dir)
 	wantRefused(t, tm("pointer", "set", moved, "--input", input, "--position", "6"), pid)
 
-	other := filepath.Join(dir, "other.log"+feed.PointerSuffix)
+	other := filepath.Join(dir, "other.log"+pointer.Suffix)
 	r = tm("pointer", "set", other, "--input", input, "--position", "6")
 	expect(t, r, exitUsage)
 	require.Contains(t, r.stderr, "is not the pointer file of input")

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tidemark-go/tidemark/dedupe"
-	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
 )
@@ -90,8 +90,8 @@ func waitCommitted(t *testing.T, ptr string, pos int64, exited <-chan struct{}) 
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
 		data, _ := os.ReadFile(ptr)
-		for off := 0; off < len(data) && off <= feed.PointerSlotSize; off += feed.PointerSlotSize {
-			if p, err := feed.DecodePointer(data[off:]); err == nil && p.Position == pos {
+		for off := 0; off < len(data) && off <= pointer.SlotSize; off += pointer.SlotSize {
+			if p, err := pointer.Decode(data[off:]); err == nil && p.Position == pos {
 				return
 			}
 		}
@@ -114,7 +114,7 @@ func waitCommitted(t *testing.T, ptr string, pos int64, exited <-chan struct{}) 
 // counted once and the pointer is at the end.
 func TestPointerSetWhileAFeedRuns(t *testing.T) {
 	input := filepath.Join(t.TempDir(), "in.csv")
-	ptr := input + feed.PointerSuffix
+	ptr := input + pointer.Suffix
 	size := appendOrders(t, input, 1, 1000)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), feedEnv+"="+input)
@@ -141,11 +141,11 @@ func TestPointerSetWhileAFeedRuns(t *testing.T) {
 	<-exited
 	require.NoError(t, waitErr, "the feed's clean stop")
 
-	pf := feed.OpenPointerFile(ptr, feed.PointerFileOptions{})
+	pf := pointer.Open(ptr, pointer.Options{})
 	res, err := pf.Load()
 	require.NoError(t, err)
 	require.NoError(t, pf.Close())
-	require.Equal(t, size, res.Pointer.Position)
+	require.Equal(t, size, res.Record.Position)
 	st, err := state.OpenDir(input+".state", nil)
 	require.NoError(t, err)
 	defer st.Close()

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 // Scenario is one run of the demonstration.
@@ -274,14 +274,14 @@ func printReport(w io.Writer, r *Report) {
 
 // loadPointer reads the input's pointer file; a missing one is position 0.
 // Only call it when no server runs on the input.
-func loadPointer(input string) (feed.Pointer, error) {
-	pf := feed.OpenPointerFile(input+feed.PointerSuffix, feed.PointerFileOptions{})
+func loadPointer(input string) (pointer.Record, error) {
+	pf := pointer.Open(input+pointer.Suffix, pointer.Options{})
 	res, err := pf.Load()
 	err = errors.Join(err, pf.Close())
 	if err != nil {
-		return feed.Pointer{}, err
+		return pointer.Record{}, err
 	}
-	return res.Pointer, nil
+	return res.Record, nil
 }
 
 // realAhead reports whether an ahead event shows the pointer past a line

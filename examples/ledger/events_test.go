@@ -7,23 +7,23 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 // TestPointerSlots: the sampler reads both slots of a pointer file, each a
 // pointer the feed committed, without going through the pointer file's
 // writer; a missing or garbage file gives none.
 func TestPointerSlots(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "in.csv"+feed.PointerSuffix)
+	path := filepath.Join(t.TempDir(), "in.csv"+pointer.Suffix)
 	if ps := pointerSlots(path); len(ps) != 0 {
 		t.Fatalf("missing file: %v", ps)
 	}
-	pf := feed.OpenPointerFile(path, feed.PointerFileOptions{})
+	pf := pointer.Open(path, pointer.Options{})
 	if _, err := pf.Load(); err != nil {
 		t.Fatal(err)
 	}
 	for _, pos := range []int64{10, 25, 40} {
-		if err := pf.Store(feed.Pointer{Epoch: 7, Position: pos}); err != nil {
+		if err := pf.Store(pointer.Record{Epoch: 7, Position: pos}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -39,7 +39,7 @@ func TestPointerSlots(t *testing.T) {
 	if !slices.Equal(got, []int64{25, 40}) {
 		t.Fatalf("slots hold %v, want the last two commits [25 40]", got)
 	}
-	os.WriteFile(path, make([]byte, feed.PointerFileSize), 0o644)
+	os.WriteFile(path, make([]byte, pointer.FileSize), 0o644)
 	if ps := pointerSlots(path); len(ps) != 0 {
 		t.Fatalf("NUL file: %v", ps)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/tidemark-go/tidemark/checkpoint"
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/internal/vfs"
 	"github.com/tidemark-go/tidemark/ops"
@@ -351,7 +352,7 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 		if err != nil {
 			return exitFailed, errors.Join(err, srv.Stop(context.Background()))
 		}
-		ev = startEvents(stdout, srv, st, ns, feed.PointerPath(o.Input, o.PointerDir), start.Applied, proc)
+		ev = startEvents(stdout, srv, st, ns, pointer.Path(o.Input, o.PointerDir), start.Applied, proc)
 	}
 
 	runErr := srv.Run(ctx)
@@ -497,16 +498,16 @@ func durablePosition(ns state.Store, proc *ledger, cp *checkpoint.Checkpoint) (d
 
 // pointerSlots decodes both slots of a pointer file without the pointer
 // file's writer knowing: each valid slot was the pointer at some moment.
-// Loading it through feed.PointerFile is not safe while a server runs (it
+// Loading it through pointer.File is not safe while a server runs (it
 // tidies the file).
-func pointerSlots(path string) []feed.Pointer {
+func pointerSlots(path string) []pointer.Record {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil
 	}
-	var ps []feed.Pointer
-	for off := 0; off < len(data) && off <= feed.PointerSlotSize; off += feed.PointerSlotSize {
-		if p, err := feed.DecodePointer(data[off:]); err == nil {
+	var ps []pointer.Record
+	for off := 0; off < len(data) && off <= pointer.SlotSize; off += pointer.SlotSize {
+		if p, err := pointer.Decode(data[off:]); err == nil {
 			ps = append(ps, p)
 		}
 	}

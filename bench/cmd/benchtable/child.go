@@ -19,6 +19,7 @@ import (
 	"github.com/tidemark-go/tidemark/bench"
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
 )
@@ -144,7 +145,7 @@ func parseSync(s string) (feed.SyncPolicy, bool, error) {
 
 // removePointer removes the input's pointer file so that a run starts at 0.
 func removePointer(path string) error {
-	for _, p := range []string{path + feed.PointerSuffix, path + feed.PointerSuffix + feed.PointerTempSuffix} {
+	for _, p := range []string{path + pointer.Suffix, path + pointer.Suffix + pointer.TempSuffix} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -599,7 +600,7 @@ func caseFsyncAppend(a childArgs, size int) (result, error) {
 
 // casePointerAB is row 8 with its baseline in one process, interleaved: ten
 // rounds, each a.ops/10 writes of 80 bytes at offset 0 of a file of 8 KiB
-// and fdatasync (the baseline), then as many PointerFile.Store calls under
+// and fdatasync (the baseline), then as many pointer.File.Store calls under
 // SyncEveryCommit. Seconds is the pointer's total, Extra["base_seconds"] the
 // baseline's: a drift of the disk's speed touches both alike.
 func casePointerAB(a childArgs) (result, error) {
@@ -613,18 +614,18 @@ func casePointerAB(a childArgs) (result, error) {
 		return result{}, err
 	}
 	defer bf.Close()
-	buf := make([]byte, feed.PointerFileSize)
+	buf := make([]byte, pointer.FileSize)
 	if _, err := bf.Write(buf); err != nil {
 		return result{}, err
 	}
 	if err := bf.Sync(); err != nil {
 		return result{}, err
 	}
-	pf := feed.OpenPointerFile(filepath.Join(dir, "input"+feed.PointerSuffix), feed.PointerFileOptions{Sync: feed.SyncEveryCommit, Logger: discard})
+	pf := pointer.Open(filepath.Join(dir, "input"+pointer.Suffix), pointer.Options{Sync: feed.SyncEveryCommit, Logger: discard})
 	if _, err := pf.Load(); err != nil {
 		return result{}, err
 	}
-	p := feed.Pointer{Epoch: 1, Position: 1}
+	p := pointer.Record{Epoch: 1, Position: 1}
 	if err := pf.Store(p); err != nil { // creates the file: not timed
 		return result{}, errors.Join(err, pf.Close())
 	}
@@ -636,7 +637,7 @@ func casePointerAB(a childArgs) (result, error) {
 		start := time.Now()
 		for i := range per {
 			buf[0] = byte(i)
-			if _, err := bf.WriteAt(buf[:feed.PointerRecordSize], 0); err != nil {
+			if _, err := bf.WriteAt(buf[:pointer.RecordSize], 0); err != nil {
 				return result{}, errors.Join(err, pf.Close())
 			}
 			if err := syscall.Fdatasync(fd); err != nil {
@@ -740,7 +741,7 @@ func caseRestartSetup(a childArgs) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	ptr, err := os.ReadFile(a.file + feed.PointerSuffix)
+	ptr, err := os.ReadFile(a.file + pointer.Suffix)
 	if err != nil {
 		return result{}, err
 	}
@@ -766,7 +767,7 @@ func caseRestart(a childArgs) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	if err := os.WriteFile(a.file+feed.PointerSuffix, ptr, 0o600); err != nil {
+	if err := os.WriteFile(a.file+pointer.Suffix, ptr, 0o600); err != nil {
 		return result{}, err
 	}
 	fp := &firstProc{first: make(chan struct{})}

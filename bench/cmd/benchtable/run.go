@@ -495,13 +495,13 @@ func (r *runner) row8(t *table) error {
 		return nil
 	}
 	ops := strconv.Itoa(r.ops)
-	res := r.measure(spec{label: "8 PointerFile.Store and its baseline, interleaved", name: "pointer-ab", args: []string{"-ops", ops}})
+	res := r.measure(spec{label: "8 pointer.File.Store and its baseline, interleaved", name: "pointer-ab", args: []string{"-ops", ops}})
 	x := res[0]
 	base := &runs{spec: x.spec, err: x.err}
 	for _, v := range x.res {
 		base.res = append(base.res, result{Lines: v.Lines, Seconds: v.Extra["base_seconds"]})
 	}
-	t.rateUnit("8", "pointer commits (PointerFile.Store, SyncEveryCommit; in ten rounds alternating with the baseline, in one process)", x, base, "80 B write in place + fdatasync", 0.9, "commits/s")
+	t.rateUnit("8", "pointer commits (pointer.File.Store, SyncEveryCommit; in ten rounds alternating with the baseline, in one process)", x, base, "80 B write in place + fdatasync", 0.9, "commits/s")
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package feed_test
+package pointer_test
 
 import (
 	"fmt"
@@ -7,20 +7,20 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 // A pointer file remembers how far an input has been processed. Load it at
 // start; Store a position once every line before it has been processed.
-func ExamplePointerFile() {
+func ExampleFile() {
 	dir, err := os.MkdirTemp("", "pointer-example")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "ledger.csv"+feed.PointerSuffix)
+	path := filepath.Join(dir, "ledger.csv"+pointer.Suffix)
 
-	pf := feed.OpenPointerFile(path, feed.PointerFileOptions{Sync: feed.SyncEveryCommit})
+	pf := pointer.Open(path, pointer.Options{Sync: pointer.SyncEveryCommit})
 	res, err := pf.Load()
 	if err != nil {
 		log.Fatal(err)
@@ -28,36 +28,36 @@ func ExamplePointerFile() {
 	fmt.Println("missing:", res.Missing)
 
 	// No pointer: start at 0 under a new epoch.
-	epoch := feed.NewEpoch(0, time.Now())
-	if err := pf.Store(feed.Pointer{Epoch: epoch, Position: 42}); err != nil {
+	epoch := uint64(time.Now().UnixNano()) // pointer.NewEpoch gives a new epoch
+	if err := pf.Store(pointer.Record{Epoch: epoch, Position: 42}); err != nil {
 		log.Fatal(err)
 	}
 	// Behind the stored position in the same epoch: ignored.
-	if err := pf.Store(feed.Pointer{Epoch: epoch, Position: 7}); err != nil {
+	if err := pf.Store(pointer.Record{Epoch: epoch, Position: 7}); err != nil {
 		log.Fatal(err)
 	}
 	if err := pf.Close(); err != nil {
 		log.Fatal(err)
 	}
 
-	res, err = feed.OpenPointerFile(path, feed.PointerFileOptions{}).Load()
+	res, err = pointer.Open(path, pointer.Options{}).Load()
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("found:", res.Found, "position:", res.Pointer.Position, "same epoch:", res.Pointer.Epoch == epoch)
+	fmt.Println("found:", res.Found, "position:", res.Record.Position, "same epoch:", res.Record.Epoch == epoch)
 	// Output:
 	// missing: true
 	// found: true position: 42 same epoch: true
 }
 
-// DecodePointer reads one record; EncodePointer writes one.
-func ExampleDecodePointer() {
-	rec := feed.EncodePointer(nil, feed.Pointer{Epoch: 1, Position: 100})
-	p, err := feed.DecodePointer(rec)
+// Decode reads one record; Encode writes one.
+func ExampleDecode() {
+	rec := pointer.Encode(nil, pointer.Record{Epoch: 1, Position: 100})
+	p, err := pointer.Decode(rec)
 	fmt.Println(len(rec), p.Position, err)
 
 	rec[30] ^= 1 // bit rot
-	_, err = feed.DecodePointer(rec)
+	_, err = pointer.Decode(rec)
 	fmt.Println(err != nil)
 	// Output:
 	// 80 100 <nil>

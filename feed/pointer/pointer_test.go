@@ -1,4 +1,4 @@
-package feed
+package pointer
 
 import (
 	"bytes"
@@ -6,9 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"hash/crc32"
-	"hash/fnv"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -23,8 +21,8 @@ import (
 )
 
 // testPointer returns a distinct, valid pointer for each i.
-func testPointer(epoch uint64, i int) Pointer {
-	return Pointer{
+func testPointer(epoch uint64, i int) Record {
+	return Record{
 		Epoch:       epoch,
 		Position:    int64(i)*100 + 64,
 		Identity:    dedupe.Identity{Dev: 2049, Ino: 1234567},
@@ -35,85 +33,33 @@ func testPointer(epoch uint64, i int) Pointer {
 }
 
 // record returns p's record with write sequence seq.
-func record(p Pointer, seq uint64) []byte { return appendRecord(nil, p, seq) }
+func record(p Record, seq uint64) []byte { return appendRecord(nil, p, seq) }
 
 // image returns a pointer file holding a in slot A and b in slot B (nil
 // leaves a slot zero).
 func image(a, b []byte) []byte {
-	img := make([]byte, PointerFileSize)
+	img := make([]byte, FileSize)
 	copy(img, a)
-	copy(img[PointerSlotSize:], b)
+	copy(img[SlotSize:], b)
 	return img
 }
 
 // reseal recomputes the checksum of the record at the start of b.
 func reseal(b []byte) []byte {
-	binary.LittleEndian.PutUint32(b[PointerRecordSize-4:], crc32.Checksum(b[:PointerRecordSize-4], crcTable))
+	binary.LittleEndian.PutUint32(b[RecordSize-4:], crc32.Checksum(b[:RecordSize-4], crcTable))
 	return b
 }
 
 // legacyFile returns a legacy pointer file holding count.
 func legacyFile(count int64) []byte {
-	b := make([]byte, LegacyPointerSize)
+	b := make([]byte, LegacySize)
 	binary.BigEndian.PutUint64(b, uint64(count))
 	return b
 }
 
-func TestHashBytesIsFNV1a64(t *testing.T) {
-	// Golden values: HashBytes is stored on disk and must never change.
-	golden := map[string]uint64{
-		"":       0xcbf29ce484222325,
-		"a":      0xaf63dc4c8601ec8c,
-		"foobar": 0x85944171f73967e8,
-	}
-	for in, want := range golden {
-		if got := HashBytes([]byte(in)); got != want {
-			t.Errorf("HashBytes(%q) = %#x, want %#x", in, got, want)
-		}
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 100 {
-		b := make([]byte, rng.IntN(5000))
-		for i := range b {
-			b[i] = byte(rng.Uint32())
-		}
-		h := fnv.New64a()
-		h.Write(b)
-		if got, want := HashBytes(b), h.Sum64(); got != want {
-			t.Fatalf("HashBytes of %d bytes = %#x, hash/fnv says %#x", len(b), got, want)
-		}
-	}
-}
-
-func TestNewEpoch(t *testing.T) {
-	now := time.Unix(1_700_000_000, 5)
-	ns := uint64(now.UnixNano())
-	tests := []struct {
-		name string
-		prev uint64
-		now  time.Time
-		want uint64
-	}{
-		{"first epoch is the time", 0, now, ns},
-		{"earlier prev takes the time", ns - 1, now, ns},
-		{"equal prev is passed by one", ns, now, ns + 1},
-		{"later prev (clock stepped back) is passed by one", ns + 1000, now, ns + 1001},
-		{"time before 1970", 7, time.Unix(-5, 0), 8},
-		{"zero time", 7, time.Time{}, 8},
-		{"largest prev does not wrap", math.MaxUint64, now, math.MaxUint64},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := NewEpoch(tc.prev, tc.now); got != tc.want {
-				t.Errorf("NewEpoch(%d, %v) = %d, want %d", tc.prev, tc.now, got, tc.want)
-			}
-		})
-	}
-}
-
-// TestPointerRecordGolden pins the byte layout documented on PointerFile.
+// TestPointerRecordGolden pins the byte layout documented on File.
 func TestPointerRecordGolden(t *testing.T) {
-	p := Pointer{
+	p := Record{
 		Epoch:       0x1122334455667788,
 		Position:    0x0102030405060708,
 		Identity:    dedupe.Identity{Dev: 0x21, Ino: 0x22},
@@ -135,11 +81,11 @@ func TestPointerRecordGolden(t *testing.T) {
 	if crc := binary.LittleEndian.Uint32(got[76:]); crc != crc32.Checksum(got[:76], crc32.MakeTable(crc32.Castagnoli)) {
 		t.Fatalf("checksum %08x is not CRC-32C of bytes 0..75", crc)
 	}
-	if len(got) != PointerRecordSize {
-		t.Fatalf("record is %d bytes, want %d", len(got), PointerRecordSize)
+	if len(got) != RecordSize {
+		t.Fatalf("record is %d bytes, want %d", len(got), RecordSize)
 	}
-	if enc := EncodePointer([]byte("prefix"), p); !bytes.Equal(enc[6:], record(p, 0)) || string(enc[:6]) != "prefix" {
-		t.Fatalf("EncodePointer does not append a sequence-0 record to dst")
+	if enc := Encode([]byte("prefix"), p); !bytes.Equal(enc[6:], record(p, 0)) || string(enc[:6]) != "prefix" {
+		t.Fatalf("Encode does not append a sequence-0 record to dst")
 	}
 }
 
@@ -159,7 +105,7 @@ func TestDecodePointer(t *testing.T) {
 	tests := []tc{
 		{"valid", valid, ""},
 		{"valid with trailing bytes", append(bytes.Clone(valid), 1, 2, 3), ""},
-		{"NULs", make([]byte, PointerRecordSize), "bad magic"},
+		{"NULs", make([]byte, RecordSize), "bad magic"},
 		{"bad magic", mutate(func(b []byte) { b[0] = 'X' }), "bad magic"},
 		{"bad checksum", mutate(func(b []byte) { b[79] ^= 0xff }), "checksum mismatch"},
 		{"flipped position", mutate(func(b []byte) { b[24] ^= 1 }), "checksum mismatch"},
@@ -174,7 +120,7 @@ func TestDecodePointer(t *testing.T) {
 		{"legacy ASCII count", legacyFile(12), "bad magic"},
 		{"legacy negative count", legacyFile(-1), "bad magic"},
 	}
-	for n := range PointerRecordSize {
+	for n := range RecordSize {
 		want := "truncated"
 		if n < 8 {
 			want = "shorter than a record header"
@@ -183,21 +129,21 @@ func TestDecodePointer(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := DecodePointer(tc.in)
+			got, err := Decode(tc.in)
 			if tc.wantErr == "" {
 				if err != nil || got != p {
-					t.Fatalf("DecodePointer = %+v, %v; want %+v", got, err, p)
+					t.Fatalf("Decode = %+v, %v; want %+v", got, err, p)
 				}
 				return
 			}
-			if !errors.Is(err, ErrCorruptPointer) {
-				t.Fatalf("DecodePointer = %+v, %v; want an error wrapping ErrCorruptPointer", got, err)
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Decode = %+v, %v; want an error wrapping ErrCorrupt", got, err)
 			}
 			if !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("error %q does not say %q", err, tc.wantErr)
 			}
-			if got != (Pointer{}) {
-				t.Fatalf("DecodePointer returned %+v with its error", got)
+			if got != (Record{}) {
+				t.Fatalf("Decode returned %+v with its error", got)
 			}
 		})
 	}
@@ -214,7 +160,7 @@ func writeFile(t *testing.T, path string, b []byte) {
 func TestPointerLoad(t *testing.T) {
 	p1, p2 := testPointer(1000, 1), testPointer(1000, 2)
 	a1, b2 := record(p1, 1), record(p2, 2)
-	ours1024 := image(a1, nil)[:LegacyPointerSize]
+	ours1024 := image(a1, nil)[:LegacySize]
 	oursBadCRC1024 := bytes.Clone(ours1024)
 	oursBadCRC1024[30] ^= 1
 	unknownA := reseal(func() []byte { b := bytes.Clone(a1); b[4] = 9; return b }())
@@ -222,7 +168,7 @@ func TestPointerLoad(t *testing.T) {
 	badB[79] ^= 0x80
 	type want struct {
 		found, missing, legacy, empty bool
-		p                             Pointer
+		p                             Record
 		reason                        string
 	}
 	tests := []struct {
@@ -242,24 +188,24 @@ func TestPointerLoad(t *testing.T) {
 		{"A unknown version, B valid", image(unknownA, b2), nil, want{found: true, p: p2, reason: "slot B"}},
 		{"only an unknown version", image(unknownA, nil), nil, want{reason: "unknown version 9"}},
 		{"both corrupt", image(badB, badB), nil, want{reason: "holds no valid record"}},
-		{"file of NULs", make([]byte, PointerFileSize), nil, want{reason: "holds only NUL bytes"}},
+		{"file of NULs", make([]byte, FileSize), nil, want{reason: "holds only NUL bytes"}},
 		{"short file of NULs", make([]byte, 100), nil, want{reason: "holds only NUL bytes"}},
 		{"torn slot A of a new file", a1[:50], nil, want{reason: "truncated: 50 of 80 bytes"}},
-		{"truncated after slot A", image(a1, b2)[:PointerSlotSize+40], nil, want{found: true, p: p1}},
+		{"truncated after slot A", image(a1, b2)[:SlotSize+40], nil, want{found: true, p: p1}},
 		{"our format, 1024 bytes, is not legacy", ours1024, nil, want{found: true, p: p1}},
 		{"our format, 1024 bytes, corrupt, is not legacy", oursBadCRC1024, nil, want{reason: "checksum mismatch"}},
-		{"legacy ASCII", legacyFile(12), nil, want{legacy: true, p: Pointer{Position: 12}, reason: "legacy pointer file"}},
-		{"legacy zero", legacyFile(0), nil, want{legacy: true, p: Pointer{Position: 0}}},
+		{"legacy ASCII", legacyFile(12), nil, want{legacy: true, p: Record{Position: 12}, reason: "legacy pointer file"}},
+		{"legacy zero", legacyFile(0), nil, want{legacy: true, p: Record{Position: 0}}},
 		{"legacy negative", legacyFile(-5), nil, want{reason: "negative count -5"}},
 		{"1023 bytes is not legacy", legacyFile(12)[:1023], nil, want{reason: "holds no valid record"}},
 		{"1025 bytes is not legacy", append(legacyFile(12), 0), nil, want{reason: "holds no valid record"}},
 		{"larger than a pointer file", append(image(a1, b2), make([]byte, 100)...), nil, want{found: true, p: p2}},
-		{"leftover temp file is ignored", image(a1, nil), map[string][]byte{PointerTempSuffix: image(b2, nil)}, want{found: true, p: p1}},
-		{"leftover temp file without pointer", nil, map[string][]byte{PointerTempSuffix: image(b2, nil)}, want{missing: true}},
+		{"leftover temp file is ignored", image(a1, nil), map[string][]byte{TempSuffix: image(b2, nil)}, want{found: true, p: p1}},
+		{"leftover temp file without pointer", nil, map[string][]byte{TempSuffix: image(b2, nil)}, want{missing: true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "input.csv"+PointerSuffix)
+			path := filepath.Join(t.TempDir(), "input.csv"+Suffix)
 			if tc.file != nil {
 				writeFile(t, path, tc.file)
 			}
@@ -268,15 +214,15 @@ func TestPointerLoad(t *testing.T) {
 			}
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
-			res, err := OpenPointerFile(path, PointerFileOptions{Logger: log}).Load()
+			res, err := Open(path, Options{Logger: log}).Load()
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
-			if _, ok := tc.extra[PointerTempSuffix]; ok && !strings.Contains(logs.String(), path+PointerTempSuffix) {
+			if _, ok := tc.extra[TempSuffix]; ok && !strings.Contains(logs.String(), path+TempSuffix) {
 				t.Fatalf("removing the temporary file was not logged with its name: %q", logs.String())
 			}
 			w := tc.want
-			if res.Found != w.found || res.Missing != w.missing || res.Legacy != w.legacy || res.Empty != w.empty || res.Pointer != w.p {
+			if res.Found != w.found || res.Missing != w.missing || res.Legacy != w.legacy || res.Empty != w.empty || res.Record != w.p {
 				t.Fatalf("Load = %+v\nwant found=%v missing=%v legacy=%v empty=%v pointer=%+v", res, w.found, w.missing, w.legacy, w.empty, w.p)
 			}
 			if !strings.Contains(res.Reason, w.reason) {
@@ -285,7 +231,7 @@ func TestPointerLoad(t *testing.T) {
 			if !res.Found && !res.Legacy && !strings.Contains(res.Reason, path) {
 				t.Fatalf("reason %q does not name the file", res.Reason)
 			}
-			if _, err := os.Stat(path + PointerTempSuffix); !errors.Is(err, os.ErrNotExist) {
+			if _, err := os.Stat(path + TempSuffix); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("leftover temporary file not removed: %v", err)
 			}
 		})
@@ -293,16 +239,16 @@ func TestPointerLoad(t *testing.T) {
 }
 
 func TestPointerLoadUnreadable(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "in"+PointerSuffix)
+	path := filepath.Join(t.TempDir(), "in"+Suffix)
 	writeFile(t, path, image(record(testPointer(1, 1), 1), nil))
 	c := &vfs.Counter{Match: func(op vfs.Op, _ string) bool { return op == vfs.OpOpen || op == vfs.OpRead }, FailAt: 1, Sticky: true}
-	pf := OpenPointerFile(path, PointerFileOptions{FS: vfs.Inject(vfs.Default(), c.Injector())})
+	pf := Open(path, Options{FS: vfs.Inject(vfs.Default(), c.Injector())})
 	_, err := pf.Load()
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "remove it") {
 		t.Fatalf("Load of an unreadable file = %v; want an error naming the file and what to do", err)
 	}
 	c2 := &vfs.Counter{Match: func(op vfs.Op, _ string) bool { return op == vfs.OpRead }, FailAt: 1, Sticky: true}
-	pf = OpenPointerFile(path, PointerFileOptions{FS: vfs.Inject(vfs.Default(), c2.Injector())})
+	pf = Open(path, Options{FS: vfs.Inject(vfs.Default(), c2.Injector())})
 	if _, err := pf.Load(); err == nil || !errors.Is(err, vfs.ErrInjected.Err) {
 		t.Fatalf("Load with a failing read = %v; want the I/O error", err)
 	}
@@ -316,8 +262,8 @@ func slotsOf(t *testing.T, b []byte) fileState {
 
 func TestPointerStoreCreatesAndAlternates(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "in"+PointerSuffix)
-	pf := OpenPointerFile(path, PointerFileOptions{})
+	path := filepath.Join(dir, "in"+Suffix)
+	pf := Open(path, Options{})
 	defer pf.Close()
 	for i := 1; i <= 6; i++ {
 		p := testPointer(1000, i)
@@ -328,8 +274,8 @@ func TestPointerStoreCreatesAndAlternates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(b) != PointerFileSize {
-			t.Fatalf("after store %d the file is %d bytes, want %d", i, len(b), PointerFileSize)
+		if len(b) != FileSize {
+			t.Fatalf("after store %d the file is %d bytes, want %d", i, len(b), FileSize)
 		}
 		st := slotsOf(t, b)
 		// Write i lands in slot A for odd i, B for even i.
@@ -340,15 +286,15 @@ func TestPointerStoreCreatesAndAlternates(t *testing.T) {
 		if i > 1 && (!st.slots[1-slot].valid || st.slots[1-slot].p != testPointer(1000, i-1)) {
 			t.Fatalf("after store %d the other slot lost the previous record: %v", i, st.slots[1-slot].err)
 		}
-		if _, err := os.Stat(path + PointerTempSuffix); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(path + TempSuffix); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("temporary file left behind: %v", err)
 		}
 	}
-	// A new PointerFile continues the sequence.
+	// A new File continues the sequence.
 	if err := pf.Close(); err != nil {
 		t.Fatal(err)
 	}
-	pf2 := OpenPointerFile(path, PointerFileOptions{})
+	pf2 := Open(path, Options{})
 	if err := pf2.Store(testPointer(1000, 7)); err != nil {
 		t.Fatal(err)
 	}
@@ -363,29 +309,29 @@ func TestPointerStoreReplacesForeignFiles(t *testing.T) {
 	for name, content := range map[string][]byte{
 		"legacy":     legacyFile(77),
 		"empty":      {},
-		"NULs":       make([]byte, PointerFileSize),
+		"NULs":       make([]byte, FileSize),
 		"corrupt":    image([]byte("TDMP garbage"), nil),
-		"short ours": image(record(testPointer(5, 1), 1), nil)[:LegacyPointerSize],
+		"short ours": image(record(testPointer(5, 1), 1), nil)[:LegacySize],
 		"large junk": bytes.Repeat([]byte("x"), 20000),
 	} {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "in"+PointerSuffix)
+			path := filepath.Join(t.TempDir(), "in"+Suffix)
 			writeFile(t, path, content)
-			pf := OpenPointerFile(path, PointerFileOptions{})
+			pf := Open(path, Options{})
 			if _, err := pf.Load(); err != nil {
 				t.Fatal(err)
 			}
-			p := testPointer(NewEpoch(0, time.Now()), 1)
+			p := testPointer(uint64(time.Now().UnixNano()), 1)
 			if err := pf.Store(p); err != nil {
 				t.Fatal(err)
 			}
 			pf.Close()
 			b, _ := os.ReadFile(path)
-			if len(b) != PointerFileSize {
-				t.Fatalf("file is %d bytes, want %d", len(b), PointerFileSize)
+			if len(b) != FileSize {
+				t.Fatalf("file is %d bytes, want %d", len(b), FileSize)
 			}
-			res, err := OpenPointerFile(path, PointerFileOptions{}).Load()
-			if err != nil || !res.Found || res.Pointer != p {
+			res, err := Open(path, Options{}).Load()
+			if err != nil || !res.Found || res.Record != p {
 				t.Fatalf("Load = %+v, %v; want %+v", res, err, p)
 			}
 		})
@@ -393,21 +339,21 @@ func TestPointerStoreReplacesForeignFiles(t *testing.T) {
 }
 
 func TestPointerStoreForwardOnly(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "in"+PointerSuffix)
+	path := filepath.Join(t.TempDir(), "in"+Suffix)
 	writes := &vfs.Counter{Match: func(op vfs.Op, _ string) bool { return op == vfs.OpWrite }}
-	pf := OpenPointerFile(path, PointerFileOptions{FS: vfs.Inject(vfs.Default(), writes.Injector())})
+	pf := Open(path, Options{FS: vfs.Inject(vfs.Default(), writes.Injector())})
 	defer pf.Close()
-	at := func(epoch uint64, pos int64) Pointer { return Pointer{Epoch: epoch, Position: pos} }
+	at := func(epoch uint64, pos int64) Record { return Record{Epoch: epoch, Position: pos} }
 	steps := []struct {
-		p     Pointer
+		p     Record
 		write bool
-		want  Pointer // on disk afterwards
+		want  Record // on disk afterwards
 	}{
 		{at(10, 100), true, at(10, 100)},
 		{at(10, 50), false, at(10, 100)},  // lower in the same epoch: ignored
 		{at(10, 100), false, at(10, 100)}, // the same record again: nothing to write
 		{at(10, 101), true, at(10, 101)},
-		{Pointer{Epoch: 10, Position: 101, Identity: dedupe.Identity{Ino: 9}}, true, Pointer{Epoch: 10, Position: 101, Identity: dedupe.Identity{Ino: 9}}}, // same position, new identity
+		{Record{Epoch: 10, Position: 101, Identity: dedupe.Identity{Ino: 9}}, true, Record{Epoch: 10, Position: 101, Identity: dedupe.Identity{Ino: 9}}}, // same position, new identity
 		{at(11, 0), true, at(11, 0)},     // a new epoch starts lower
 		{at(11, 0), false, at(11, 0)},    // repeated
 		{at(10, 500), true, at(10, 500)}, // another epoch: the source decides
@@ -421,15 +367,15 @@ func TestPointerStoreForwardOnly(t *testing.T) {
 		if wrote := writes.Count() > before; wrote != s.write {
 			t.Fatalf("step %d: Store(%+v) wrote=%v, want %v", i, s.p, wrote, s.write)
 		}
-		res, err := OpenPointerFile(path, PointerFileOptions{}).Load()
-		if err != nil || res.Pointer != s.want {
-			t.Fatalf("step %d: Load = %+v, %v; want %+v", i, res.Pointer, err, s.want)
+		res, err := Open(path, Options{}).Load()
+		if err != nil || res.Record != s.want {
+			t.Fatalf("step %d: Load = %+v, %v; want %+v", i, res.Record, err, s.want)
 		}
 	}
-	// A fresh PointerFile applies the rule against the record on disk,
+	// A fresh File applies the rule against the record on disk,
 	// whether or not Load was called first.
 	for _, load := range []bool{true, false} {
-		pf2 := OpenPointerFile(path, PointerFileOptions{FS: vfs.Inject(vfs.Default(), writes.Injector())})
+		pf2 := Open(path, Options{FS: vfs.Inject(vfs.Default(), writes.Injector())})
 		if load {
 			if _, err := pf2.Load(); err != nil {
 				t.Fatal(err)
@@ -447,23 +393,23 @@ func TestPointerStoreForwardOnly(t *testing.T) {
 }
 
 func TestPointerStoreRejectsInvalid(t *testing.T) {
-	pf := OpenPointerFile(filepath.Join(t.TempDir(), "in"+PointerSuffix), PointerFileOptions{})
+	pf := Open(filepath.Join(t.TempDir(), "in"+Suffix), Options{})
 	defer pf.Close()
-	for _, p := range []Pointer{
+	for _, p := range []Record{
 		{Position: -1},
 		{Position: 10, Fingerprint: dedupe.Fingerprint{Len: 4097}},
 		{Position: 10, Fingerprint: dedupe.Fingerprint{Len: -1}},
 		{Position: 100, TailLen: 65},
 		{Position: 10, TailLen: 11},
 	} {
-		if err := pf.Store(p); !errors.Is(err, ErrInvalidPointer) {
-			t.Errorf("Store(%+v) = %v, want ErrInvalidPointer", p, err)
+		if err := pf.Store(p); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Store(%+v) = %v, want ErrInvalid", p, err)
 		}
 	}
 }
 
 func TestPointerClosed(t *testing.T) {
-	pf := OpenPointerFile(filepath.Join(t.TempDir(), "in"+PointerSuffix), PointerFileOptions{})
+	pf := Open(filepath.Join(t.TempDir(), "in"+Suffix), Options{})
 	if err := pf.Store(testPointer(1, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -473,16 +419,16 @@ func TestPointerClosed(t *testing.T) {
 	if err := pf.Close(); err != nil {
 		t.Fatalf("second Close = %v", err)
 	}
-	if err := pf.Store(testPointer(1, 2)); !errors.Is(err, ErrPointerClosed) {
+	if err := pf.Store(testPointer(1, 2)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Store after Close = %v", err)
 	}
-	if _, err := pf.Load(); !errors.Is(err, ErrPointerClosed) {
+	if _, err := pf.Load(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Load after Close = %v", err)
 	}
-	if err := pf.Sync(); !errors.Is(err, ErrPointerClosed) {
+	if err := pf.Sync(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Sync after Close = %v", err)
 	}
-	if err := pf.SyncIfDue(); !errors.Is(err, ErrPointerClosed) {
+	if err := pf.SyncIfDue(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("SyncIfDue after Close = %v", err)
 	}
 }
@@ -493,14 +439,14 @@ func TestPointerClosed(t *testing.T) {
 // all of it is there, never anything else.
 func TestPointerTornAtEveryByte(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "in"+PointerSuffix)
-	pf := OpenPointerFile(path, PointerFileOptions{})
+	path := filepath.Join(dir, "in"+Suffix)
+	pf := Open(path, Options{})
 	defer pf.Close()
 	prev := testPointer(1000, 0)
 	if err := pf.Store(prev); err != nil {
 		t.Fatal(err)
 	}
-	torn := filepath.Join(dir, "torn"+PointerSuffix)
+	torn := filepath.Join(dir, "torn"+Suffix)
 	for i := 1; i <= 5; i++ {
 		p := testPointer(1000, i)
 		if i == 4 {
@@ -513,10 +459,10 @@ func TestPointerTornAtEveryByte(t *testing.T) {
 		slot, rec := 1-pf.keep, record(p, pf.seq+1)
 		for k := 0; k <= len(rec); k++ {
 			b := bytes.Clone(before)
-			copy(b[slot*PointerSlotSize:], rec[:k])
+			copy(b[slot*SlotSize:], rec[:k])
 			tornFS := newCrashFS()
 			tornFS.put(torn, b)
-			res, err := OpenPointerFile(torn, PointerFileOptions{FS: tornFS}).Load()
+			res, err := Open(torn, Options{FS: tornFS}).Load()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -524,7 +470,7 @@ func TestPointerTornAtEveryByte(t *testing.T) {
 			if k == len(rec) {
 				want = p
 			}
-			if !res.Found || res.Pointer != want {
+			if !res.Found || res.Record != want {
 				t.Fatalf("store %d torn at byte %d: Load = %+v, want %+v", i, k, res, want)
 			}
 		}
@@ -534,7 +480,7 @@ func TestPointerTornAtEveryByte(t *testing.T) {
 		// The simulation above matches what Store really wrote.
 		after, _ := os.ReadFile(path)
 		want := bytes.Clone(before)
-		copy(want[slot*PointerSlotSize:], rec)
+		copy(want[slot*SlotSize:], rec)
 		if !bytes.Equal(after, want) {
 			t.Fatalf("store %d did not write exactly record %x to slot %c", i, rec, slotName(slot))
 		}
@@ -550,14 +496,14 @@ func TestPointerTornAnyBytes(t *testing.T) {
 	keep := record(testPointer(1000, 2), 2)
 	rec := record(testPointer(1000, 3), 3)
 	for range 3000 {
-		slot := make([]byte, PointerRecordSize)
+		slot := make([]byte, RecordSize)
 		for i := range slot {
 			slot[i] = old[i]
 			if rng.IntN(2) == 0 {
 				slot[i] = rec[i]
 			}
 		}
-		st := parseState(image(slot, keep), PointerFileSize)
+		st := parseState(image(slot, keep), FileSize)
 		got := st.slots[st.best].p
 		if got != testPointer(1000, 2) && got != testPointer(1000, 3) && got != testPointer(1000, 1) {
 			t.Fatalf("torn slot %x gave %+v", slot, got)
@@ -574,12 +520,12 @@ func TestPointerTornAnyBytes(t *testing.T) {
 func TestPointerBitRot(t *testing.T) {
 	pa, pb := testPointer(1000, 5), testPointer(1000, 6)
 	clean := image(record(pa, 5), record(pb, 6))
-	for slot, other := range []Pointer{pb, pa} {
-		for off := range PointerRecordSize {
+	for slot, other := range []Record{pb, pa} {
+		for off := range RecordSize {
 			for _, x := range []int{1, 2, 4, 8, 16, 32, 64, 128, 0xff, 0x55, 0xaa, 0x0f, 0xf0, 0x3c, 0x81} {
 				b := bytes.Clone(clean)
-				b[slot*PointerSlotSize+off] ^= byte(x)
-				st := parseState(b, PointerFileSize)
+				b[slot*SlotSize+off] ^= byte(x)
+				st := parseState(b, FileSize)
 				if st.slots[slot].valid {
 					t.Fatalf("slot %c byte %d ^ %#x not detected", slotName(slot), off, x)
 				}
@@ -592,20 +538,20 @@ func TestPointerBitRot(t *testing.T) {
 	// Random multi-byte rot through Load on a real file: never a pointer
 	// that was not stored.
 	rng := rand.New(rand.NewPCG(5, 6))
-	path := filepath.Join(t.TempDir(), "in"+PointerSuffix)
+	path := filepath.Join(t.TempDir(), "in"+Suffix)
 	for range 200 {
 		b := bytes.Clone(clean)
 		for range 1 + rng.IntN(4) {
 			slot := rng.IntN(2)
-			b[slot*PointerSlotSize+rng.IntN(PointerRecordSize)] ^= byte(1 + rng.IntN(255))
+			b[slot*SlotSize+rng.IntN(RecordSize)] ^= byte(1 + rng.IntN(255))
 		}
 		writeFile(t, path, b)
-		res, err := OpenPointerFile(path, PointerFileOptions{}).Load()
+		res, err := Open(path, Options{}).Load()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Found && res.Pointer != pa && res.Pointer != pb {
-			t.Fatalf("bit rot gave a pointer never stored: %+v", res.Pointer)
+		if res.Found && res.Record != pa && res.Record != pb {
+			t.Fatalf("bit rot gave a pointer never stored: %+v", res.Record)
 		}
 		if !res.Found && !strings.Contains(res.Reason, "checksum") {
 			t.Fatalf("both slots rotten, reason %q does not say checksum", res.Reason)
@@ -619,9 +565,9 @@ func syncCounter(path string) *vfs.Counter {
 }
 
 func TestPointerSyncEveryCommit(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "in"+PointerSuffix)
+	path := filepath.Join(t.TempDir(), "in"+Suffix)
 	syncs := syncCounter(path)
-	pf := OpenPointerFile(path, PointerFileOptions{FS: vfs.Inject(vfs.Default(), syncs.Injector())})
+	pf := Open(path, Options{FS: vfs.Inject(vfs.Default(), syncs.Injector())})
 	if err := pf.Store(testPointer(1, 0)); err != nil { // creates through the temp file
 		t.Fatal(err)
 	}
@@ -645,9 +591,9 @@ func TestPointerSyncEveryCommit(t *testing.T) {
 }
 
 func TestPointerSyncNever(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "in"+PointerSuffix)
+	path := filepath.Join(t.TempDir(), "in"+Suffix)
 	syncs := syncCounter(path)
-	pf := OpenPointerFile(path, PointerFileOptions{FS: vfs.Inject(vfs.Default(), syncs.Injector()), Sync: SyncNever})
+	pf := Open(path, Options{FS: vfs.Inject(vfs.Default(), syncs.Injector()), Sync: SyncNever})
 	for i := range 6 {
 		if err := pf.Store(testPointer(1, i)); err != nil {
 			t.Fatal(err)
@@ -670,9 +616,9 @@ func TestPointerSyncNever(t *testing.T) {
 
 func TestPointerSyncInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "in"+PointerSuffix)
+		path := filepath.Join(t.TempDir(), "in"+Suffix)
 		syncs := syncCounter(path)
-		pf := OpenPointerFile(path, PointerFileOptions{
+		pf := Open(path, Options{
 			FS:           vfs.Inject(vfs.Default(), syncs.Injector()),
 			Sync:         SyncInterval,
 			SyncInterval: 100 * time.Millisecond,
@@ -744,7 +690,7 @@ func TestPointerSyncInterval(t *testing.T) {
 }
 
 func TestPointerSyncIntervalDefault(t *testing.T) {
-	pf := OpenPointerFile("x", PointerFileOptions{Sync: SyncInterval})
+	pf := Open("x", Options{Sync: SyncInterval})
 	if pf.interval != DefaultSyncInterval {
 		t.Fatalf("interval %v, want %v", pf.interval, DefaultSyncInterval)
 	}
@@ -760,14 +706,14 @@ func TestPointerSyncIntervalDefault(t *testing.T) {
 // write and one fdatasync of the pointer file, nothing else.
 func TestPointerOperations(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "in"+PointerSuffix)
-	tmp := path + PointerTempSuffix
+	path := filepath.Join(dir, "in"+Suffix)
+	tmp := path + TempSuffix
 	var ops []string
 	trace := func(op vfs.Op, p string) error {
 		ops = append(ops, string(op)+" "+strings.NewReplacer(tmp, "TMP", path, "PTR", dir, "DIR").Replace(p))
 		return nil
 	}
-	pf := OpenPointerFile(path, PointerFileOptions{FS: vfs.Inject(vfs.Default(), trace)})
+	pf := Open(path, Options{FS: vfs.Inject(vfs.Default(), trace)})
 	defer pf.Close()
 	expect := func(what string, want ...string) {
 		t.Helper()

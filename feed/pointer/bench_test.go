@@ -1,4 +1,4 @@
-package feed
+package pointer
 
 import (
 	"os"
@@ -14,14 +14,14 @@ import (
 // BenchmarkPointerRenameBaseline is the scheme not chosen: write a temporary
 // file, fsync, rename, fsync the directory.
 //
-//	go test ./feed -run '^$' -bench Pointer -benchtime 2s
+//	go test ./feed -run '^$' -bench Record -benchtime 2s
 
 func BenchmarkPointerEncode(b *testing.B) {
 	p := testPointer(1764400000000000000, 12345)
-	buf := make([]byte, 0, PointerRecordSize)
+	buf := make([]byte, 0, RecordSize)
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = EncodePointer(buf[:0], p)
+		buf = Encode(buf[:0], p)
 	}
 }
 
@@ -29,7 +29,7 @@ func BenchmarkPointerDecode(b *testing.B) {
 	rec := record(testPointer(1764400000000000000, 12345), 7)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := DecodePointer(rec); err != nil {
+		if _, err := Decode(rec); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -45,7 +45,7 @@ func BenchmarkPointerStore(b *testing.B) {
 		{"never", SyncNever},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			pf := OpenPointerFile(filepath.Join(b.TempDir(), "in"+PointerSuffix), PointerFileOptions{Sync: bc.policy})
+			pf := Open(filepath.Join(b.TempDir(), "in"+Suffix), Options{Sync: bc.policy})
 			defer pf.Close()
 			if err := pf.Store(testPointer(1, 0)); err != nil { // creation is not measured
 				b.Fatal(err)
@@ -70,8 +70,8 @@ func BenchmarkPointerBaseline(b *testing.B) {
 	defer f.Close()
 	vf, _ := vfs.Default().OpenFile(f.Name(), os.O_RDWR, 0)
 	defer vf.Close()
-	rec := make([]byte, PointerRecordSize)
-	if _, err := vf.WriteAt(make([]byte, PointerFileSize), 0); err != nil {
+	rec := make([]byte, RecordSize)
+	if _, err := vf.WriteAt(make([]byte, FileSize), 0); err != nil {
 		b.Fatal(err)
 	}
 	if err := vf.Sync(); err != nil {
@@ -80,7 +80,7 @@ func BenchmarkPointerBaseline(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		rec[0] = byte(i)
-		if _, err := vf.WriteAt(rec, int64(i%2)*PointerSlotSize); err != nil {
+		if _, err := vf.WriteAt(rec, int64(i%2)*SlotSize); err != nil {
 			b.Fatal(err)
 		}
 		if err := vf.Datasync(); err != nil {
@@ -93,10 +93,10 @@ func BenchmarkPointerBaseline(b *testing.B) {
 func BenchmarkPointerRenameBaseline(b *testing.B) {
 	fsys := vfs.Default()
 	dir := b.TempDir()
-	path := filepath.Join(dir, "in"+PointerSuffix)
-	rec := make([]byte, PointerRecordSize)
+	path := filepath.Join(dir, "in"+Suffix)
+	rec := make([]byte, RecordSize)
 	for b.Loop() {
-		f, err := fsys.OpenFile(path+PointerTempSuffix, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		f, err := fsys.OpenFile(path+TempSuffix, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func BenchmarkPointerRenameBaseline(b *testing.B) {
 		if err := f.Close(); err != nil {
 			b.Fatal(err)
 		}
-		if err := vfs.RenameDurable(fsys, path+PointerTempSuffix, path); err != nil {
+		if err := vfs.RenameDurable(fsys, path+TempSuffix, path); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,9 +1,10 @@
-package feed
+package pointer
 
 import (
 	"bytes"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +16,7 @@ import (
 
 // updateFixtures rewrites testdata/pointer and the fuzz seed corpus:
 //
-//	go test ./feed -run TestPointerFixtures -update
+//	go test ./feed/pointer -run TestPointerFixtures -update
 //
 // The flag is shared with any other golden-file test of the package.
 var updateFixtures = boolFlag("update", "rewrite golden files and fixtures")
@@ -31,8 +32,8 @@ func boolFlag(name, usage string) func() bool {
 }
 
 const (
-	pointerFixtureDir = "../testdata/pointer"
-	pointerFuzzDir    = "testdata/fuzz/FuzzDecodePointer"
+	pointerFixtureDir = "../../testdata/pointer"
+	pointerFuzzDir    = "testdata/fuzz/FuzzDecode"
 )
 
 // pointerFixture is one pointer file of testdata/pointer, what it is, and
@@ -51,15 +52,23 @@ type pointerFixture struct {
 // length in UTF-16 code units.
 func utf16Count(text string) int64 { return int64(len(utf16.Encode([]rune(text)))) }
 
-func fixturePointer(text string) Pointer {
+// hashBytes is feed.HashBytes (64-bit FNV-1a), which this package cannot
+// import.
+func hashBytes(b []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64()
+}
+
+func fixturePointer(text string) Record {
 	tail := text[max(0, len(text)-MaxTailLen):]
-	return Pointer{
+	return Record{
 		Epoch:       1764400000000000000,
 		Position:    int64(len(text)),
 		Identity:    dedupe.Identity{Dev: 2049, Ino: 131074},
-		Fingerprint: dedupe.Fingerprint{Len: len(text), Hash: HashBytes([]byte(text))},
+		Fingerprint: dedupe.Fingerprint{Len: len(text), Hash: hashBytes([]byte(text))},
 		TailLen:     len(tail),
-		TailHash:    HashBytes([]byte(tail)),
+		TailHash:    hashBytes([]byte(tail)),
 	}
 }
 
@@ -71,7 +80,7 @@ func pointerFixtures() []pointerFixture {
 	copy(torn, record(fixturePointer("hello\nworld\nagain\n"), 3)[:37])
 	badCRC := bytes.Clone(current)
 	badCRC[30] ^= 0x04
-	badCRC[PointerSlotSize+30] ^= 0x04
+	badCRC[SlotSize+30] ^= 0x04
 	v2 := image(reseal(func() []byte { r := bytes.Clone(a); r[4] = 2; return r }()), nil)
 	const twoByte, fourByte = "héllo\nwörld\n", "😀 a\n😀 b\n"
 	fx := []pointerFixture{
@@ -79,17 +88,17 @@ func pointerFixtures() []pointerFixture {
 			desc: "Current format (version 1), both slots valid: slot A write 1 at position 6 (after `hello\\n`), slot B write 2 at position 12 (after `hello\\nworld\\n`). Load uses slot B: position 12."},
 		{name: "current-new", data: image(a, nil), found: true, pos: 6, reason: "slot A, write 1",
 			desc: "Current format as first created: slot A write 1 at position 6, slot B zeros. Position 6."},
-		{name: "current-1024", data: current[:LegacyPointerSize], found: true, pos: 6, reason: "slot A, write 1",
+		{name: "current-1024", data: current[:LegacySize], found: true, pos: 6, reason: "slot A, write 1",
 			desc: "A current-format file cut to 1024 bytes (slot A only). It starts with the magic, so it is not a legacy file: position 6."},
 		{name: "torn", data: torn, found: true, pos: 12, reason: "slot A: feed: corrupt pointer record: checksum mismatch",
 			desc: "Write 3 (position 18) torn after 37 of its 80 bytes in slot A, over write 1. Slot A fails its checksum; Load falls back to slot B: position 12."},
 		{name: "torn-new-file", data: a[:50], reason: "truncated: 50 of 80 bytes",
 			desc: "The first 50 bytes of a record and nothing else. No valid record: not found; the source starts at 0 under a new epoch with a warning."},
-		{name: "nul-8192", data: make([]byte, PointerFileSize), reason: "holds only NUL bytes",
+		{name: "nul-8192", data: make([]byte, FileSize), reason: "holds only NUL bytes",
 			desc: "8192 NUL bytes (a file whose blocks were allocated but never written). Not found."},
 		{name: "nul-100", data: make([]byte, 100), reason: "holds only NUL bytes",
 			desc: "100 NUL bytes. Not found."},
-		{name: "nul-1024", data: make([]byte, LegacyPointerSize), legacy: true, pos: 0, reason: "legacy pointer file",
+		{name: "nul-1024", data: make([]byte, LegacySize), legacy: true, pos: 0, reason: "legacy pointer file",
 			desc: "1024 NUL bytes: a legacy file holding count 0. Legacy, position 0."},
 		{name: "bad-checksum", data: badCRC, reason: "checksum mismatch",
 			desc: "Both slots of `current` with one bit flipped in each (byte 30 of each record). Not found; the reason names the checksum."},
@@ -104,7 +113,7 @@ func pointerFixtures() []pointerFixture {
 		{name: "legacy-negative", data: legacyFile(-1), reason: "negative count -1",
 			desc: "Legacy file holding count -1. Not found; the reason says `negative count`."},
 	}
-	for n := range minPointerFileSize {
+	for n := range minFileSize {
 		reason := fmt.Sprintf("%d bytes long, shorter than 8", n)
 		desc := fmt.Sprintf("The first %d bytes of `current`. Shorter than 8 bytes: not found, with a warning.", n)
 		if n == 0 {
@@ -145,13 +154,13 @@ func TestPointerFixtures(t *testing.T) {
 				t.Fatalf("fuzz seed %s is missing or stale (regenerate with -update): %v", f.name, err)
 			}
 			// Load reads a copy, so that it cannot remove or change anything.
-			cp := filepath.Join(t.TempDir(), "in"+PointerSuffix)
+			cp := filepath.Join(t.TempDir(), "in"+Suffix)
 			writeFile(t, cp, data)
-			res, err := OpenPointerFile(cp, PointerFileOptions{Logger: quiet}).Load()
+			res, err := Open(cp, Options{Logger: quiet}).Load()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Found != f.found || res.Legacy != f.legacy || ((f.found || f.legacy) && res.Pointer.Position != f.pos) {
+			if res.Found != f.found || res.Legacy != f.legacy || ((f.found || f.legacy) && res.Record.Position != f.pos) {
 				t.Fatalf("Load = %+v; want found=%v legacy=%v position %d", res, f.found, f.legacy, f.pos)
 			}
 			if !strings.Contains(res.Reason, f.reason) {
@@ -167,16 +176,16 @@ func fixtureReadme(fx []pointerFixture) string {
 	var b strings.Builder
 	b.WriteString(`# Pointer file fixtures
 
-Pointer files (` + "`<input>" + PointerSuffix + "`" + `) of every kind the feed package must read:
+Pointer files (` + "`<input>" + Suffix + "`" + `) of every kind the feed package must read:
 the current format, torn, corrupt, NUL-filled, too short, and legacy files
 written by the product tidemark replaces. The format is documented on
-` + "`feed.PointerFile`" + ` (feed/pointer.go). Each file is checked by
-` + "`TestPointerFixtures`" + ` in feed/pointer_fixture_test.go, which also keeps
-the same bytes as the seed corpus of ` + "`FuzzDecodePointer`" + `
-(feed/testdata/fuzz/FuzzDecodePointer). Do not edit these files by hand;
+` + "`pointer.File`" + ` (feed/pointer/pointer.go). Each file is checked by
+` + "`TestPointerFixtures`" + ` in feed/pointer/fixture_test.go, which also keeps
+the same bytes as the seed corpus of ` + "`FuzzDecode`" + `
+(feed/pointer/testdata/fuzz/FuzzDecode). Do not edit these files by hand;
 regenerate them with
 
-    go test ./feed -run TestPointerFixtures -update
+    go test ./feed/pointer -run TestPointerFixtures -update
 
 All current-format fixtures describe an input starting with ` + "`hello\\nworld\\n`" + `:
 epoch 1764400000000000000, device 2049, inode 131074, fingerprint over the

@@ -1,7 +1,4 @@
-package feed
-
-// This file is the contract between the pointer file and the file source,
-// and the pointer file's implementation.
+package pointer
 
 import (
 	"encoding/binary"
@@ -11,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -21,34 +17,44 @@ import (
 	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
-// PointerSuffix is appended to the input's path to name its pointer file.
-const PointerSuffix = ".readPointer"
+// Suffix is appended to the input's path to name its pointer file.
+const Suffix = ".readPointer"
 
-// PointerTempSuffix is appended to a pointer file's path to name the
+// Path returns the path of the pointer file of input: in dir when dir is
+// not empty (dir/<base of input>.readPointer), else beside the input
+// (input+".readPointer").
+func Path(input, dir string) string {
+	if dir == "" {
+		return input + Suffix
+	}
+	return filepath.Join(dir, filepath.Base(input)+Suffix)
+}
+
+// TempSuffix is appended to a pointer file's path to name the
 // temporary file through which a pointer file is created or replaced. A
-// leftover temporary file is never read: [PointerFile.Load] removes it.
-const PointerTempSuffix = ".tmp"
+// leftover temporary file is never read: [File.Load] removes it.
+const TempSuffix = ".tmp"
 
 // The sizes and limits of the pointer file format, version 1.
 const (
-	// PointerRecordSize is the size of one encoded record.
-	PointerRecordSize = 80
-	// PointerSlotSize is the distance between the two slots of a pointer
-	// file: a record starts at offset 0 or PointerSlotSize.
-	PointerSlotSize = 4096
-	// PointerFileSize is the size of a pointer file: two slots.
-	PointerFileSize = 2 * PointerSlotSize
-	// PointerVersion is the format version this package writes.
-	PointerVersion = 1
+	// RecordSize is the size of one encoded record.
+	RecordSize = 80
+	// SlotSize is the distance between the two slots of a pointer
+	// file: a record starts at offset 0 or SlotSize.
+	SlotSize = 4096
+	// FileSize is the size of a pointer file: two slots.
+	FileSize = 2 * SlotSize
+	// Version is the format version this package writes.
+	Version = 1
 	// MaxFingerprintLen is the largest Fingerprint.Len a record holds.
 	MaxFingerprintLen = 4096
-	// MaxTailLen is the largest Pointer.TailLen a record holds.
+	// MaxTailLen is the largest Record.TailLen a record holds.
 	MaxTailLen = 64
-	// LegacyPointerSize is the size of a pointer file written by the
+	// LegacySize is the size of a pointer file written by the
 	// product tidemark replaces.
-	LegacyPointerSize = 1024
-	// minPointerFileSize: a shorter pointer file is treated as absent.
-	minPointerFileSize = 8
+	LegacySize = 1024
+	// minFileSize: a shorter pointer file is treated as absent.
+	minFileSize = 8
 )
 
 // pointerMagic opens every record: "TDMP" (tidemark pointer).
@@ -57,20 +63,26 @@ var pointerMagic = [4]byte{'T', 'D', 'M', 'P'}
 // crcTable is the CRC-32C (Castagnoli) table, built once.
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// ErrCorruptPointer is wrapped by errors of a pointer record that does not
+// ErrCorrupt is wrapped by errors of a pointer record that does not
 // verify (bad magic, checksum, length or version).
-var ErrCorruptPointer = errors.New("feed: corrupt pointer record")
+var ErrCorrupt = errors.New("feed: corrupt pointer record")
 
-// ErrPointerClosed is returned by a [PointerFile] used after Close.
-var ErrPointerClosed = errors.New("feed: pointer file closed")
+// ErrClosed is returned by a [File] used after Close.
+var ErrClosed = errors.New("feed: pointer file closed")
 
-// ErrInvalidPointer is returned by [PointerFile.Store] for a pointer that
+// ErrLocked is wrapped by the error of [File.Lock] when another open file
+// holds the pointer file's lock: another source, in this process or
+// another, or the tidemark pointer tool. The feed package names it
+// feed.ErrPointerLocked (the same value).
+var ErrLocked = errors.New("feed: pointer file is locked by another source")
+
+// ErrInvalid is returned by [File.Store] for a pointer that
 // cannot be encoded (a negative position, or a fingerprint or tail length
 // out of range).
-var ErrInvalidPointer = errors.New("feed: invalid pointer")
+var ErrInvalid = errors.New("feed: invalid pointer")
 
-// Pointer is the content of a pointer record.
-type Pointer struct {
+// Record is the content of a pointer record.
+type Record struct {
 	// Epoch names the position space (see NewEpoch).
 	Epoch uint64
 	// Position is the byte offset just after the last committed line's
@@ -99,7 +111,7 @@ const (
 	// returns. A power loss loses no stored commit. The zero value.
 	SyncEveryCommit SyncPolicy = iota
 	// SyncInterval makes a Store durable at most once every
-	// PointerFileOptions.SyncInterval: a Store within the interval after the
+	// Options.SyncInterval: a Store within the interval after the
 	// last sync only writes; the first Store or SyncIfDue after the
 	// interval, Sync, or Close makes it durable. There is no background
 	// goroutine: a caller that may pause calls SyncIfDue when idle. A power
@@ -131,51 +143,20 @@ func (p SyncPolicy) String() string {
 }
 
 // DefaultSyncInterval is the interval of [SyncInterval] when
-// PointerFileOptions.SyncInterval is not positive.
+// Options.SyncInterval is not positive.
 const DefaultSyncInterval = 100 * time.Millisecond
 
-// FNV-1a 64 parameters.
-const (
-	fnvOffset64 = 14695981039346656037
-	fnvPrime64  = 1099511628211
-)
-
-// HashBytes is the hash used for fingerprints and tail hashes: 64-bit FNV-1a
-// (the same value as hash/fnv.New64a). It is stored in pointer files and
-// state stores, so it never changes.
-func HashBytes(b []byte) uint64 {
-	h := uint64(fnvOffset64)
-	for _, c := range b {
-		h ^= uint64(c)
-		h *= fnvPrime64
-	}
-	return h
-}
-
-// NewEpoch returns an epoch larger than prev, based on now: now in
-// nanoseconds since 1970 when that is larger than prev, else prev+1. At the
-// largest uint64 it returns prev, which no real clock reaches.
-func NewEpoch(prev uint64, now time.Time) uint64 {
-	if ns := now.UnixNano(); ns > 0 && uint64(ns) > prev {
-		return uint64(ns)
-	}
-	if prev == math.MaxUint64 {
-		return prev
-	}
-	return prev + 1
-}
-
-// EncodePointer appends p's record to dst. The record's write sequence is 0;
-// [PointerFile] writes its own. It does not check p: see [PointerFile.Store]
+// Encode appends p's record to dst. The record's write sequence is 0;
+// [File] writes its own. It does not check p: see [File.Store]
 // for the limits.
-func EncodePointer(dst []byte, p Pointer) []byte { return appendRecord(dst, p, 0) }
+func Encode(dst []byte, p Record) []byte { return appendRecord(dst, p, 0) }
 
 // appendRecord appends p's record with write sequence seq to dst.
-func appendRecord(dst []byte, p Pointer, seq uint64) []byte {
+func appendRecord(dst []byte, p Record, seq uint64) []byte {
 	start := len(dst)
 	dst = append(dst, pointerMagic[:]...)
-	dst = binary.LittleEndian.AppendUint16(dst, PointerVersion)
-	dst = binary.LittleEndian.AppendUint16(dst, PointerRecordSize)
+	dst = binary.LittleEndian.AppendUint16(dst, Version)
+	dst = binary.LittleEndian.AppendUint16(dst, RecordSize)
 	dst = binary.LittleEndian.AppendUint64(dst, seq)
 	dst = binary.LittleEndian.AppendUint64(dst, p.Epoch)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(p.Position))
@@ -189,15 +170,15 @@ func appendRecord(dst []byte, p Pointer, seq uint64) []byte {
 	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], crcTable))
 }
 
-// DecodePointer decodes the record at the start of b; bytes after the
-// record are ignored. Its errors wrap [ErrCorruptPointer].
-func DecodePointer(b []byte) (Pointer, error) {
+// Decode decodes the record at the start of b; bytes after the
+// record are ignored. Its errors wrap [ErrCorrupt].
+func Decode(b []byte) (Record, error) {
 	p, _, err := decodeRecord(b)
 	return p, err
 }
 
 // checkPointer reports why p cannot be stored, or nil.
-func checkPointer(p Pointer) error {
+func checkPointer(p Record) error {
 	switch {
 	case p.Position < 0:
 		return fmt.Errorf("negative position %d", p.Position)
@@ -212,30 +193,30 @@ func checkPointer(p Pointer) error {
 }
 
 // decodeRecord decodes the record at the start of b and its write sequence.
-func decodeRecord(b []byte) (Pointer, uint64, error) {
+func decodeRecord(b []byte) (Record, uint64, error) {
 	if len(b) < 8 {
-		return Pointer{}, 0, fmt.Errorf("%w: %d bytes, shorter than a record header", ErrCorruptPointer, len(b))
+		return Record{}, 0, fmt.Errorf("%w: %d bytes, shorter than a record header", ErrCorrupt, len(b))
 	}
 	if [4]byte(b[:4]) != pointerMagic {
-		return Pointer{}, 0, fmt.Errorf("%w: bad magic %q", ErrCorruptPointer, b[:4])
+		return Record{}, 0, fmt.Errorf("%w: bad magic %q", ErrCorrupt, b[:4])
 	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != PointerVersion {
-		return Pointer{}, 0, fmt.Errorf("%w: unknown version %d (this build reads version %d)", ErrCorruptPointer, v, PointerVersion)
+	if v := binary.LittleEndian.Uint16(b[4:]); v != Version {
+		return Record{}, 0, fmt.Errorf("%w: unknown version %d (this build reads version %d)", ErrCorrupt, v, Version)
 	}
-	if n := binary.LittleEndian.Uint16(b[6:]); n != PointerRecordSize {
-		return Pointer{}, 0, fmt.Errorf("%w: record length %d, want %d", ErrCorruptPointer, n, PointerRecordSize)
+	if n := binary.LittleEndian.Uint16(b[6:]); n != RecordSize {
+		return Record{}, 0, fmt.Errorf("%w: record length %d, want %d", ErrCorrupt, n, RecordSize)
 	}
-	if len(b) < PointerRecordSize {
-		return Pointer{}, 0, fmt.Errorf("%w: truncated: %d of %d bytes", ErrCorruptPointer, len(b), PointerRecordSize)
+	if len(b) < RecordSize {
+		return Record{}, 0, fmt.Errorf("%w: truncated: %d of %d bytes", ErrCorrupt, len(b), RecordSize)
 	}
-	b = b[:PointerRecordSize]
-	body := b[:PointerRecordSize-4]
-	if want, got := binary.LittleEndian.Uint32(b[PointerRecordSize-4:]), crc32.Checksum(body, crcTable); want != got {
-		return Pointer{}, 0, fmt.Errorf("%w: checksum mismatch (stored %08x, computed %08x)", ErrCorruptPointer, want, got)
+	b = b[:RecordSize]
+	body := b[:RecordSize-4]
+	if want, got := binary.LittleEndian.Uint32(b[RecordSize-4:]), crc32.Checksum(body, crcTable); want != got {
+		return Record{}, 0, fmt.Errorf("%w: checksum mismatch (stored %08x, computed %08x)", ErrCorrupt, want, got)
 	}
 	le := binary.LittleEndian
 	seq := le.Uint64(b[8:])
-	p := Pointer{
+	p := Record{
 		Epoch:       le.Uint64(b[16:]),
 		Position:    int64(le.Uint64(b[24:])),
 		Identity:    dedupe.Identity{Dev: le.Uint64(b[32:]), Ino: le.Uint64(b[40:])},
@@ -244,20 +225,20 @@ func decodeRecord(b []byte) (Pointer, uint64, error) {
 	}
 	fpLen, tailLen, reserved := le.Uint32(b[64:]), le.Uint32(b[68:]), le.Uint32(b[72:])
 	if reserved != 0 {
-		return Pointer{}, 0, fmt.Errorf("%w: reserved field is %08x, want 0", ErrCorruptPointer, reserved)
+		return Record{}, 0, fmt.Errorf("%w: reserved field is %08x, want 0", ErrCorrupt, reserved)
 	}
 	if fpLen > MaxFingerprintLen || tailLen > MaxTailLen {
-		return Pointer{}, 0, fmt.Errorf("%w: fingerprint length %d or tail length %d out of range", ErrCorruptPointer, fpLen, tailLen)
+		return Record{}, 0, fmt.Errorf("%w: fingerprint length %d or tail length %d out of range", ErrCorrupt, fpLen, tailLen)
 	}
 	p.Fingerprint.Len, p.TailLen = int(fpLen), int(tailLen)
 	if err := checkPointer(p); err != nil {
-		return Pointer{}, 0, fmt.Errorf("%w: %v", ErrCorruptPointer, err)
+		return Record{}, 0, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	return p, seq, nil
 }
 
-// PointerFileOptions configures a PointerFile.
-type PointerFileOptions struct {
+// Options configures a File.
+type Options struct {
 	// FS is the file system; nil means vfs.Default().
 	FS vfs.FS
 	// Sync is when a Store is made durable. An unknown value acts as
@@ -273,25 +254,25 @@ type PointerFileOptions struct {
 
 // LoadResult is what Load found.
 type LoadResult struct {
-	Pointer Pointer
+	Record  Record
 	Found   bool // a valid current-format record was found
 	Missing bool // no pointer file
 	// Empty: the file exists and is empty. A source creates its pointer
-	// file empty to lock it (see [PointerFile.Lock]), so an empty file is
+	// file empty to lock it (see [File.Lock]), so an empty file is
 	// what a source stopped before its first write leaves: it holds no
 	// record, like a missing file, and is no sign of damage.
 	Empty  bool
-	Legacy bool   // a legacy 1024-byte pointer; Pointer.Position holds its count, Epoch is 0
+	Legacy bool   // a legacy 1024-byte pointer; Record.Position holds its count, Epoch is 0
 	Reason string // why a present file gave no valid record, or which slot was used
 }
 
-// PointerFile is the durable pointer of one input: a file of two fixed-size
+// File is the durable pointer of one input: a file of two fixed-size
 // slots, each holding one checksummed record, written alternately in place.
 //
 // # Format (version 1)
 //
-// The file is PointerFileSize (8192) bytes: slot A at offset 0 and slot B
-// at offset 4096, each a PointerRecordSize (80) byte record followed by
+// The file is FileSize (8192) bytes: slot A at offset 0 and slot B
+// at offset 4096, each a RecordSize (80) byte record followed by
 // zeros up to the next slot. All integers are little-endian.
 //
 //	offset  size  field
@@ -346,12 +327,12 @@ type LoadResult struct {
 // A file of exactly 1024 bytes whose first four bytes are not the magic is
 // the pointer of the product tidemark replaces: a big-endian signed 64-bit
 // count of UTF-16 code units at offset 0. Load returns it with Legacy set and
-// the count in Pointer.Position; the file source resolves it to a line start
+// the count in Record.Position; the file source resolves it to a line start
 // and stores a record of this format under a new epoch.
 //
-// A PointerFile is safe for concurrent use, but Store is meant to be called
+// A File is safe for concurrent use, but Store is meant to be called
 // by one goroutine.
-type PointerFile struct {
+type File struct {
 	path     string
 	tmpPath  string
 	fs       vfs.FS
@@ -374,12 +355,12 @@ type PointerFile struct {
 	keep int
 	// last is the last record written successfully (or loaded), for the
 	// forward-only rule.
-	last     Pointer
+	last     Record
 	haveLast bool
 	pending  bool // a write not yet made durable
 	lastSync time.Time
 	closed   bool
-	buf      [PointerRecordSize]byte
+	buf      [RecordSize]byte
 	// lockf, once Lock took the lock, is an open file of the inode at path
 	// that holds it. A create locks its temporary file before renaming it
 	// over path, and lockf becomes that file. made is set when Lock
@@ -388,11 +369,11 @@ type PointerFile struct {
 	made  bool
 }
 
-// OpenPointerFile prepares the pointer file at path; it does not read it.
-func OpenPointerFile(path string, opts PointerFileOptions) *PointerFile {
-	pf := &PointerFile{
+// Open prepares the pointer file at path; it does not read it.
+func Open(path string, opts Options) *File {
+	pf := &File{
 		path:     path,
-		tmpPath:  path + PointerTempSuffix,
+		tmpPath:  path + TempSuffix,
 		fs:       opts.FS,
 		policy:   opts.Sync,
 		interval: opts.SyncInterval,
@@ -411,11 +392,11 @@ func OpenPointerFile(path string, opts PointerFileOptions) *PointerFile {
 }
 
 // Path returns the pointer file's path.
-func (pf *PointerFile) Path() string { return pf.path }
+func (pf *File) Path() string { return pf.path }
 
 // slotState is what one slot of a file held.
 type slotState struct {
-	p     Pointer
+	p     Record
 	seq   uint64
 	valid bool
 	err   error
@@ -429,7 +410,7 @@ type fileState struct {
 }
 
 // errEmptySlot is the error of a slot of NUL bytes: never written.
-var errEmptySlot = fmt.Errorf("%w: empty slot", ErrCorruptPointer)
+var errEmptySlot = fmt.Errorf("%w: empty slot", ErrCorrupt)
 
 // readState reads the slots of an open pointer file.
 func readState(f vfs.File) (fileState, []byte, error) {
@@ -438,7 +419,7 @@ func readState(f vfs.File) (fileState, []byte, error) {
 		return fileState{best: -1}, nil, err
 	}
 	size := info.Size()
-	data := make([]byte, min(max(size, 0), PointerFileSize))
+	data := make([]byte, min(max(size, 0), FileSize))
 	if len(data) > 0 {
 		m, err := f.ReadAt(data, 0)
 		switch {
@@ -457,13 +438,13 @@ func readState(f vfs.File) (fileState, []byte, error) {
 func parseState(data []byte, size int64) fileState {
 	st := fileState{size: size, best: -1}
 	for i := range st.slots {
-		off := i * PointerSlotSize
+		off := i * SlotSize
 		s := &st.slots[i]
 		if off >= len(data) {
-			s.err = fmt.Errorf("%w: slot beyond the end of the file", ErrCorruptPointer)
+			s.err = fmt.Errorf("%w: slot beyond the end of the file", ErrCorrupt)
 			continue
 		}
-		rec := data[off:min(len(data), off+PointerRecordSize)]
+		rec := data[off:min(len(data), off+RecordSize)]
 		if allZero(rec) {
 			s.err = errEmptySlot
 			continue
@@ -495,16 +476,16 @@ const maxLockTries = 8
 //
 // When another open file holds the lock (another source, in this process
 // or another, or tidemark pointer set), the error wraps
-// [ErrPointerLocked] and a *vfs.LockedError, and names the file and,
+// [ErrLocked] and a *vfs.LockedError, and names the file and,
 // where the operating system tells (Linux), the holder's process ID. On a
 // platform without file locks, Lock logs a warning and returns nil: one
 // writer per pointer is then not enforced. Taking the lock again is a
 // no-op.
-func (pf *PointerFile) Lock() error {
+func (pf *File) Lock() error {
 	pf.mu.Lock()
 	defer pf.mu.Unlock()
 	if pf.closed {
-		return ErrPointerClosed
+		return ErrClosed
 	}
 	if pf.lockf != nil {
 		return nil
@@ -520,7 +501,7 @@ func (pf *PointerFile) Lock() error {
 			switch {
 			case errors.As(err, &le):
 				return fmt.Errorf("%w: %w; one feed at a time may follow a pointer file: stop the feed that holds it first, or give this one a pointer file of its own (a pointer folder of its own: PointerDir)",
-					ErrPointerLocked, le)
+					ErrLocked, le)
 			case errors.Is(err, errors.ErrUnsupported):
 				pf.log.Warn("feed: this platform has no file locks: one writer per pointer file is not enforced", "pointer", pf.path, "err", err)
 				return nil
@@ -537,16 +518,25 @@ func (pf *PointerFile) Lock() error {
 			if try < maxLockTries {
 				continue
 			}
-			return fmt.Errorf("%w: %s was replaced %d times while being locked: another source is writing it; stop it first", ErrPointerLocked, pf.path, try)
+			return fmt.Errorf("%w: %s was replaced %d times while being locked: another source is writing it; stop it first", ErrLocked, pf.path, try)
 		}
 		pf.lockf, pf.made = f, made
 		return nil
 	}
 }
 
+// Made reports whether Lock created the file (it was missing) and it has
+// not been replaced since: a file this one made empty, which Close removes
+// when nothing was written to it.
+func (pf *File) Made() bool {
+	pf.mu.Lock()
+	defer pf.mu.Unlock()
+	return pf.made
+}
+
 // openToLock opens the pointer file for reading and writing, creating it
 // empty when missing, and reports whether it created it.
-func (pf *PointerFile) openToLock() (vfs.File, bool, error) {
+func (pf *File) openToLock() (vfs.File, bool, error) {
 	for {
 		f, err := pf.fs.OpenFile(pf.path, os.O_RDWR, 0)
 		if err == nil {
@@ -568,7 +558,7 @@ func (pf *PointerFile) openToLock() (vfs.File, bool, error) {
 
 // isAtPath reports whether f is the file at the pointer's path (by
 // identity; true where the platform has none).
-func (pf *PointerFile) isAtPath(f vfs.File) (bool, error) {
+func (pf *File) isAtPath(f vfs.File) (bool, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return false, err
@@ -580,20 +570,20 @@ func (pf *PointerFile) isAtPath(f vfs.File) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	a, ok1 := fileIdentity(fi)
-	b, ok2 := fileIdentity(pi)
-	return !ok1 || !ok2 || a == b, nil
+	ad, ai, ok1 := vfs.FileID(fi)
+	bd, bi, ok2 := vfs.FileID(pi)
+	return !ok1 || !ok2 || (ad == bd && ai == bi), nil
 }
 
 // Load reads the last valid record. A missing file, or a present file that
 // holds no valid record, is not an error: LoadResult says what was found and
 // why. Load removes a leftover temporary file. Its error reports a file that
 // exists but cannot be read.
-func (pf *PointerFile) Load() (LoadResult, error) {
+func (pf *File) Load() (LoadResult, error) {
 	pf.mu.Lock()
 	defer pf.mu.Unlock()
 	if pf.closed {
-		return LoadResult{}, ErrPointerClosed
+		return LoadResult{}, ErrClosed
 	}
 	pf.removeTemp()
 	f, err := pf.fs.Open(pf.path)
@@ -610,7 +600,7 @@ func (pf *PointerFile) Load() (LoadResult, error) {
 	}
 	res := pf.describe(st, data)
 	if res.Found && !pf.haveLast {
-		pf.last, pf.haveLast = res.Pointer, true
+		pf.last, pf.haveLast = res.Record, true
 	}
 	if !pf.prepared {
 		for _, s := range st.slots {
@@ -623,26 +613,26 @@ func (pf *PointerFile) Load() (LoadResult, error) {
 }
 
 // describe turns a file's state into a LoadResult.
-func (pf *PointerFile) describe(st fileState, data []byte) LoadResult {
+func (pf *File) describe(st fileState, data []byte) LoadResult {
 	if st.best >= 0 {
 		s := st.slots[st.best]
 		reason := fmt.Sprintf("pointer file %s: slot %c, write %d", pf.path, slotName(st.best), s.seq)
 		if o := st.slots[1-st.best]; !o.valid {
 			reason += fmt.Sprintf(" (slot %c: %v)", slotName(1-st.best), o.err)
 		}
-		return LoadResult{Pointer: s.p, Found: true, Reason: reason}
+		return LoadResult{Record: s.p, Found: true, Reason: reason}
 	}
 	switch {
 	case st.size == 0:
 		return LoadResult{Empty: true, Reason: fmt.Sprintf("pointer file %s is empty (no record written yet)", pf.path)}
-	case st.size < minPointerFileSize:
-		return LoadResult{Reason: fmt.Sprintf("pointer file %s is %d bytes long, shorter than %d", pf.path, st.size, minPointerFileSize)}
-	case st.size == LegacyPointerSize && len(data) == LegacyPointerSize && [4]byte(data[:4]) != pointerMagic:
+	case st.size < minFileSize:
+		return LoadResult{Reason: fmt.Sprintf("pointer file %s is %d bytes long, shorter than %d", pf.path, st.size, minFileSize)}
+	case st.size == LegacySize && len(data) == LegacySize && [4]byte(data[:4]) != pointerMagic:
 		count := int64(binary.BigEndian.Uint64(data))
 		if count < 0 {
 			return LoadResult{Reason: fmt.Sprintf("legacy pointer file %s holds a negative count %d", pf.path, count)}
 		}
-		return LoadResult{Legacy: true, Pointer: Pointer{Position: count},
+		return LoadResult{Legacy: true, Record: Record{Position: count},
 			Reason: fmt.Sprintf("legacy pointer file %s (1024 bytes, count %d)", pf.path, count)}
 	case allZero(data):
 		return LoadResult{Reason: fmt.Sprintf("pointer file %s (%d bytes) holds only NUL bytes", pf.path, st.size)}
@@ -661,7 +651,7 @@ func allZero(b []byte) bool {
 }
 
 // removeTemp removes a leftover temporary file; it is never read.
-func (pf *PointerFile) removeTemp() {
+func (pf *File) removeTemp() {
 	if _, err := pf.fs.Stat(pf.tmpPath); err != nil {
 		return
 	}
@@ -675,7 +665,7 @@ func (pf *PointerFile) removeTemp() {
 // prepare reads the write state from disk: which slot to keep, the write
 // sequence, the last record. It leaves pf.f nil when the file must be
 // created or replaced.
-func (pf *PointerFile) prepare() error {
+func (pf *File) prepare() error {
 	f, err := pf.fs.OpenFile(pf.path, os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		pf.prepared = true
@@ -694,7 +684,7 @@ func (pf *PointerFile) prepare() error {
 		}
 	}
 	pf.prepared = true
-	if st.best < 0 || st.size != PointerFileSize {
+	if st.best < 0 || st.size != FileSize {
 		// Not a file of this format, or one of the wrong size: replace it.
 		return f.Close()
 	}
@@ -710,14 +700,14 @@ func (pf *PointerFile) prepare() error {
 // position, or a Store of the last record again, writes nothing. A Store
 // with another epoch is written. A failed Store leaves the last durable
 // record in place and readable; the next Store retries.
-func (pf *PointerFile) Store(p Pointer) error {
+func (pf *File) Store(p Record) error {
 	pf.mu.Lock()
 	defer pf.mu.Unlock()
 	if pf.closed {
-		return ErrPointerClosed
+		return ErrClosed
 	}
 	if err := checkPointer(p); err != nil {
-		return fmt.Errorf("%w: %v (pointer file %s); this is a bug in the caller", ErrInvalidPointer, err, pf.path)
+		return fmt.Errorf("%w: %v (pointer file %s); this is a bug in the caller", ErrInvalid, err, pf.path)
 	}
 	if !pf.prepared {
 		if err := pf.prepare(); err != nil {
@@ -737,7 +727,7 @@ func (pf *PointerFile) Store(p Pointer) error {
 	}
 	slot := 1 - pf.keep
 	rec := appendRecord(pf.buf[:0], p, pf.seq)
-	if _, err := pf.f.WriteAt(rec, int64(slot)*PointerSlotSize); err != nil {
+	if _, err := pf.f.WriteAt(rec, int64(slot)*SlotSize); err != nil {
 		// The slot's content is unknown; keep stays, so the next Store
 		// writes this slot again.
 		return fmt.Errorf("feed: write pointer file %s (slot %c, epoch %d, position %d): %w; the previous pointer is still in place and the next commit retries; check the disk and free space",
@@ -761,7 +751,7 @@ func (pf *PointerFile) Store(p Pointer) error {
 }
 
 // syncIfDue syncs a pending write when the interval has passed.
-func (pf *PointerFile) syncIfDue() error {
+func (pf *File) syncIfDue() error {
 	if pf.pending && pf.policy == SyncInterval && time.Since(pf.lastSync) >= pf.interval {
 		return pf.sync()
 	}
@@ -769,7 +759,7 @@ func (pf *PointerFile) syncIfDue() error {
 }
 
 // sync makes the slot last written durable; it becomes the slot to keep.
-func (pf *PointerFile) sync() error {
+func (pf *File) sync() error {
 	if !pf.pending || pf.f == nil {
 		return nil
 	}
@@ -785,12 +775,12 @@ func (pf *PointerFile) sync() error {
 
 // create writes a new pointer file holding p in slot A through a temporary
 // file, renames it over the path and syncs the directory.
-func (pf *PointerFile) create(p Pointer, seq uint64) (err error) {
+func (pf *File) create(p Record, seq uint64) (err error) {
 	fail := func(what string, err error) error {
 		return fmt.Errorf("feed: create pointer file %s (epoch %d, position %d): %s: %w; the previous pointer file, if any, is still in place and the next commit retries; check the directory's permissions and free space",
 			pf.path, p.Epoch, p.Position, what, err)
 	}
-	img := make([]byte, PointerFileSize)
+	img := make([]byte, FileSize)
 	appendRecord(img[:0], p, seq)
 	t, err := pf.fs.OpenFile(pf.tmpPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -849,11 +839,11 @@ func (pf *PointerFile) create(p Pointer, seq uint64) (err error) {
 
 // Sync makes a write pending under SyncInterval durable now. Under the
 // other policies it does nothing.
-func (pf *PointerFile) Sync() error {
+func (pf *File) Sync() error {
 	pf.mu.Lock()
 	defer pf.mu.Unlock()
 	if pf.closed {
-		return ErrPointerClosed
+		return ErrClosed
 	}
 	if pf.policy == SyncNever {
 		return nil
@@ -865,18 +855,18 @@ func (pf *PointerFile) Sync() error {
 // interval since the last sync has passed; otherwise it does nothing and
 // makes no system call. A source calls it when idle, so that the last
 // commit before a pause does not wait for the next Store to become durable.
-func (pf *PointerFile) SyncIfDue() error {
+func (pf *File) SyncIfDue() error {
 	pf.mu.Lock()
 	defer pf.mu.Unlock()
 	if pf.closed {
-		return ErrPointerClosed
+		return ErrClosed
 	}
 	return pf.syncIfDue()
 }
 
 // Close makes a pending write durable (except under SyncNever) and closes
 // the file. Closing twice returns nil.
-func (pf *PointerFile) Close() error {
+func (pf *File) Close() error {
 	pf.mu.Lock()
 	defer pf.mu.Unlock()
 	if pf.closed {
@@ -908,7 +898,7 @@ func (pf *PointerFile) Close() error {
 // appeared, or was refused) leaves nothing behind. It runs while the lock
 // is held, so no other source uses the file; one that opened it meanwhile
 // finds it locked, and creates a new one once this one is released.
-func (pf *PointerFile) removeUnwritten() {
+func (pf *File) removeUnwritten() {
 	if !pf.made {
 		return
 	}

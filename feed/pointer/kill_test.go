@@ -1,4 +1,4 @@
-package feed
+package pointer
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ const pointerChildEnv = "TIDEMARK_POINTER_CHILD"
 // pointerChild is the child process of TestPointerKill: it stores pointer
 // i for i = 1, 2, ... and prints "stored i" after each Store returned.
 func pointerChild(path string, policy SyncPolicy) {
-	pf := OpenPointerFile(path, PointerFileOptions{Sync: policy, SyncInterval: time.Millisecond})
+	pf := Open(path, Options{Sync: policy, SyncInterval: time.Millisecond})
 	res, err := pf.Load()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -26,7 +26,7 @@ func pointerChild(path string, policy SyncPolicy) {
 	}
 	start := 1
 	if res.Found {
-		start = int(res.Pointer.Position/100) + 1
+		start = int(res.Record.Position/100) + 1
 	}
 	for i := start; ; i++ {
 		if err := pf.Store(testPointer(uint64(policy)+1, i)); err != nil {
@@ -50,11 +50,11 @@ func TestPointerKill(t *testing.T) {
 	}
 	for _, policy := range []SyncPolicy{SyncEveryCommit, SyncInterval, SyncNever} {
 		t.Run(policy.String(), func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "in"+PointerSuffix)
+			path := filepath.Join(t.TempDir(), "in"+Suffix)
 			last := 0
 			for round, killAfter := range []int{1, 40, 150} {
 				got := runPointerChild(t, path, policy, last+killAfter)
-				res, err := OpenPointerFile(path, PointerFileOptions{Logger: quiet}).Load()
+				res, err := Open(path, Options{Logger: quiet}).Load()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -62,11 +62,11 @@ func TestPointerKill(t *testing.T) {
 					t.Fatalf("round %d: no pointer after the kill: %s", round, res.Reason)
 				}
 				want, next := testPointer(uint64(policy)+1, got), testPointer(uint64(policy)+1, got+1)
-				if res.Pointer != want && res.Pointer != next {
+				if res.Record != want && res.Record != next {
 					t.Fatalf("round %d: killed after stored %d: Load = %+v; want position %d or %d",
-						round, got, res.Pointer, want.Position, next.Position)
+						round, got, res.Record, want.Position, next.Position)
 				}
-				last = int(res.Pointer.Position / 100)
+				last = int(res.Record.Position / 100)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package feed
+package pointer
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ import (
 
 const faultDir = "/data"
 
-var faultPath = faultDir + "/input.csv" + PointerSuffix
+var faultPath = faultDir + "/input.csv" + Suffix
 
 var quiet = slog.New(slog.DiscardHandler)
 
@@ -47,7 +47,7 @@ func (s *switchable) injector() vfs.Injector {
 func loadCrashed(t *testing.T, cfs *crashFS, seed uint64) (*crashFS, LoadResult) {
 	t.Helper()
 	img := cfs.crash(rand.New(rand.NewPCG(seed, 99)))
-	res, err := OpenPointerFile(faultPath, PointerFileOptions{FS: img, Logger: quiet}).Load()
+	res, err := Open(faultPath, Options{FS: img, Logger: quiet}).Load()
 	if err != nil {
 		t.Fatalf("Load after a crash: %v", err)
 	}
@@ -59,7 +59,7 @@ func loadCrashed(t *testing.T, cfs *crashFS, seed uint64) (*crashFS, LoadResult)
 // stays readable (also after a power loss right then), and that the next
 // Store retries correctly.
 func TestPointerFaults(t *testing.T) {
-	legacy := LoadResult{Legacy: true, Pointer: Pointer{Position: 77}}
+	legacy := LoadResult{Legacy: true, Record: Record{Position: 77}}
 	tests := []struct {
 		name    string
 		inPlace bool // the file exists in this format; else it is a legacy file
@@ -83,12 +83,12 @@ func TestPointerFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfs := newCrashFS()
 			sw := &switchable{}
-			pf := OpenPointerFile(faultPath, PointerFileOptions{FS: vfs.Inject(cfs, sw.injector()), Logger: quiet})
+			pf := Open(faultPath, Options{FS: vfs.Inject(cfs, sw.injector()), Logger: quiet})
 			defer pf.Close()
 			p2, p3, p4, p5 := testPointer(7, 2), testPointer(7, 3), testPointer(7, 4), testPointer(7, 5)
-			prev := LoadResult{Found: true, Pointer: p2}
+			prev := LoadResult{Found: true, Record: p2}
 			if tc.inPlace {
-				for _, p := range []Pointer{testPointer(7, 1), p2} {
+				for _, p := range []Record{testPointer(7, 1), p2} {
 					if err := pf.Store(p); err != nil {
 						t.Fatal(err)
 					}
@@ -96,7 +96,7 @@ func TestPointerFaults(t *testing.T) {
 				if tc.op == vfs.OpOpen {
 					// Reopen, so that the Store opens the file.
 					pf.Close()
-					pf = OpenPointerFile(faultPath, PointerFileOptions{FS: vfs.Inject(cfs, sw.injector()), Logger: quiet})
+					pf = Open(faultPath, Options{FS: vfs.Inject(cfs, sw.injector()), Logger: quiet})
 				}
 			} else {
 				cfs.put(faultPath, legacyFile(77))
@@ -105,7 +105,7 @@ func TestPointerFaults(t *testing.T) {
 			}
 			target := faultPath
 			if tc.tmp {
-				target = faultPath + PointerTempSuffix
+				target = faultPath + TempSuffix
 			}
 			if tc.op == vfs.OpSyncDir {
 				target = faultDir
@@ -133,28 +133,28 @@ func TestPointerFaults(t *testing.T) {
 				t.Errorf("error %q does not wrap %v", err, wantErr)
 			}
 			same := func(res LoadResult, want LoadResult) bool {
-				return res.Found == want.Found && res.Legacy == want.Legacy && res.Pointer == want.Pointer
+				return res.Found == want.Found && res.Legacy == want.Legacy && res.Record == want.Record
 			}
 			// The process still reads the previous pointer, or the new one
 			// when the failure came after the write.
-			res, lerr := OpenPointerFile(faultPath, PointerFileOptions{FS: cfs, Logger: quiet}).Load()
-			if lerr != nil || !(same(res, prev) || same(res, LoadResult{Found: true, Pointer: p3})) {
+			res, lerr := Open(faultPath, Options{FS: cfs, Logger: quiet}).Load()
+			if lerr != nil || !(same(res, prev) || same(res, LoadResult{Found: true, Record: p3})) {
 				t.Fatalf("after the failure Load = %+v, %v; want %+v or p3", res, lerr, prev)
 			}
 			// A power loss right now leaves the previous pointer or the new
 			// one, never nothing.
 			for seed := range uint64(40) {
-				if _, res := loadCrashed(t, cfs, seed); !(same(res, prev) || same(res, LoadResult{Found: true, Pointer: p3})) {
+				if _, res := loadCrashed(t, cfs, seed); !(same(res, prev) || same(res, LoadResult{Found: true, Record: p3})) {
 					t.Fatalf("crash after the failure (seed %d): Load = %+v; want %+v or p3", seed, res, prev)
 				}
 			}
 			// The next Stores succeed and are durable.
-			for _, p := range []Pointer{p4, p5} {
+			for _, p := range []Record{p4, p5} {
 				if err := pf.Store(p); err != nil {
 					t.Fatalf("Store after the failure: %v", err)
 				}
 				for seed := range uint64(20) {
-					if _, res := loadCrashed(t, cfs, seed); !res.Found || res.Pointer != p {
+					if _, res := loadCrashed(t, cfs, seed); !res.Found || res.Record != p {
 						t.Fatalf("crash after a successful retry (seed %d): Load = %+v; want %+v", seed, res, p)
 					}
 				}
@@ -169,7 +169,7 @@ func TestPointerFaults(t *testing.T) {
 func TestPointerRepeatedSyncFailures(t *testing.T) {
 	cfs := newCrashFS()
 	sw := &switchable{}
-	pf := OpenPointerFile(faultPath, PointerFileOptions{FS: vfs.Inject(cfs, sw.injector()), Logger: quiet})
+	pf := Open(faultPath, Options{FS: vfs.Inject(cfs, sw.injector()), Logger: quiet})
 	defer pf.Close()
 	if err := pf.Store(testPointer(1, 1)); err != nil {
 		t.Fatal(err)
@@ -185,7 +185,7 @@ func TestPointerRepeatedSyncFailures(t *testing.T) {
 		}
 		for seed := range uint64(20) {
 			_, res := loadCrashed(t, cfs, seed+uint64(i)*100)
-			if !res.Found || res.Pointer.Position < durable.Position || res.Pointer.Position > testPointer(1, i).Position {
+			if !res.Found || res.Record.Position < durable.Position || res.Record.Position > testPointer(1, i).Position {
 				t.Fatalf("store %d with failing syncs, crash (seed %d): Load = %+v; want between %d and %d",
 					i, seed, res, durable.Position, testPointer(1, i).Position)
 			}
@@ -195,26 +195,26 @@ func TestPointerRepeatedSyncFailures(t *testing.T) {
 	if err := pf.Store(testPointer(1, 10)); err != nil {
 		t.Fatal(err)
 	}
-	if _, res := loadCrashed(t, cfs, 1); res.Pointer != testPointer(1, 10) {
+	if _, res := loadCrashed(t, cfs, 1); res.Record != testPointer(1, 10) {
 		t.Fatalf("after the syncs recovered: Load = %+v", res)
 	}
 }
 
 // step is one operation of a pointer workload.
 type step struct {
-	store  *Pointer // Store this; nil with sync set means Sync
-	behind bool     // the Store is behind and must be ignored
+	store  *Record // Store this; nil with sync set means Sync
+	behind bool    // the Store is behind and must be ignored
 	sync   bool
 	load   bool
 }
 
 func pointerWorkload() []step {
 	var steps []step
-	add := func(p Pointer) { steps = append(steps, step{store: &p}) }
+	add := func(p Record) { steps = append(steps, step{store: &p}) }
 	steps = append(steps, step{load: true})
 	add(testPointer(100, 1))
 	add(testPointer(100, 2))
-	steps = append(steps, step{store: &Pointer{Epoch: 100, Position: 10}, behind: true})
+	steps = append(steps, step{store: &Record{Epoch: 100, Position: 10}, behind: true})
 	steps = append(steps, step{sync: true})
 	add(testPointer(100, 3))
 	add(testPointer(200, 0)) // new epoch
@@ -290,11 +290,11 @@ func runCrashWorkload(t *testing.T, policy SyncPolicy, start string, crashAt, fa
 		return nil
 	}
 	// A long interval: only Sync steps (and creation) make writes durable.
-	pf := OpenPointerFile(faultPath, PointerFileOptions{FS: vfs.Inject(cfs, inj), Sync: policy, SyncInterval: 1 << 62, Logger: quiet})
-	var attempts []Pointer
-	var ignored []Pointer
+	pf := Open(faultPath, Options{FS: vfs.Inject(cfs, inj), Sync: policy, SyncInterval: 1 << 62, Logger: quiet})
+	var attempts []Record
+	var ignored []Record
 	durable := -1 // index in attempts of the last durable pointer
-	indexOf := func(p Pointer) int {
+	indexOf := func(p Record) int {
 		for i := len(attempts) - 1; i >= 0; i-- {
 			if attempts[i] == p {
 				return i
@@ -330,12 +330,12 @@ func runCrashWorkload(t *testing.T, policy SyncPolicy, start string, crashAt, fa
 		where := fmt.Sprintf("crash at op %d, fault at op %d, seed %d", crashAt, failAt, seed)
 		i := -1
 		for _, p := range ignored {
-			if res.Found && res.Pointer == p {
+			if res.Found && res.Record == p {
 				t.Fatalf("%s: Load = %+v, a Store that was behind and ignored", where, res)
 			}
 		}
 		if res.Found {
-			i = indexOf(res.Pointer)
+			i = indexOf(res.Record)
 			if i < 0 {
 				t.Fatalf("%s: Load = %+v, a pointer never stored", where, res)
 			}
@@ -343,7 +343,7 @@ func runCrashWorkload(t *testing.T, policy SyncPolicy, start string, crashAt, fa
 		if durable >= 0 && i < durable {
 			t.Fatalf("%s: Load = %+v; want %+v or a later one", where, res, attempts[durable])
 		}
-		if res.Legacy && (start != "legacy" || res.Pointer.Position != 55) {
+		if res.Legacy && (start != "legacy" || res.Record.Position != 55) {
 			t.Fatalf("%s: Load = %+v", where, res)
 		}
 		if policy != SyncNever && !res.Found && !res.Legacy && !res.Missing && start == "none" && durable >= 0 {
@@ -353,12 +353,12 @@ func runCrashWorkload(t *testing.T, policy SyncPolicy, start string, crashAt, fa
 			continue
 		}
 		// The restarted process can go on.
-		pf2 := OpenPointerFile(faultPath, PointerFileOptions{FS: img, Sync: policy, Logger: quiet})
+		pf2 := Open(faultPath, Options{FS: img, Sync: policy, Logger: quiet})
 		next := testPointer(300, 9)
 		if err := pf2.Store(next); err != nil {
 			t.Fatalf("%s: Store after restart: %v", where, err)
 		}
-		if res, err := OpenPointerFile(faultPath, PointerFileOptions{FS: img, Logger: quiet}).Load(); err != nil || res.Pointer != next {
+		if res, err := Open(faultPath, Options{FS: img, Logger: quiet}).Load(); err != nil || res.Record != next {
 			t.Fatalf("%s: Load after restart and Store = %+v, %v", where, res, err)
 		}
 		pf2.Close()
@@ -392,11 +392,11 @@ func simulatePointer(t *testing.T, policy SyncPolicy, rng *rand.Rand) {
 		}
 		return nil
 	}
-	open := func() *PointerFile {
-		return OpenPointerFile(faultPath, PointerFileOptions{FS: vfs.Inject(cfs, inj), Sync: policy, SyncInterval: 1 << 62, Logger: quiet})
+	open := func() *File {
+		return Open(faultPath, Options{FS: vfs.Inject(cfs, inj), Sync: policy, SyncInterval: 1 << 62, Logger: quiet})
 	}
 	pf := open()
-	var attempts []Pointer
+	var attempts []Record
 	durable := -1
 	epoch, pos := uint64(1), int64(0)
 	for op := range 60 {
@@ -404,13 +404,13 @@ func simulatePointer(t *testing.T, policy SyncPolicy, rng *rand.Rand) {
 		case r <= 1: // power loss and restart
 			pf.Close()
 			img := cfs.crash(rng)
-			res, err := OpenPointerFile(faultPath, PointerFileOptions{FS: img, Logger: quiet}).Load()
+			res, err := Open(faultPath, Options{FS: img, Logger: quiet}).Load()
 			if err != nil {
 				t.Fatal(err)
 			}
 			i := -1
 			for j := len(attempts) - 1; j >= 0 && res.Found; j-- {
-				if attempts[j] == res.Pointer {
+				if attempts[j] == res.Record {
 					i = j
 					break
 				}
@@ -426,7 +426,7 @@ func simulatePointer(t *testing.T, policy SyncPolicy, rng *rand.Rand) {
 			// What survived is the base now: a restart resumes from it.
 			attempts, durable = attempts[:i+1], i
 			if res.Found {
-				epoch, pos = res.Pointer.Epoch, res.Pointer.Position
+				epoch, pos = res.Record.Epoch, res.Record.Position
 			}
 		case r <= 3:
 			failNext = true
@@ -440,7 +440,7 @@ func simulatePointer(t *testing.T, policy SyncPolicy, rng *rand.Rand) {
 			} else {
 				pos += int64(1 + rng.IntN(200))
 			}
-			p := Pointer{Epoch: epoch, Position: pos, TailHash: rng.Uint64()}
+			p := Record{Epoch: epoch, Position: pos, TailHash: rng.Uint64()}
 			attempts = append(attempts, p)
 			if err := pf.Store(p); err == nil && !pf.pending {
 				durable = max(durable, lastIndex(attempts, pf.last))
@@ -450,7 +450,7 @@ func simulatePointer(t *testing.T, policy SyncPolicy, rng *rand.Rand) {
 	pf.Close()
 }
 
-func lastIndex(ps []Pointer, p Pointer) int {
+func lastIndex(ps []Record, p Record) int {
 	for i := len(ps) - 1; i >= 0; i-- {
 		if ps[i] == p {
 			return i

@@ -1,0 +1,116 @@
+package feed
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/tidemark-go/tidemark/internal/vfs"
+)
+
+// maxConfigLineBytes bounds Config.MaxLineBytes: the framer may hold that
+// many bytes in memory.
+const maxConfigLineBytes = 1 << 30
+
+// Config configures a [FileSource]. The zero value of every field but Path
+// is a sensible default.
+type Config struct {
+	// Path is the input file. It need not exist yet: the source waits for
+	// it. It must be a regular file, or a symbolic link to one
+	// (ErrNotRegular).
+	Path string
+	// Strategy is the read strategy; the zero value is Committed, the only
+	// strategy that opens a pointer file.
+	Strategy ReadStrategy
+	// PointerDir is the folder of the pointer file (Committed only); ""
+	// means the input's folder. The pointer file is
+	// PointerDir/<base of Path>.readPointer ([github.com/tidemark-go/tidemark/feed/pointer.Path]). With a folder
+	// of its own, the input's folder may be read-only, and two programs
+	// may follow one file, each with its own pointer. The folder is
+	// created when missing (logged).
+	PointerDir string
+	// MaxLineBytes is the longest line payload (without its terminator)
+	// delivered; longer lines are skipped and reported. 0 means
+	// DefaultMaxLineBytes (1 MiB). The source's read buffer is 64 KiB and
+	// grows for longer lines up to MaxLineBytes+2 bytes, never beyond.
+	MaxLineBytes int
+	// Sync is when a pointer write is made durable (Committed only).
+	Sync SyncPolicy
+	// SyncInterval is the interval of SyncInterval; 0 means
+	// DefaultSyncInterval.
+	SyncInterval time.Duration
+	// FS is the file system; nil means vfs.Default(), the operating system.
+	FS vfs.FS
+	// Logger receives the source's warnings and notes; nil means
+	// slog.Default(), as in every tidemark package. To silence a source,
+	// pass a logger with slog.DiscardHandler (Status and OnReject still
+	// report everything).
+	Logger *slog.Logger
+	// OnReject, when set, is called for every line that is not delivered:
+	// an oversize line, or the unterminated last line of a file that was
+	// replaced or truncated while being read. It is called from Poll.
+	OnReject func(Reject)
+	// Now is the clock for new epochs; nil means time.Now.
+	Now func() time.Time
+	// GroupCommit (Committed only) makes Commit hand the pointer record to
+	// a writer goroutine instead of writing it itself: Commit computes the
+	// record as without it (fingerprint, tail hash, the rewrite-in-place
+	// check) and returns without waiting for the write and its sync. The
+	// writer writes one record at a time (write and sync per Sync, so the
+	// two-slot scheme is unchanged); the commits that arrive during a write
+	// coalesce, and only the newest is written next. Commits are no longer
+	// capped by the disk's sync rate: a file is read at close to the speed
+	// of its page cache under SyncEveryCommit.
+	//
+	// Only a record that moves the position within the epoch, on the same
+	// file (identity and fingerprint), goes to the writer. Every other
+	// store (a new epoch, another identity, a longer fingerprint) first
+	// waits for the writer's pending write, then is written as without
+	// GroupCommit: the pointer moves in the same order.
+	//
+	// What it costs: a kill -9, a power loss or an operating system crash
+	// also loses the commits not yet written when it happens, at most those
+	// handed during one write and sync. Their lines are delivered again
+	// after the restart, never skipped. A failed write is counted in Status,
+	// logged, and returned by the next Commit; the next Commit, Flush or
+	// Close retries it. Status.CommittedPosition is the position written;
+	// Status.AskedPosition the newest position Commit accepted. Call
+	// [FileSource.Flush] to wait for the writer; Close flushes.
+	GroupCommit bool
+}
+
+// Reject describes a line the source did not deliver.
+type Reject struct {
+	// Path is the input's path.
+	Path string
+	// Epoch is the epoch the line was read in (0 for strategies without a
+	// pointer).
+	Epoch uint64
+	// Position is the offset of the line's first byte.
+	Position int64
+	// End is the offset just after the line's terminator, 0 when it has
+	// none (a dropped partial line).
+	End int64
+	// Length is the number of bytes of the line, its terminator included.
+	Length int64
+	// Reason is RejectOversize or RejectPartialDropped.
+	Reason string
+}
+
+// validate reports what is wrong with cfg, in an error wrapping
+// ErrInvalidConfig.
+func (cfg *Config) validate() error {
+	switch {
+	case cfg.Path == "":
+		return fmt.Errorf("%w: Path is empty: set it to the input file", ErrInvalidConfig)
+	case cfg.Strategy < Committed || cfg.Strategy > OnceLatest:
+		return fmt.Errorf("%w: unknown read strategy %d for %s", ErrInvalidConfig, int(cfg.Strategy), cfg.Path)
+	case cfg.MaxLineBytes < 0 || cfg.MaxLineBytes > maxConfigLineBytes:
+		return fmt.Errorf("%w: MaxLineBytes %d for %s is outside 0..%d (0 means %d)", ErrInvalidConfig, cfg.MaxLineBytes, cfg.Path, maxConfigLineBytes, DefaultMaxLineBytes)
+	case cfg.Sync < SyncEveryCommit || cfg.Sync > SyncNever:
+		return fmt.Errorf("%w: unknown sync policy %d for %s", ErrInvalidConfig, int(cfg.Sync), cfg.Path)
+	case cfg.SyncInterval < 0:
+		return fmt.Errorf("%w: negative SyncInterval %v for %s", ErrInvalidConfig, cfg.SyncInterval, cfg.Path)
+	}
+	return nil
+}

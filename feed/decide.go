@@ -1,0 +1,350 @@
+package feed
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+
+	"github.com/tidemark-go/tidemark/dedupe"
+)
+
+// decision is where and in which epoch an opened input is read.
+type decision struct {
+	start     int64
+	resync    bool   // skip to the first line start after start
+	newEpoch  bool   // start a new epoch (the previous one is prev)
+	prev      uint64 // the largest epoch known
+	committed int64  // the committed position when the epoch is kept
+	store     bool   // store the pointer at start at once
+	migrate   bool   // store the pointer when the resync completes
+	// renamed, when set, is the file the pointer names, renamed away: it
+	// is read instead of the file at the path, which is closed.
+	renamed *renamedInput
+}
+
+// renamedInput is the input renamed away while the source was stopped,
+// found in the folder by its identity.
+type renamedInput struct {
+	in   *inputFile
+	size int64
+	fp   dedupe.Fingerprint
+}
+
+// open opens the input at the path and decides where to read it. When the
+// file does not exist the source waits: s.in stays nil.
+func (s *stream) open(first bool) error {
+	f, fi, err := s.openInput(s.path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			if first {
+				s.missingAtStart = true
+			}
+			if !s.started && s.pf != nil && !s.renamedTried {
+				// The path names no file at the start: the file the
+				// pointer names may have been renamed away while the
+				// source was stopped; finish it while waiting.
+				d, err := s.decideMissing()
+				if err != nil {
+					return err
+				}
+				if d.renamed != nil {
+					return s.begin(d.renamed.in, d.renamed.size, d.renamed.fp, d)
+				}
+			}
+			if !s.waitWarned {
+				s.waitWarned = true
+				s.log.Warn("feed: input does not exist; waiting for it", "path", s.path)
+			}
+			s.setState(StateWaiting, "waiting for "+s.path)
+			return nil
+		}
+		if errors.Is(err, ErrNotRegular) {
+			return err
+		}
+		return fmt.Errorf("feed: open input %s: %w; check that it is a readable file", s.path, err)
+	}
+	s.waitWarned = false
+	h := &inputFile{f: f, name: s.path}
+	h.id, h.hasID = fileIdentity(fi)
+	size := fi.Size()
+	head, err := s.readHead(h, size)
+	if err != nil {
+		return errors.Join(err, f.Close())
+	}
+	fp := dedupe.Fingerprint{Len: len(head), Hash: HashBytes(head)}
+
+	var d decision
+	switch {
+	case s.started:
+		d, err = s.decideReopen(h, size, fp)
+	case s.strat.Commits():
+		d, err = s.decidePointer(h, size, fp)
+	case s.strat == Latest && !s.missingAtStart:
+		d.start = size
+		if size > 0 {
+			var b [1]byte
+			if _, err = f.ReadAt(b[:], size-1); err == nil {
+				d.resync = b[0] != '\n'
+			}
+		}
+	}
+	if err == nil && d.renamed != nil {
+		// Finish the file renamed away first; the file at the path is
+		// opened again once it is done.
+		if cerr := f.Close(); cerr != nil {
+			s.log.Warn("feed: closing the input failed", "path", s.path, "err", cerr)
+		}
+		h, size, fp = d.renamed.in, d.renamed.size, d.renamed.fp
+	}
+	if err != nil {
+		return errors.Join(err, f.Close())
+	}
+	return s.begin(h, size, fp, d)
+}
+
+// begin makes h the open input, read from where d says.
+func (s *stream) begin(h *inputFile, size int64, fp dedupe.Fingerprint, d decision) error {
+	f := h.f
+	first := !s.started
+	if _, err := f.Seek(d.start, io.SeekStart); err != nil {
+		return errors.Join(fmt.Errorf("feed: seek input %s to %d: %w", h.name, d.start, err), f.Close())
+	}
+	if d.renamed != nil {
+		s.renamed = h.name
+		s.reopenReason = ReasonRenamedAway
+	}
+
+	if c := s.cont; c != nil && d.newEpoch {
+		s.dropPartial(c)
+	}
+	s.in = h
+	s.started = true
+	s.cont = nil
+	s.size = size
+	s.atEOF = false
+	s.fr.reset(d.start, d.resync)
+	s.fp = fp
+	s.seenLen = 0
+	if n := min(int64(maxTailLen), d.start); n > 0 {
+		// The bytes before the start, as they are now: a rewrite in place
+		// from here on is recognised by them.
+		if m, rerr := f.ReadAt(s.seen[:n], d.start-n); m == int(n) && (rerr == nil || errors.Is(rerr, io.EOF)) {
+			s.seenLen = m
+		}
+	}
+	s.setState(StateBehind, s.reopenReason)
+	if !s.strat.Commits() {
+		return nil
+	}
+	if d.newEpoch {
+		s.epoch = NewEpoch(d.prev, s.now())
+		s.committed = 0
+		s.setWritten(0)
+		s.storedFP = 0
+		s.lastDelivered, s.asked, s.acked = 0, 0, 0
+		s.idStale = false
+	} else {
+		s.committed = d.committed
+		if first {
+			s.setWritten(d.committed) // as loaded from the pointer file
+		}
+		// The epoch goes on in h: the pointer must name it before its
+		// lines are handed out (see nameOpenFile). A pending legacy
+		// migration stores its record, naming h, once the resync completes.
+		s.idStale = h.hasID && h.id != s.storedID && !d.migrate
+	}
+	if d.newEpoch || s.origin == nil {
+		if s.ef != nil {
+			s.ef.set(nil)
+		}
+		s.ef = &epochFile{in: h}
+		s.origin = &dedupe.Origin{Identity: h.id, Fingerprint: fp, TailHash: s.ef.tailHash}
+	} else {
+		// The same epoch on a copy of the file: one Origin per epoch,
+		// reading the file the epoch is read from now.
+		s.ef.set(h)
+	}
+	s.migrate = d.migrate
+	if d.store {
+		// Failures are counted and logged; the next commit retries.
+		_ = s.store(d.start)
+	}
+	return nil
+}
+
+// sameContent compares the file with what is known of the file read before
+// (the pointer, or the file left by a reopen). It returns "" when the file
+// may be read on at pos, else why not.
+func (s *stream) sameContent(h *inputFile, size int64, head []byte, pos int64, fp dedupe.Fingerprint, tailLen int, tailHash uint64) string {
+	switch {
+	case size < pos:
+		return fmt.Sprintf("the input (%d bytes) is shorter than the position %d: truncated", size, pos)
+	case size < int64(fp.Len):
+		return fmt.Sprintf("the input (%d bytes) is shorter than its fingerprinted first %d bytes: truncated", size, fp.Len)
+	case HashBytes(head[:fp.Len]) != fp.Hash:
+		return fmt.Sprintf("the first %d bytes of the input differ: replaced or rewritten", fp.Len)
+	}
+	if tailLen > 0 {
+		got, err := h.tailHash(pos, tailLen)
+		if err != nil {
+			return fmt.Sprintf("the %d bytes before position %d cannot be read: %v", tailLen, pos, err)
+		}
+		if got != tailHash {
+			return fmt.Sprintf("the %d bytes before position %d differ: replaced or rewritten", tailLen, pos)
+		}
+	}
+	return ""
+}
+
+// decidePointer is the open-time decision of Committed at the first open.
+func (s *stream) decidePointer(h *inputFile, size int64, fp dedupe.Fingerprint) (decision, error) {
+	res, err := s.pf.Load()
+	if err != nil {
+		return decision{}, err
+	}
+	pfPath := s.pf.Path()
+	fresh := decision{newEpoch: true, store: true}
+	switch {
+	case res.Missing, res.Empty && s.madePointer:
+		// (Made empty by this source's lock: it was missing.)
+		s.log.Info("feed: no pointer file: reading the input from 0 under a new epoch", "path", s.path, "pointer", pfPath)
+		return fresh, nil
+	case res.Empty:
+		// Made empty to be locked, by this source or one stopped before
+		// its first write: no record, no damage.
+		s.log.Info("feed: the pointer file holds no record yet: reading the input from 0 under a new epoch", "path", s.path, "pointer", pfPath)
+		return fresh, nil
+	case res.Legacy:
+		count := res.Record.Position
+		if count > size {
+			s.log.Warn("feed: legacy pointer is past the end of the input (truncated): reading from 0 under a new epoch",
+				"path", s.path, "pointer", pfPath, "count", count, "size", size)
+			return fresh, nil
+		}
+		d := decision{start: count, newEpoch: true}
+		var b [1]byte
+		if count > 0 {
+			if _, err := h.f.ReadAt(b[:], count-1); err != nil {
+				return decision{}, fmt.Errorf("feed: read input %s at %d to migrate legacy pointer %s: %w", s.path, count-1, pfPath, err)
+			}
+		}
+		if count > 0 && b[0] != '\n' {
+			d.resync, d.migrate = true, true
+		} else {
+			d.store = true
+		}
+		s.log.Info("feed: migrating legacy pointer file: its count is taken as a byte offset, resumed at the next line start, and stored at once under a new epoch",
+			"path", s.path, "pointer", pfPath, "count", count, "mid_line", d.resync)
+		if err := s.applyFloor(&d, 0, count, h, size); err != nil {
+			return decision{}, err
+		}
+		return d, nil
+	case !res.Found:
+		s.log.Warn("feed: pointer file holds no valid record: reading the input from 0 under a new epoch",
+			"path", s.path, "pointer", pfPath, "reason", res.Reason)
+		return fresh, nil
+	}
+	p := res.Record
+	fresh.prev = p.Epoch
+	if why := s.sameContent(h, size, s.head[:fp.Len], p.Position, p.Fingerprint, p.TailLen, p.TailHash); why != "" {
+		if h.hasID && p.Identity != (dedupe.Identity{}) && p.Identity != h.id {
+			// The path names another file: the one the pointer names may
+			// have been renamed away while the source was stopped, with
+			// lines after the pointer.
+			r, err := s.findRenamed(p)
+			if err != nil {
+				return decision{}, err
+			}
+			if r != nil {
+				d := decision{start: p.Position, committed: p.Position, renamed: r}
+				if err := s.applyFloor(&d, p.Epoch, p.Position, r.in, r.size); err != nil {
+					return decision{}, errors.Join(err, r.in.close())
+				}
+				if r.size > d.start {
+					s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the start: finishing it in the pointer's epoch, then reading the file at the path",
+						"path", s.path, "renamed", r.in.name, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size, "reason", why)
+					s.epoch = p.Epoch
+					s.storedFP = p.Fingerprint.Len
+					s.storedID = p.Identity
+					return d, nil
+				}
+				s.log.Info("feed: the input renamed away while the source was stopped was read to its end",
+					"path", s.path, "renamed", r.in.name, "epoch", p.Epoch, "position", p.Position)
+				if cerr := r.in.close(); cerr != nil {
+					s.log.Warn("feed: closing the renamed input failed", "path", r.in.name, "err", cerr)
+				}
+			}
+		}
+		s.log.Warn("feed: the input does not match its pointer: reading from 0 under a new epoch",
+			"path", s.path, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position, "reason", why)
+		return fresh, nil
+	}
+	if h.hasID && p.Identity != (dedupe.Identity{}) && p.Identity != h.id {
+		s.log.Warn("feed: the input is another file (identity changed) with the same leading bytes and not shorter: position and epoch kept",
+			"path", s.path, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position,
+			"old_dev", p.Identity.Dev, "old_ino", p.Identity.Ino, "dev", h.id.Dev, "ino", h.id.Ino)
+	}
+	d := decision{start: p.Position, committed: p.Position}
+	if err := s.applyFloor(&d, p.Epoch, p.Position, h, size); err != nil {
+		return decision{}, err
+	}
+	s.epoch = p.Epoch
+	s.storedFP = p.Fingerprint.Len
+	s.storedID = p.Identity
+	return d, nil
+}
+
+// decideMissing is the decision at the start when the path names no file:
+// it finds the file the pointer names renamed away, once per start.
+func (s *stream) decideMissing() (decision, error) {
+	res, err := s.pf.Load()
+	if err != nil {
+		return decision{}, err
+	}
+	s.renamedTried = true
+	p := res.Record
+	if !res.Found || res.Legacy || p.Identity == (dedupe.Identity{}) {
+		return decision{}, nil
+	}
+	r, err := s.findRenamed(p)
+	if err != nil || r == nil {
+		s.renamedTried = err == nil
+		return decision{}, err
+	}
+	d := decision{start: p.Position, committed: p.Position, renamed: r}
+	if err := s.applyFloor(&d, p.Epoch, p.Position, r.in, r.size); err != nil {
+		return decision{}, errors.Join(err, r.in.close())
+	}
+	if r.size <= d.start {
+		// Read to its end: the file that appears at the path is compared
+		// with the pointer as usual.
+		return decision{}, r.in.close()
+	}
+	s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the start, and the path names no file: finishing it in the pointer's epoch, then waiting for the file at the path",
+		"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size)
+	s.epoch = p.Epoch
+	s.storedFP = p.Fingerprint.Len
+	s.storedID = p.Identity
+	return d, nil
+}
+
+// decideReopen is the decision for the file found at the path after a
+// rotation or truncation: it is read on in the same epoch only when it holds
+// the same bytes as the file left (a copy renamed over the path).
+func (s *stream) decideReopen(h *inputFile, size int64, fp dedupe.Fingerprint) (decision, error) {
+	fresh := decision{newEpoch: true, prev: s.epoch, store: true}
+	c := s.cont
+	if c == nil || c.forceNew || !c.ok {
+		s.log.Warn("feed: reading the input at the path from 0 under a new epoch", "path", s.path, "previous_epoch", s.epoch)
+		return fresh, nil
+	}
+	if why := s.sameContent(h, size, s.head[:fp.Len], c.end, c.fp, c.tailLen, c.tailHash); why != "" {
+		s.log.Warn("feed: the file at the path is a new file: reading it from 0 under a new epoch",
+			"path", s.path, "previous_epoch", s.epoch, "reason", why)
+		return fresh, nil
+	}
+	s.log.Warn("feed: the file at the path is another file with the same bytes up to the position read: reading on under the same epoch",
+		"path", s.path, "epoch", s.epoch, "position", c.pos)
+	return decision{start: c.pos, resync: c.resync, committed: s.committed, migrate: s.migrate}, nil
+}

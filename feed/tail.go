@@ -1,0 +1,210 @@
+package feed
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+
+	"github.com/tidemark-go/tidemark/dedupe"
+)
+
+// continuation is what a reopen knows of the file it left: where it read to
+// and the bytes just before that, so that the file found at the path can be
+// recognised as the same content (a copy renamed over the path).
+type continuation struct {
+	forceNew bool  // truncated: always a new epoch from 0
+	pos      int64 // where the old file was read to (a line start)
+	resync   bool  // the old file was being read from inside a line
+	drop     int64 // bytes of an unterminated last line after pos
+	epoch    uint64
+	// end is how far the old file was read; fp and the tail describe the
+	// old file's bytes up to end.
+	end      int64
+	fp       dedupe.Fingerprint
+	tailLen  int
+	tailHash uint64
+	ok       bool // tailHash was read
+}
+
+// caughtUp records that the source is at the end of its input.
+func (s *stream) caughtUp() {
+	if s.fr.pending() > 0 {
+		s.setState(StateCaughtUp, DetailPartialLine)
+		return
+	}
+	s.setState(StateCaughtUp, "")
+}
+
+// check stats the path at the end of the open file. It returns whether the
+// open file may hold more bytes, and starts a reopen when the path names
+// another file or the file shrank.
+func (s *stream) check() (bool, error) {
+	fi, err := s.fs.Stat(s.path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			// A rotation in progress: read the open file on.
+			return true, nil
+		}
+		return false, fmt.Errorf("feed: stat input %s (epoch %d, read to %d): %w; the next poll retries", s.path, s.epoch, s.fr.off, err)
+	}
+	if s.in.hasID {
+		if id, ok := fileIdentity(fi); ok && id != s.in.id {
+			s.startReopen(ReasonReplaced)
+			return true, nil
+		}
+	}
+	size := fi.Size()
+	s.size = size
+	if size < s.fr.off {
+		s.startReopen(ReasonTruncated)
+		return true, nil
+	}
+	if size == s.fr.off {
+		return false, nil
+	}
+	// The file has grown since its end was found: check that the bytes
+	// before the offset read are still those read (one read of up to 64
+	// bytes per return from idle, none per line), else it was truncated
+	// and rewritten in place to at least the length read.
+	same, err := s.unchanged()
+	if err != nil {
+		return false, err
+	}
+	if !same {
+		s.startReopen(ReasonRewritten)
+	}
+	return true, nil
+}
+
+// startReopen makes the next end of the open file reopen the path.
+func (s *stream) startReopen(reason string) {
+	s.reopenReason = reason
+	s.setState(StateBehind, reason)
+	s.log.Info("feed: "+reason+": reading the open file to its end, then opening the path again",
+		"path", s.path, "epoch", s.epoch, "position", s.fr.position())
+}
+
+// reopen closes the open file, dropping an unterminated last line, and opens
+// the path again.
+func (s *stream) reopen() error {
+	// unwritten: under GroupCommit, commits of the file left are not in
+	// the pointer file (the writer's write failed, and failed again now).
+	unwritten := false
+	if s.gw != nil {
+		// Leave the file with the writer idle: the pointer and Status
+		// move in order from here to the store of the file opened. A
+		// failed write stays pending (counted and logged by the writer);
+		// the next store retries it before anything else.
+		unwritten = s.gw.flush() != nil
+	}
+	reason := s.reopenReason
+	c := s.leaving(reason)
+	if s.pf != nil && !c.forceNew && (s.unprocessed() || unwritten) && s.startsNewEpoch(c) {
+		// The file at the path would start a new epoch, stored at once,
+		// while lines delivered from the file left are not committed: were
+		// the source killed before they are applied, the pointer would
+		// have passed them (a gap); killed after lines of the new epoch
+		// are applied, the left file's lines, read again (an input
+		// renamed away), would look new to a store. So the source leaves
+		// the file only once its delivered lines are committed (under
+		// GroupCommit, written); meanwhile Poll returns 0, behind, and
+		// commits land as usual.
+		s.retryCommit()
+		if s.unprocessed() {
+			s.setState(StateBehind, reason+": waiting for the lines read from the old file to be committed")
+			return nil
+		}
+		if unwritten {
+			s.setState(StateBehind, reason+": waiting for the pointer write of the lines read from the old file (it failed; every poll retries it)")
+			return nil
+		}
+	}
+	s.reopenReason = ""
+	if reason == ReasonRenamedAway {
+		s.log.Info("feed: finished the input renamed away while the source was stopped: opening the file at the path",
+			"path", s.path, "renamed", s.renamed, "epoch", s.epoch, "position", s.fr.position())
+		s.renamed = ""
+	}
+	s.mu.Lock()
+	s.reopens[reason]++
+	s.lastReopenReason = reason
+	s.lastReopenAt = s.now()
+	s.mu.Unlock()
+	err := s.in.close()
+	s.in = nil
+	s.cont = c
+	if err != nil {
+		s.log.Warn("feed: closing the old input failed", "path", s.path, "err", err)
+	}
+	return s.open(false)
+}
+
+// unprocessed reports whether lines delivered from the epoch are not
+// committed yet: not stored in the pointer, or, after a rewind below the
+// pointer, not named by a Commit (a commit at or below the pointer is not
+// stored, but it says the lines up to it are processed).
+func (s *stream) unprocessed() bool {
+	return s.lastDelivered > s.committed || s.lastDelivered > s.acked
+}
+
+// startsNewEpoch reports whether the file at the path, compared with the
+// file left (c), would be read under a new epoch: another file, or none,
+// or one that cannot be read. It opens and reads the path's file, and
+// closes it.
+func (s *stream) startsNewEpoch(c *continuation) bool {
+	if !c.ok {
+		return true
+	}
+	f, fi, err := s.openInput(s.path)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	h := &inputFile{f: f, name: s.path}
+	size := fi.Size()
+	head, err := s.readHead(h, size)
+	if err != nil {
+		return true
+	}
+	return s.sameContent(h, size, head, c.end, c.fp, c.tailLen, c.tailHash) != ""
+}
+
+// leaving describes the open file as a reopen for reason leaves it.
+func (s *stream) leaving(reason string) *continuation {
+	c := &continuation{
+		forceNew: reason == ReasonTruncated || reason == ReasonRewritten,
+		pos:      s.fr.position(),
+		resync:   s.fr.discard && s.fr.discardKind == skipResync,
+		epoch:    s.epoch,
+	}
+	if !c.resync {
+		c.drop = s.fr.pending()
+	}
+	if !c.forceNew {
+		// Describe every byte read from the old file, an unterminated last
+		// line included: the file at the path continues the epoch only if
+		// it holds them all.
+		c.end = s.fr.off
+		c.tailLen = int(min(maxTailLen, c.end))
+		th, terr := s.in.tailHash(c.end, c.tailLen)
+		head := s.head[:min(int64(len(s.head)), c.end)]
+		n, herr := s.in.f.ReadAt(head, 0)
+		c.fp = dedupe.Fingerprint{Len: n, Hash: HashBytes(head[:n])}
+		c.tailHash = th
+		c.ok = terr == nil && n == len(head) && (herr == nil || errors.Is(herr, io.EOF))
+	}
+	return c
+}
+
+// dropPartial reports the unterminated last line of the file a reopen left,
+// when the file opened instead does not continue it.
+func (s *stream) dropPartial(c *continuation) {
+	if c.drop <= 0 {
+		return
+	}
+	s.partialDropped++
+	s.log.Warn("feed: dropped the unterminated last line of the old input: it was never delivered",
+		"path", s.path, "epoch", c.epoch, "position", c.pos, "length", c.drop)
+	s.rejectLine(Reject{Path: s.path, Epoch: c.epoch, Position: c.pos, Length: c.drop, Reason: RejectPartialDropped})
+}
