@@ -20,9 +20,10 @@
 //     bind one yourself with [Store.Bind], or open it with
 //     [Options].Unbound if you resume from [Store.AppliedAll] yourself.
 //   - A key or value longer than the backend takes (bbolt: a key of 32768
-//     bytes with the store's prefix) is refused inside Apply with a
-//     [*TooLargeError], a permanent error: the line goes to the failure
-//     policy, and the lines after it commit as usual.
+//     bytes with the store's prefix; each backend's limits are listed at
+//     [TooLargeError]) is refused inside Apply with a [*TooLargeError], a
+//     permanent error: the line goes to the failure policy, and the lines
+//     after it commit as usual.
 //   - A processor that also writes somewhere else (a socket, another file)
 //     repeats those effects after a crash. Write derived files through
 //     [Tx.Output] to have them exactly once.

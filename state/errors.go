@@ -93,15 +93,17 @@ var (
 // The limits, counting the key with the store's prefix of namespace and
 // bucket (a few bytes plus their names):
 //
-//	bbolt   key ≤ 32768 bytes (bbolt.MaxKeySize), value ≤ 2147483646 bytes (bbolt.MaxValueSize)
-//	Pebble  key ≤ 16 MiB, value ≤ 64 MiB (the store's own limits: Pebble's is a batch
-//	        of 4 GiB, and the store commits a whole batch as one; it also cuts a
-//	        batch once it holds 1 GiB)
+//	bbolt    key ≤ 32768 bytes (bbolt.MaxKeySize), value ≤ 2147483646 bytes (bbolt.MaxValueSize)
+//	Pebble   key ≤ 16 MiB, value ≤ 64 MiB (the store's own limits: Pebble's is a batch
+//	         of 4 GiB, and the store commits a whole batch as one; it also cuts a
+//	         batch once it holds 1 GiB)
+//	Postgres key ≤ 2400 bytes (a btree entry fits in a third of a page), value ≤ 64 MiB
 //
 // A Delete of a key longer than the limit does nothing: no such key is
 // stored.
 type TooLargeError struct {
-	// Backend is [Bolt] or [Pebble]; Dir the store's directory.
+	// Backend is the backend's name ([Bolt], [Pebble], [Postgres]); Dir the
+	// store's directory.
 	Backend, Dir string
 	// Namespace and Bucket name where the write went.
 	Namespace, Bucket string

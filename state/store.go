@@ -184,18 +184,18 @@ type batch struct {
 	seq     uint64 // 1, 2, ... in the order of the batches
 	outputs map[string][]byte
 	count   int
-	started time.Time // when the first change was staged
-	marks   []markOf
-	done    chan struct{}
-	err     error
-
-	arena []byte  // keys and values of writes
-	ents  []entry // entries not used yet
 	// size counts the bytes of the arena's chunks and of the outputs
 	// (see core.full); c.mu guards it. grown counts the arena's chunks
 	// made by the running Apply, which holds the token but not c.mu: the
 	// Apply adds them to size as it stages its line.
 	size, grown int
+	started     time.Time // when the first change was staged
+	marks       []markOf
+	done        chan struct{}
+	err         error
+
+	arena []byte  // keys and values of writes
+	ents  []entry // entries not used yet
 }
 
 // maxBatchBytes is the size at which a batch is cut whatever its count:

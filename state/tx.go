@@ -397,12 +397,17 @@ func (b *Bucket) Put(key, value []byte) error {
 	if err := b.tx.check(true); err != nil {
 		return err
 	}
-	if c := b.tx.c; len(b.prefix)+len(key) > c.maxKey || len(value) > c.maxVal {
+	if len(value) > b.tx.c.maxVal {
 		return b.tx.tooLarge(b.bucketInfo, key, value)
 	}
 	var q bkey
 	q.set(b.bucketInfo, key)
-	b.tx.put(&q, b.tx.cur.get(&q), value, false)
+	e := b.tx.cur.get(&q)
+	// A key the batch holds passed the check when it was staged.
+	if e == nil && len(b.prefix)+len(key) > b.tx.c.maxKey {
+		return b.tx.tooLarge(b.bucketInfo, key, value)
+	}
+	b.tx.put(&q, e, value, false)
 	return nil
 }
 
@@ -459,17 +464,18 @@ func (b *Bucket) AddInt64(key []byte, delta int64) (int64, error) {
 // addInt64 is AddInt64 in Apply: the key is hashed and looked up once,
 // and a key the staging batch holds is changed there in place.
 func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, error) {
-	if len(bi.prefix)+len(key) > tx.c.maxKey {
-		return 0, tx.tooLarge(bi, key, nil)
-	}
 	var q bkey
 	q.set(bi, key)
 	var v []byte
 	var ok bool
 	e := tx.cur.get(&q)
 	if e != nil {
+		// Staged, so its length passed the check below.
 		v, ok = e.val, !e.del
 	} else {
+		if len(bi.prefix)+len(key) > tx.c.maxKey {
+			return 0, tx.tooLarge(bi, key, nil)
+		}
 		var err error
 		if v, ok, err = tx.getOlder(&q); err != nil {
 			return 0, err
