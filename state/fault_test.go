@@ -3,8 +3,10 @@ package state
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -98,5 +100,46 @@ func TestPebbleCommitFault(t *testing.T) {
 			be := backends()[1]
 			faultRun(t, be, t.TempDir(), &Options{PebbleFS: fs}, func() { on.Store(true) })
 		})
+	}
+}
+
+// TestPebbleCloseWithAFailingFlush: Close flushes Pebble's memtable, and
+// Pebble retries a failed flush for ever; on a disk that refuses the new
+// table (full), Close gives up the flush with a warning and returns, and
+// the batches, durable in the WAL, are all there after a reopen. (A Close
+// that waited for the flush hung the ledger on a full disk.)
+func TestPebbleCloseWithAFailingFlush(t *testing.T) {
+	var on atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if on.Load() && strings.HasSuffix(op.Path, ".sst") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return syscall.ENOSPC
+		}
+		return nil
+	})
+	dir := t.TempDir()
+	var logs lockedBuffer
+	o := testOpts()
+	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	o.PebbleFS = errorfs.Wrap(vfs.Default, inj)
+	s, err := OpenPebble(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= 100; n++ {
+		applyLine(t, s, del("f", 1, n))
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	on.Store(true)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close with a failing flush: %v", err)
+	}
+	if !strings.Contains(logs.String(), "could not flush pebble's memtable at close") {
+		t.Fatalf("no warning of the failed flush:\n%s", logs.String())
+	}
+	s = mustOpen(t, backends()[1], dir, testOpts())
+	if l, _ := s.Applied("f"); l.Position != 1000 || getInt(t, s, "count") != 100 {
+		t.Fatalf("after reopen: Applied %+v, count %d", l, getInt(t, s, "count"))
 	}
 }

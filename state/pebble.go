@@ -18,7 +18,11 @@ import (
 const pebbleDir = "pebble"
 
 type pebbleEngine struct {
-	db *pebble.DB
+	db  *pebble.DB
+	log *slog.Logger
+	// bgErr receives Pebble's background errors (a failed flush or
+	// compaction), so that a flush the store waits for can give up.
+	bgErr chan error
 	// fatal is set once Pebble reported a fatal error: the database must
 	// not be used again.
 	fatal atomic.Bool
@@ -32,9 +36,18 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 	if fs == nil {
 		fs = pebblevfs.Default
 	}
+	e := &pebbleEngine{log: opts.logger(), bgErr: make(chan error, 1)}
+	logger := pebbleLogger{log: opts.logger()}
 	po := &pebble.Options{
-		FS:               fs,
-		Logger:           pebbleLogger{log: opts.logger()},
+		FS:     fs,
+		Logger: logger,
+		EventListener: &pebble.EventListener{BackgroundError: func(err error) {
+			logger.Errorf("background error: %s", err)
+			select {
+			case e.bgErr <- err:
+			default:
+			}
+		}},
 		ErrorIfNotExists: !create,
 		// WAL sync chunks: each WAL record carries the offset synced
 		// before it, so that Pebble tells a damaged record that later
@@ -59,15 +72,16 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 	for {
 		db, err := pebble.Open(path, po)
 		if err == nil {
+			e.db = db
 			if create {
 				// A new database's first WAL was made before Pebble moved
 				// to the format asked for, without WAL sync chunks: a flush
 				// puts it behind, and its successor has them.
-				if err := db.Flush(); err != nil {
-					return nil, errors.Join(fmt.Errorf("open pebble %s: flush: %w", path, err), db.Close())
+				if err := e.flush(); err != nil {
+					return nil, errors.Join(fmt.Errorf("open pebble %s: %w", path, err), db.Close())
 				}
 			}
-			return &pebbleEngine{db: db}, nil
+			return e, nil
 		}
 		if pebble.IsCorruptionError(err) {
 			where := "damaged data"
@@ -170,16 +184,38 @@ func (e *pebbleEngine) limits() (maxKey, maxValue int) { return pebbleMaxKey, pe
 var errPebbleFatal = errors.New("pebble reported a fatal error earlier; restart the process")
 
 // close flushes the memtable, so that a store closed cleanly keeps
-// nothing in its WAL (see pebble_wal.go), and closes the database.
+// nothing in its WAL (see pebble_wal.go), and closes the database. A flush
+// that fails (a full disk) leaves the last batches in the WAL, durable: a
+// warning, not an error.
 func (e *pebbleEngine) close() (err error) {
 	defer e.recoverFatal(&err)
-	var ferr error
 	if !e.fatal.Load() {
-		if ferr = e.db.Flush(); ferr != nil {
-			ferr = fmt.Errorf("flush pebble at close: %w", ferr)
+		if err := e.flush(); err != nil {
+			e.log.Warn("state: could not flush pebble's memtable at close: the last batches stay in its WAL, durable", "err", err)
 		}
 	}
-	return errors.Join(ferr, e.db.Close())
+	return e.db.Close()
+}
+
+// flush flushes the memtable and waits until it is in a table, or until
+// Pebble reports a background error: Pebble retries a failed flush for
+// ever (a full disk), and the store must not wait for ever.
+func (e *pebbleEngine) flush() (err error) {
+	defer e.recoverFatal(&err)
+	select {
+	case <-e.bgErr: // an old one
+	default:
+	}
+	flushed, err := e.db.AsyncFlush()
+	if err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	select {
+	case <-flushed:
+		return nil
+	case err := <-e.bgErr:
+		return fmt.Errorf("flush: %w", err)
+	}
 }
 
 // pebbleLogger sends Pebble's messages to slog: its routine messages at
