@@ -40,13 +40,21 @@ func quiet() *slog.Logger {
 func makeStream(t testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig) jetstream.Stream {
 	t.Helper()
 	cfg.Name, cfg.Subjects = testStream, []string{"orders.>"}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := js.CreateStream(ctx, cfg)
-	if err != nil {
-		t.Fatalf("create stream: %v", err)
+	// A loaded cluster may not answer in time: ask again (creating the
+	// same stream twice is no error).
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		st, err := js.CreateStream(ctx, cfg)
+		cancel()
+		if err == nil {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create stream: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return st
 }
 
 // withStream runs a server with the test stream (cfg's limits) and

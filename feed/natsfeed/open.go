@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -162,6 +163,14 @@ func (s *Source) plan(ctx context.Context, stream jetstream.Stream, epoch, first
 		// No store: the consumer's ack floor is what the subscribers
 		// finished, the only record there is.
 		start = floor + 1
+		if floor > last {
+			// The server lost messages it had delivered: the sequences
+			// after its end will be reused by new messages, which
+			// must not be skipped.
+			s.log.Warn("the consumer's ack floor is past the stream's end: the server lost acknowledged messages (see sync_interval); reading from the stream's end",
+				"epoch", epoch, "ack_floor", floor, "last", last)
+			start = last + 1
+		}
 		if start < first {
 			if err := s.gapAtStart(start, first, "the consumer's ack floor", 0); err != nil {
 				return 0, 0, err
@@ -264,6 +273,35 @@ func leaderOf(ci *jetstream.ConsumerInfo) string {
 		return ""
 	}
 	return ci.Cluster.Leader
+}
+
+// term identifies a consumer's leadership: the leader and when it was
+// elected. A leader elected again, even the same server, is another term
+// (a fail-over and back between two looks is still seen).
+type term struct {
+	leader string
+	since  time.Time
+}
+
+// termOf returns the leadership info describes (zero without cluster
+// information).
+func termOf(ci *jetstream.ConsumerInfo) term {
+	if ci == nil || ci.Cluster == nil {
+		return term{}
+	}
+	t := term{leader: ci.Cluster.Leader}
+	if ci.Cluster.LeaderSince != nil {
+		t.since = *ci.Cluster.LeaderSince
+	}
+	return t
+}
+
+// String names the term for logs and errors.
+func (t term) String() string {
+	if t.since.IsZero() {
+		return fmt.Sprintf("%q", t.leader)
+	}
+	return fmt.Sprintf("%q since %s", t.leader, t.since.Format(time.RFC3339Nano))
 }
 
 // versionAtLeast reports whether the server version v ("2.15.2",

@@ -31,7 +31,7 @@ type pump struct {
 	cseq       uint64 // the last consumer sequence received
 	pending    uint64 // undelivered messages of the partition, as last seen
 	pendingAt  uint64 // the consumer sequence pending was seen at
-	leader     string // the consumer's leader when the generation began
+	term       term   // the consumer's leadership when the generation began
 	reconnects uint64 // the connection's reconnects when the generation began
 	woken      uint64 // the listener's reconnect count when the generation began
 	staleTries int    // resets for a gap at a generation's first message
@@ -55,7 +55,7 @@ func (p *pump) begin(ci *jetstream.ConsumerInfo, woken uint64) {
 	if ci != nil {
 		p.pending = ci.NumPending
 	}
-	p.leader = leaderOf(ci)
+	p.term = termOf(ci)
 	p.reconnects = p.s.nc.Stats().Reconnects
 	p.woken = woken
 	p.accepted = p.s.read.Load()
@@ -230,8 +230,8 @@ func (p *pump) broken(cseq, sseq uint64) (outcome, string) {
 		return outReset, "the consumer was missing for a moment"
 	case err != nil:
 		return outReset, fmt.Sprintf("consumer sequence %d after %d, and the consumer's state cannot be read: %v", cseq, p.cseq, err)
-	case leaderOf(ci) != p.leader:
-		return outReset, fmt.Sprintf("the consumer's leader changed from %s to %s (consumer sequence %d after %d)", p.leader, leaderOf(ci), cseq, p.cseq)
+	case termOf(ci) != p.term:
+		return outReset, fmt.Sprintf("the consumer's leader changed from %s to %s (consumer sequence %d after %d)", p.term, termOf(ci), cseq, p.cseq)
 	case p.cseq == 0 && p.staleTries < 3:
 		// The first delivery of a generation: a pull request of the
 		// previous one may have taken deliveries before it expired.
@@ -243,8 +243,8 @@ func (p *pump) broken(cseq, sseq uint64) (outcome, string) {
 		what = "went back"
 	}
 	s.fail(s.errorf(ErrSecondReader, sseq,
-		"the consumer sequence %s from %d to %d (stream sequence %d, last handed out %d) on the same connection, with the same consumer leader %q: another client pulls from or reset this consumer, and two owners of one partition apply its messages twice; stop the other reader (one owner per partition), then start again",
-		what, p.cseq, cseq, sseq, p.accepted, p.leader))
+		"the consumer sequence %s from %d to %d (stream sequence %d, last handed out %d) on the same connection, with the same consumer leader %s: another client pulls from or reset this consumer, and two owners of one partition apply its messages twice; stop the other reader (one owner per partition), then start again",
+		what, p.cseq, cseq, sseq, p.accepted, p.term))
 	return outStop, ""
 }
 
@@ -360,7 +360,7 @@ func (p *pump) refresh() (outcome, string, bool) {
 		return 0, "", false
 	}
 	d := ci.Delivered.Consumer
-	if d < p.cseq || leaderOf(ci) != p.leader {
+	if d < p.cseq || termOf(ci) != p.term {
 		// Not this generation's view (a reset or a new leader since):
 		// the next message says.
 		return 0, "", false
@@ -474,7 +474,7 @@ func (p *pump) reset(reason string) bool {
 			s.st.detail = ""
 			s.mu.Unlock()
 			s.log.Warn("consumer reset to the last commit: the messages after it come again, in order", "reason", reason,
-				"epoch", s.epoch.Load(), "seq", seq, "last_handed", accepted, "leader", p.leader, "attempts", attempt+1)
+				"epoch", s.epoch.Load(), "seq", seq, "last_handed", accepted, "leader", p.term.String(), "attempts", attempt+1)
 			return true
 		}
 		if errors.Is(err, jetstream.ErrConsumerInvalidReset) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -428,5 +429,48 @@ func TestServerLostMessages(t *testing.T) {
 	err = newSource(t, partitionConfig(js, 0), []feed.ResumePoint{rec}).Open(context.Background())
 	if !errors.Is(err, natsfeed.ErrDiverged) {
 		t.Fatalf("open after the sequences were reused: %v, want ErrDiverged", err)
+	}
+}
+
+// TestAckFloorPastStreamEnd gives the server back an older copy of its
+// messages and a newer one of the consumer (what a crash that synced the
+// consumer's state and not the stream's leaves): a source without a store
+// (resuming at the ack floor) reads the messages that reuse the lost
+// sequences rather than skip them. (nats-server 2.15 itself lowers the
+// floor to the stream's end at its start; the source does the same when
+// a server does not.)
+func TestAckFloorPastStreamEnd(t *testing.T) {
+	srv, js, _ := withStream(t, jetstream.StreamConfig{}, 30)
+	srv.Shutdown()
+	msgs := filepath.Join(srv.StoreDir(), "jetstream", "$G", "streams", testStream, "msgs")
+	old := t.TempDir()
+	if err := os.CopyFS(old, os.DirFS(msgs)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart()
+	publish(t, js, 30, 60)
+	src := newSource(t, partitionConfig(js, 0), nil)
+	items := pollN(t, src, 20)
+	if err := src.Commit(src.Status().Epoch, int64(items[19].seq)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "ack floor", func() bool { return consumerInfo(t, js, "tidemark-0").AckFloor.Stream == items[19].seq })
+	_ = src.Close()
+	srv.Shutdown()
+	if err := os.RemoveAll(msgs); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(msgs, os.DirFS(old)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart()
+	if last := streamInfo(t, js).State.LastSeq; last != 30 {
+		t.Fatalf("the restored stream ends at %d, want 30", last)
+	}
+	seqs := publish(t, js, 100, 130) // sequences 31..60 again
+	src = newSource(t, partitionConfig(js, 0), nil)
+	want := partitionSeqs(seqs, 100, 0)
+	if got := pollN(t, src, len(want)); !slices.Equal(seqsOf(got), want) {
+		t.Fatalf("read %v, want the new messages %v", seqsOf(got), want)
 	}
 }
