@@ -54,7 +54,10 @@ func (s *stream) store(position int64) error {
 		if !same {
 			s.log.Warn("feed: the input was rewritten in place since it was read: the pointer is not moved, and the input is read again from 0 under a new epoch",
 				"path", s.path, "epoch", s.epoch, "position", position, "committed", s.committed)
-			if s.reopenReason == "" {
+			if r := s.reopenReason; r != ReasonTruncated && r != ReasonRewritten {
+				// Also over a pending rotation: the delivered lines whose
+				// commit is refused here would otherwise be waited for
+				// forever, and the file read on from the old offset.
 				s.startReopen(ReasonRewritten)
 			}
 			s.publish()

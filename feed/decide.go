@@ -7,6 +7,7 @@ import (
 	"io/fs"
 
 	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 // decision is where and in which epoch an opened input is read.
@@ -247,35 +248,22 @@ func (s *stream) decidePointer(h *inputFile, size int64, fp dedupe.Fingerprint) 
 	}
 	p := res.Record
 	fresh.prev = p.Epoch
-	if why := s.sameContent(h, size, s.head[:fp.Len], p.Position, p.Fingerprint, p.TailLen, p.TailHash); why != "" {
-		if h.hasID && p.Identity != (dedupe.Identity{}) && p.Identity != h.id {
-			// The path names another file: the one the pointer names may
-			// have been renamed away while the source was stopped, with
-			// lines after the pointer.
-			r, err := s.findRenamed(p)
-			if err != nil {
-				return decision{}, err
-			}
-			if r != nil {
-				d := decision{start: p.Position, committed: p.Position, renamed: r}
-				if err := s.applyFloor(&d, p.Epoch, p.Position, r.in, r.size); err != nil {
-					return decision{}, errors.Join(err, r.in.close())
-				}
-				if r.size > d.start {
-					s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the start: finishing it in the pointer's epoch, then reading the file at the path",
-						"path", s.path, "renamed", r.in.name, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size, "reason", why)
-					s.epoch = p.Epoch
-					s.storedFP = p.Fingerprint.Len
-					s.storedID = p.Identity
-					return d, nil
-				}
-				s.log.Info("feed: the input renamed away while the source was stopped was read to its end",
-					"path", s.path, "renamed", r.in.name, "epoch", p.Epoch, "position", p.Position)
-				if cerr := r.in.close(); cerr != nil {
-					s.log.Warn("feed: closing the renamed input failed", "path", r.in.name, "err", cerr)
-				}
-			}
+	why := s.sameContent(h, size, s.head[:fp.Len], p.Position, p.Fingerprint, p.TailLen, p.TailHash)
+	if h.hasID && p.Identity != (dedupe.Identity{}) && p.Identity != h.id {
+		// The path names another file. When the file the pointer names is
+		// still in the folder under another name, it was renamed away
+		// while the source was stopped: it is the file the pointer
+		// describes, whatever the file at the path holds (a pointer whose
+		// fingerprint covers nothing, or a header line, matches any new
+		// file that starts the same way), and it may hold lines after the
+		// pointer. Finish it first; the file at the path is then compared
+		// with it, as after a rotation while running.
+		d, ok, err := s.decideRenamed(p, why, false)
+		if err != nil || ok {
+			return d, err
 		}
+	}
+	if why != "" {
 		s.log.Warn("feed: the input does not match its pointer: reading from 0 under a new epoch",
 			"path", s.path, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position, "reason", why)
 		return fresh, nil
@@ -307,39 +295,60 @@ func (s *stream) decideMissing() (decision, error) {
 	if !res.Found || res.Legacy || p.Identity == (dedupe.Identity{}) {
 		return decision{}, nil
 	}
+	d, _, err := s.decideRenamed(p, "", true)
+	if err != nil {
+		s.renamedTried = false
+	}
+	return d, err
+}
+
+// decideRenamed looks for the file the pointer p names, renamed away while
+// the source was stopped (see findRenamed), and when it finds it, decides
+// to read it in the pointer's epoch from the pointer (or the stores' floor
+// below it): ok is set, and d.renamed is the file. A file read to its end
+// already is read all the same: reading it delivers nothing, and its end
+// moves the source to the file at the path, compared with it as after a
+// rotation (a new file then, since the renamed file still has its name).
+// why says how the file at the path differs from the pointer ("" when it
+// matches it; for the logs); missing, that the path names no file.
+func (s *stream) decideRenamed(p pointer.Record, why string, missing bool) (decision, bool, error) {
 	r, err := s.findRenamed(p)
 	if err != nil || r == nil {
-		s.renamedTried = err == nil
-		return decision{}, err
+		return decision{}, false, err
 	}
 	d := decision{start: p.Position, committed: p.Position, renamed: r}
 	if err := s.applyFloor(&d, p.Epoch, p.Position, r.in, r.size); err != nil {
-		return decision{}, errors.Join(err, r.in.close())
+		return decision{}, false, errors.Join(err, r.in.close())
 	}
-	if r.size <= d.start {
-		// Read to its end: the file that appears at the path is compared
-		// with the pointer as usual.
-		return decision{}, r.in.close()
+	switch {
+	case r.size > d.start && missing:
+		s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the start, and the path names no file: finishing it in the pointer's epoch, then waiting for the file at the path",
+			"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size)
+	case r.size > d.start:
+		s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the start: finishing it in the pointer's epoch, then reading the file at the path",
+			"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size, "reason", why)
+	default:
+		s.log.Info("feed: the input was renamed away while the source was stopped, read to its end: reading the file at the path as after a rotation",
+			"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position)
 	}
-	s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the start, and the path names no file: finishing it in the pointer's epoch, then waiting for the file at the path",
-		"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size)
 	s.epoch = p.Epoch
 	s.storedFP = p.Fingerprint.Len
 	s.storedID = p.Identity
-	return d, nil
+	return d, true, nil
 }
 
 // decideReopen is the decision for the file found at the path after a
-// rotation or truncation: it is read on in the same epoch only when it holds
-// the same bytes as the file left (a copy renamed over the path).
+// rotation: it is read on in the same epoch only when it continues the
+// file left (a copy of every byte read, renamed over the path; see
+// continues).
 func (s *stream) decideReopen(h *inputFile, size int64, fp dedupe.Fingerprint) (decision, error) {
 	fresh := decision{newEpoch: true, prev: s.epoch, store: true}
 	c := s.cont
-	if c == nil || c.forceNew || !c.ok {
+	if c == nil {
 		s.log.Warn("feed: reading the input at the path from 0 under a new epoch", "path", s.path, "previous_epoch", s.epoch)
 		return fresh, nil
 	}
-	if why := s.sameContent(h, size, s.head[:fp.Len], c.end, c.fp, c.tailLen, c.tailHash); why != "" {
+	if why := s.continues(c, h, size, s.head[:fp.Len]); why != "" {
 		s.log.Warn("feed: the file at the path is a new file: reading it from 0 under a new epoch",
 			"path", s.path, "previous_epoch", s.epoch, "reason", why)
 		return fresh, nil

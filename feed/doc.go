@@ -268,12 +268,13 @@
 //	shorter than its fingerprinted prefix (truncated)      0                  new     warning
 //	other leading bytes (replaced, rewritten)              0                  new     warning
 //	other bytes just before the position (tail hash)       0                  new     warning
-//	another identity, same bytes, not shorter (a copy,     kept               kept    warning
-//	  a remount, a write-temp-and-rename appender)
-//	another identity, other bytes, and the file the        the renamed file   kept    warning naming the renamed file
-//	  pointer names is in the folder under another name,   from the pointer,
-//	  with bytes after the pointer (renamed away while     then the path's
-//	  stopped; see below)                                  file from 0 (new)
+//	another identity, and the file the pointer names is    the renamed file   kept    warning naming the renamed file
+//	  in the folder under another name, with its bytes     from the pointer,  (info when it was read to its end)
+//	  (renamed away while stopped; see below), whatever    then the path's
+//	  the file at the path holds                           file from 0 (new)
+//	another identity, same bytes, not shorter, and the     kept               kept    warning
+//	  file the pointer names has no name left (a copy
+//	  renamed over the path, a remount)
 //	pointer file missing, or empty (made to be locked;     0                  new     info
 //	  a source stopped before its first write)
 //	pointer file shorter than 8 bytes, NULs,               0                  new     warning naming the file and reason
@@ -282,8 +283,8 @@
 //	                                                       byte offset (**)
 //	legacy pointer past the end of the file                0                  new     warning
 //
-// Then, where the table keeps the epoch (the first two "kept" rows and the
-// renamed file) or migrates a legacy pointer, the start is lowered to the
+// Then, where the table keeps the epoch (the "kept" rows and the renamed
+// file) or migrates a legacy pointer, the start is lowered to the
 // floor of the stores when the framework passed resume points (see
 // "Resuming from the stores" below); every other row starts a new epoch
 // from 0, with nothing to lower.
@@ -345,20 +346,21 @@
 // A file rotated by rename while the source was stopped (or killed before
 // it had read it to its end) holds lines after the pointer that the file
 // at the path does not. At the first open, when the file at the path has
-// another identity than the pointer's and does not match the pointer (a
-// copy renamed over the path that does is read on, as the table says), the
-// source looks in the input's folder for the file with the pointer's
-// identity (device and inode), whatever its name: renamed once or several
-// times (in.log → in.log.1 → in.log.2), it is found. It stats the folder's
-// entries and reads only that file; it uses it only when its leading bytes,
-// its length and the 64 bytes before the pointer match the pointer (an
-// inode reused by another file is not taken for it: warning, not read),
-// and only when it holds bytes after the start: the pointer, or the floor
-// of the stores when one is behind (else it was read to its end: info).
-// Then:
+// another identity than the pointer's, the source looks in the input's
+// folder for the file with the pointer's identity (device and inode),
+// whatever its name: renamed once or several times (in.log → in.log.1 →
+// in.log.2), it is found. It does so even when the file at the path
+// matches the pointer's bytes: a pointer whose fingerprint covers nothing
+// (an epoch started on an empty file) or a header line matches any new file
+// that starts the same way, and only the renamed file holds the lines
+// after the pointer. It stats the folder's entries and reads only that
+// file; it uses it only when its leading bytes, its length and the 64
+// bytes before the pointer match the pointer (an inode reused by another
+// file is not taken for it: warning, not read). Then:
 //
-//   - it reads that file from the start to its end, in the pointer's
-//     epoch: the same position space, its Origin names that file, and
+//   - it reads that file from the start (the pointer, or the floor of the
+//     stores when one is behind) to its end, in the pointer's epoch (a file
+//     read to its end already delivers nothing: info): the same position space, its Origin names that file, and
 //     commits move the pointer as usual ([Status] Detail says
 //     [ReasonRenamedAway], and a warning names the file);
 //   - at its end, it moves to the file at the path as at a rotation: the
@@ -410,6 +412,12 @@
 // shorter than what it has read. If not, it reports behind with the reason
 // ([ReasonReplaced], [ReasonTruncated]), reads what the writer appended to
 // the old file up to its end, closes it, and opens the file at the path.
+// When the path names another file, or none, the open file itself is
+// checked first (its size, and the 64 bytes before the offset read): a file
+// truncated, or rewritten in place, and then renamed away between two polls
+// is not read on from the old offset (that would hand out pieces of its new
+// content in the old epoch); it is read again from 0 under a new epoch
+// (it holds the lines written since), and then the file at the path.
 //
 // When the stat shows that the file has grown since the source found its
 // end (the return from idle), the source first reads the (up to 64) bytes
@@ -427,16 +435,20 @@
 //     read, only when it holds the bytes read from the old file, an
 //     unterminated last line included (compared as at open: the size, the
 //     hash of the first up to 4096 bytes, and of the 64 bytes before the end
-//     of what was read): a writer that appends by writing a copy and
-//     renaming it over the path. Otherwise (a new file after a rotation), it
-//     is read from 0 under a new epoch. Committed only: when the epoch goes
+//     of what was read), and the old file has no name left: a writer that
+//     appends by writing a copy and renaming it over the path. Otherwise (a
+//     new file after a rotation: the old file was renamed, and keeps a
+//     name), it is read from 0 under a new epoch, even when it starts with
+//     the same bytes (a header line, or nothing at all). Committed only: when the epoch goes
 //     on in a file of another identity (here, or at the start), the pointer
 //     is stored again at the committed position naming that file before any
 //     of its lines is handed out (Poll returns 0 while that write fails), so
 //     that a restart after the file is renamed away finds it by its identity.
 //   - A truncated (or rewritten in place) file is always read from 0 under a
 //     new epoch, even when it has grown back past the old position: the
-//     lines there are new.
+//     lines there are new. The source reads it again through the file it
+//     holds open, so that a file renamed away after its truncation is read
+//     too; the file at the path follows, if the path names another one.
 //   - An unterminated last line of the old file is not delivered: it is
 //     counted (Status.PartialDropped), logged and passed to OnReject.
 //   - Committed only: when the file at the path would start a new epoch (or
@@ -477,12 +489,13 @@
 //     growth) to at least the length already read that keeps the 64 bytes
 //     before the offset read: only those bytes, the size and the identity
 //     are checked on the return from idle.
-//   - A rewrite in place that races a read in progress: the source reads in
-//     chunks of up to 64 KiB and checks only on the return from idle, so a
-//     rewrite that lands while it is still reading (before it reaches the
-//     end of the file) can mix old and new bytes in what it reads, unseen
-//     if the new content is long enough to keep it reading. A restart
-//     compares the fingerprint and the tail hash.
+//   - A rewrite in place that races a read in progress: the source checks
+//     the 64 bytes before the offset at the first read of each Poll and on
+//     the return from idle, and reads in chunks of up to 64 KiB, so a
+//     rewrite that lands during one Poll's reads (microseconds) can mix old
+//     and new bytes in what it reads. A feed paused between two Polls (a
+//     full queue) is checked when it resumes. A restart compares the
+//     fingerprint and the tail hash.
 //   - A rewrite in place to exactly the length read is seen only when the
 //     file grows again (nothing is read meanwhile).
 //   - A file deleted, or moved out of its folder, while the source was

@@ -226,7 +226,7 @@ func TestRenamedAwayCrashWhileFinishing(t *testing.T) {
 }
 
 // TestRenamedAwayReadToItsEnd: a renamed file with nothing after the
-// pointer is not read again: the new file starts a new epoch at once.
+// pointer delivers nothing again: the new file starts a new epoch at once.
 func TestRenamedAwayReadToItsEnd(t *testing.T) {
 	a := genLines("a", 0, 50)
 	p := input(t, a)
@@ -238,7 +238,7 @@ func TestRenamedAwayReadToItsEnd(t *testing.T) {
 	if len(g) != 10 || g[0].Line != "b-000000-xxxxxxxxxxxxxxxxxxxxxx" || g[0].Epoch <= epoch {
 		t.Fatalf("%+v", g)
 	}
-	if len(s.log.find(slog.LevelInfo, "was read to its end")) != 1 || s.Status().Reopens[ReasonRenamedAway] != 0 {
+	if len(s.log.find(slog.LevelInfo, "read to its end")) != 1 || s.Status().Reopens[ReasonRenamedAway] != 1 {
 		t.Fatalf("log:\n%s", s.log)
 	}
 }
@@ -285,21 +285,31 @@ func TestRenamedAwayIdentityReusedOtherContent(t *testing.T) {
 	}
 }
 
-// TestRenamedAwayNotOverACopy: a copy of the file renamed over the path
-// (same bytes, another identity) is read on from the pointer, as the open
-// table says, even when the old file is still in the folder.
+// TestRenamedAwayNotOverACopy: the file at the path holds the bytes of the
+// file the pointer names (a copy of it, with more lines), but that file is
+// still in the folder under another name: it was renamed away, so the file
+// at the path is another file, whatever it starts with. The renamed file is
+// finished from the pointer in the pointer's epoch, then the file at the
+// path read from 0 under a new epoch: its copied lines are delivered again
+// (duplicates under a new epoch, never a gap). A writer that renames a
+// copy over the path leaves the old file no name, and is read on (see
+// TestCopyRenamedOverPathThenRotatedWhileStopped).
 func TestRenamedAwayNotOverACopy(t *testing.T) {
 	a := genLines("a", 0, 100)
+	b := a + genLines("a", 100, 5)
 	p := input(t, a)
 	epoch := stopAfter(t, p, 30)
 	rename(t, p, p+".old")
-	write(t, p, a+genLines("a", 100, 5))
+	write(t, p, b)
 	s := open(t, p, Config{})
-	g := s.drain()
-	if wantLines(t, "copy", g, a+genLines("a", 100, 5), 30*32) != epoch {
+	g := s.takeCommit(70 + 105)
+	if wantLines(t, "renamed file", g[:70], a, 30*32) != epoch {
 		t.Fatalf("epoch %d, want %d", g[0].Epoch, epoch)
 	}
-	if len(s.log.find(slog.LevelWarn, "renamed away")) != 0 {
+	if e := wantLines(t, "file at the path", g[70:], b, 0); e <= epoch {
+		t.Fatalf("the file at the path read in epoch %d, not a new one", e)
+	}
+	if len(s.log.find(slog.LevelWarn, "renamed away")) != 1 {
 		t.Fatalf("log:\n%s", s.log)
 	}
 }

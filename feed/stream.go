@@ -360,7 +360,7 @@ func (s *stream) read(items []Item) (int, error) {
 		return 0, nil
 	}
 	n := 0
-	checked, reopened := false, false
+	checked, reopened, verified := false, false, false
 	for {
 		n += s.fr.frame(items[n:])
 		if n == len(items) {
@@ -393,13 +393,35 @@ func (s *stream) read(items []Item) (int, error) {
 				return n, nil
 			}
 		}
+		if !verified && !checked && !s.atEOF && s.reopenReason == "" {
+			// The first read of a Poll that goes on from the middle of the
+			// file (the last one stopped at a full batch, or the consumer
+			// paused the feed there for as long as its queue was full):
+			// the file may have been truncated and filled again past the
+			// offset meanwhile, and reading on would hand out new lines
+			// at old positions in the old epoch. One read of the (up to
+			// 64) bytes before the offset tells (at the end of the file,
+			// check does it).
+			verified = true
+			same, err := s.unchanged()
+			if err != nil {
+				if n > 0 {
+					return n, nil
+				}
+				return 0, err
+			}
+			if !same {
+				s.startReopen(ReasonRewritten)
+			}
+		}
 		var got int
 		var err error
-		if s.reopenReason == ReasonRewritten {
+		if s.reopenReason == ReasonRewritten || s.reopenReason == ReasonTruncated {
 			// The bytes after the position are another file's: read none.
 			err = io.EOF
 		} else {
 			got, err = s.fr.fill(s.in.f, n == 0)
+			verified = true // the bytes read now were read after any check
 		}
 		s.bytes += uint64(got)
 		if got > 0 {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 
 	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
 // continuation is what a reopen knows of the file it left: where it read to
@@ -25,6 +26,32 @@ type continuation struct {
 	tailLen  int
 	tailHash uint64
 	ok       bool // tailHash was read
+	// id is the identity of the file left (hasID: the platform gives
+	// one); moved is set when that file still has a name once left: it
+	// was renamed away (a rotation), not replaced by a file renamed over
+	// its name, which leaves it none. A file at the path of another
+	// identity is then a new file, whatever bytes it starts with.
+	id    dedupe.Identity
+	hasID bool
+	moved bool
+}
+
+// continues returns "" when h, the file now at the path (size bytes,
+// starting with head), continues the file left (c): a copy of every byte
+// read from it, renamed over the path. Else it says why it does not: a
+// file at the path of another identity while the file left still has a
+// name (renamed away: a rotation) is a new file, even with the same first
+// bytes (a header line, or none at all); so is one without the bytes read.
+func (s *stream) continues(c *continuation, h *inputFile, size int64, head []byte) string {
+	switch {
+	case c.forceNew:
+		return "the file left was truncated or rewritten"
+	case !c.ok:
+		return "the bytes read from the file left cannot be read back"
+	case c.moved && c.hasID && h.hasID && h.id != c.id:
+		return "the file left is still in the folder under another name (rotated): the file at the path is another file"
+	}
+	return s.sameContent(h, size, head, c.end, c.fp, c.tailLen, c.tailHash)
 }
 
 // caughtUp records that the source is at the end of its input.
@@ -38,21 +65,49 @@ func (s *stream) caughtUp() {
 
 // check stats the path at the end of the open file. It returns whether the
 // open file may hold more bytes, and starts a reopen when the path names
-// another file or the file shrank.
+// another file or the file shrank or was rewritten.
+//
+// When the path no longer names the open file (another file is there, or
+// none: a rotation in progress), the open file's own size and the bytes
+// before the offset read decide first: it may have been truncated, or
+// rewritten, before it was renamed away, and reading on from the offset
+// would deliver fragments of its new content in the old epoch. Such a file
+// is read again from 0 under a new epoch (it holds the lines written since
+// the truncation), then the path's file is opened as after any rotation.
 func (s *stream) check() (bool, error) {
 	fi, err := s.fs.Stat(s.path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			// A rotation in progress: read the open file on.
-			return true, nil
-		}
+	gone, replaced := false, false
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// A rotation in progress: the open file is read on, once checked.
+		gone = true
+	case err != nil:
 		return false, fmt.Errorf("feed: stat input %s (epoch %d, read to %d): %w; the next poll retries", s.path, s.epoch, s.fr.off, err)
-	}
-	if s.in.hasID {
+	case s.in.hasID:
 		if id, ok := fileIdentity(fi); ok && id != s.in.id {
-			s.startReopen(ReasonReplaced)
+			gone, replaced = true, true
+		}
+	}
+	if gone {
+		ofi, err := s.in.f.Stat()
+		if err != nil {
+			return false, fmt.Errorf("feed: stat the open input %s (epoch %d, read to %d), which the path no longer names: %w; the next poll retries", s.path, s.epoch, s.fr.off, err)
+		}
+		if ofi.Size() < s.fr.off {
+			s.startReopen(ReasonTruncated)
 			return true, nil
 		}
+		same, err := s.unchanged()
+		if err != nil {
+			return false, err
+		}
+		switch {
+		case !same:
+			s.startReopen(ReasonRewritten)
+		case replaced:
+			s.startReopen(ReasonReplaced)
+		}
+		return true, nil
 	}
 	size := fi.Size()
 	s.size = size
@@ -77,7 +132,9 @@ func (s *stream) check() (bool, error) {
 	return true, nil
 }
 
-// startReopen makes the next end of the open file reopen the path.
+// startReopen makes the next end of the open file reopen the path (for a
+// truncated or rewritten file, read it again from 0: nothing more is read
+// from the old offset).
 func (s *stream) startReopen(reason string) {
 	s.reopenReason = reason
 	s.setState(StateBehind, reason)
@@ -85,8 +142,9 @@ func (s *stream) startReopen(reason string) {
 		"path", s.path, "epoch", s.epoch, "position", s.fr.position())
 }
 
-// reopen closes the open file, dropping an unterminated last line, and opens
-// the path again.
+// reopen leaves the open file, dropping an unterminated last line: a
+// truncated or rewritten file is read again from 0 under a new epoch (see
+// reread); any other is closed, and the path opened again.
 func (s *stream) reopen() error {
 	// unwritten: under GroupCommit, commits of the file left are not in
 	// the pointer file (the writer's write failed, and failed again now).
@@ -126,11 +184,10 @@ func (s *stream) reopen() error {
 			"path", s.path, "renamed", s.renamed, "epoch", s.epoch, "position", s.fr.position())
 		s.renamed = ""
 	}
-	s.mu.Lock()
-	s.reopens[reason]++
-	s.lastReopenReason = reason
-	s.lastReopenAt = s.now()
-	s.mu.Unlock()
+	s.countReopen(reason)
+	if c.forceNew {
+		return s.reread(c)
+	}
 	err := s.in.close()
 	s.in = nil
 	s.cont = c
@@ -138,6 +195,40 @@ func (s *stream) reopen() error {
 		s.log.Warn("feed: closing the old input failed", "path", s.path, "err", err)
 	}
 	return s.open(false)
+}
+
+// countReopen counts a reopen for reason in Status.
+func (s *stream) countReopen(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reopens[reason]++
+	s.lastReopenReason = reason
+	s.lastReopenAt = s.now()
+}
+
+// reread reads the open file again from 0 under a new epoch, stored at
+// once: it was truncated, or rewritten in place, so the bytes it holds now
+// are lines written since (delivered-and-uncommitted lines of the old
+// content are gone from it; nothing waits for them). The file is kept
+// open rather than opened again at the path, because the path may no
+// longer name it (renamed away after the rewrite): it holds lines no other
+// file does. Once it is read to its end, the end-of-file check moves to the
+// path's file if the path names another one.
+func (s *stream) reread(c *continuation) error {
+	h := s.in
+	fi, err := h.f.Stat()
+	if err != nil {
+		return fmt.Errorf("feed: stat input %s to read it again from 0 (epoch %d): %w; the next poll retries", s.path, s.epoch, err)
+	}
+	size := fi.Size()
+	head, err := s.readHead(h, size)
+	if err != nil {
+		return err
+	}
+	s.renamed = ""
+	s.cont = c
+	s.log.Warn("feed: reading the input from 0 under a new epoch: it was truncated or rewritten in place", "path", s.path, "previous_epoch", s.epoch, "size", size)
+	return s.begin(h, size, dedupe.Fingerprint{Len: len(head), Hash: HashBytes(head)}, decision{newEpoch: true, prev: s.epoch, store: true})
 }
 
 // unprocessed reports whether lines delivered from the epoch are not
@@ -162,12 +253,13 @@ func (s *stream) startsNewEpoch(c *continuation) bool {
 	}
 	defer f.Close()
 	h := &inputFile{f: f, name: s.path}
+	h.id, h.hasID = fileIdentity(fi)
 	size := fi.Size()
 	head, err := s.readHead(h, size)
 	if err != nil {
 		return true
 	}
-	return s.sameContent(h, size, head, c.end, c.fp, c.tailLen, c.tailHash) != ""
+	return s.continues(c, h, size, head) != ""
 }
 
 // leaving describes the open file as a reopen for reason leaves it.
@@ -180,6 +272,11 @@ func (s *stream) leaving(reason string) *continuation {
 	}
 	if !c.resync {
 		c.drop = s.fr.pending()
+	}
+	c.id, c.hasID = s.in.id, s.in.hasID
+	if fi, err := s.in.f.Stat(); err == nil {
+		n, ok := vfs.Links(fi)
+		c.moved = ok && n > 0
 	}
 	if !c.forceNew {
 		// Describe every byte read from the old file, an unterminated last
