@@ -3,6 +3,7 @@ package feed
 import (
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/tidemark-go/tidemark/internal/vfs"
@@ -50,8 +51,35 @@ type Config struct {
 	// an oversize line, or the unterminated last line of a file that was
 	// replaced or truncated while being read. It is called from Poll.
 	OnReject func(Reject)
-	// Now is the clock for new epochs; nil means time.Now.
+	// Now is the clock for new epochs and for RotateWait; nil means
+	// time.Now.
 	Now func() time.Time
+	// Rotated is the pattern (path/filepath.Match syntax) of the names the
+	// input is rotated to: "orders.csv.*" for logrotate's orders.csv.1,
+	// orders.csv.2.gz, or orders.csv-20240102 with dateext;
+	// "archive/orders.csv.*" or an absolute pattern for rotated files
+	// moved to another folder (olddir). A relative pattern is relative to
+	// the input's folder. With it, the source follows the input through
+	// its rotated files: at a rotation, and at a start, it finds among
+	// them every file it has not finished, by identity and content (the
+	// file its pointer names, renamed, compressed or copied before a
+	// truncation), and reads them oldest first, each to its end, before
+	// the file at the path. See "Rotated files" in the package
+	// documentation for the order and what each rotation style does.
+	//
+	// Without it, the source follows the path only, and finds the file
+	// its pointer names renamed away while it was stopped by a scan of
+	// the input's folder by identity: the limits of that are stated in the
+	// package documentation ("What is not detected").
+	Rotated string
+	// RotateWait is how long a rotated file (renamed away from the path)
+	// is read on after its last write before the source moves to the next
+	// file: lines a writer appends to it before it reopens the path (a
+	// postrotate signal not handled yet) are delivered. 0 means
+	// DefaultRotateWait when Rotated is set, and no wait otherwise; a
+	// negative value means no wait. The time is the file's modification
+	// time against Now.
+	RotateWait time.Duration
 	// GroupCommit (Committed only) makes Commit hand the pointer record to
 	// a writer goroutine instead of writing it itself: Commit computes the
 	// record as without it (fingerprint, tail hash, the rewrite-in-place
@@ -112,5 +140,34 @@ func (cfg *Config) validate() error {
 	case cfg.SyncInterval < 0:
 		return fmt.Errorf("%w: negative SyncInterval %v for %s", ErrInvalidConfig, cfg.SyncInterval, cfg.Path)
 	}
+	if cfg.Rotated != "" {
+		if _, err := filepath.Match(cfg.Rotated, ""); err != nil {
+			return fmt.Errorf("%w: Rotated %q of %s is not a valid pattern (%v): use path/filepath.Match syntax, e.g. %q", ErrInvalidConfig, cfg.Rotated, cfg.Path, err, filepath.Base(cfg.Path)+".*")
+		}
+	}
 	return nil
+}
+
+// DefaultRotateWait is Config.RotateWait when Rotated is set and RotateWait
+// is 0.
+const DefaultRotateWait = 5 * time.Second
+
+// rotatedPattern returns the pattern of the rotated files of input: the
+// pattern, made relative to the input's folder when it is not absolute.
+func rotatedPattern(input, pattern string) string {
+	if pattern == "" || filepath.IsAbs(pattern) {
+		return pattern
+	}
+	return filepath.Join(filepath.Dir(input), pattern)
+}
+
+// rotateWait returns the effective RotateWait.
+func (cfg *Config) rotateWait() time.Duration {
+	switch {
+	case cfg.RotateWait < 0:
+		return 0
+	case cfg.RotateWait == 0 && cfg.Rotated != "":
+		return DefaultRotateWait
+	}
+	return cfg.RotateWait
 }

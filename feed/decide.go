@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed/pointer"
+	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
 // decision is where and in which epoch an opened input is read.
@@ -36,6 +37,12 @@ type renamedInput struct {
 // file does not exist the source waits: s.in stays nil.
 func (s *stream) open(first bool) error {
 	f, fi, err := s.openInput(s.path)
+	return s.opened(first, s.path, f, fi, err)
+}
+
+// opened goes on from the open of name (the path, or a rotated file a
+// reopen moves to): f and fi, or the open's error.
+func (s *stream) opened(first bool, name string, f vfs.File, fi fs.FileInfo, err error) error {
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			if first {
@@ -63,10 +70,15 @@ func (s *stream) open(first bool) error {
 		if errors.Is(err, ErrNotRegular) {
 			return err
 		}
-		return fmt.Errorf("feed: open input %s: %w; check that it is a readable file", s.path, err)
+		if errors.Is(err, errIncomplete) {
+			// A compressed input still being written: wait for its end.
+			s.setState(StateWaiting, "waiting for the compressed input "+name+" to be complete")
+			return nil
+		}
+		return fmt.Errorf("feed: open input %s: %w; check that it is a readable file", name, err)
 	}
 	s.waitWarned = false
-	h := &inputFile{f: f, name: s.path}
+	h := &inputFile{f: f, name: name}
 	h.id, h.hasID = fileIdentity(fi)
 	size := fi.Size()
 	head, err := s.readHead(h, size)
@@ -249,8 +261,11 @@ func (s *stream) decidePointer(h *inputFile, size int64, fp dedupe.Fingerprint) 
 	p := res.Record
 	fresh.prev = p.Epoch
 	why := s.sameContent(h, size, s.head[:fp.Len], p.Position, p.Fingerprint, p.TailLen, p.TailHash)
-	if h.hasID && p.Identity != (dedupe.Identity{}) && p.Identity != h.id {
-		// The path names another file. When the file the pointer names is
+	if (h.hasID && p.Identity != (dedupe.Identity{}) && p.Identity != h.id) || (s.rotated != "" && why != "") {
+		// The path names another file (or, with Rotated, a file that is
+		// not the one the pointer describes: logrotate's copytruncate
+		// leaves the input's identity at the path and the content in a
+		// copy). When the file the pointer names is
 		// still in the folder under another name, it was renamed away
 		// while the source was stopped: it is the file the pointer
 		// describes, whatever the file at the path holds (a pointer whose
@@ -312,7 +327,13 @@ func (s *stream) decideMissing() (decision, error) {
 // why says how the file at the path differs from the pointer ("" when it
 // matches it; for the logs); missing, that the path names no file.
 func (s *stream) decideRenamed(p pointer.Record, why string, missing bool) (decision, bool, error) {
-	r, err := s.findRenamed(p)
+	var r *renamedInput
+	var err error
+	if s.rotated != "" {
+		r, err = s.findGeneration(p)
+	} else {
+		r, err = s.findRenamed(p)
+	}
 	if err != nil || r == nil {
 		return decision{}, false, err
 	}
@@ -324,6 +345,9 @@ func (s *stream) decideRenamed(p pointer.Record, why string, missing bool) (deci
 	case r.size > d.start && missing:
 		s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the start, and the path names no file: finishing it in the pointer's epoch, then waiting for the file at the path",
 			"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size)
+	case r.size > d.start && s.rotated != "":
+		s.log.Warn("feed: the file the pointer names is a rotated file (renamed, compressed, or copied before a truncation) with bytes after the start: finishing it in the pointer's epoch, then the newer rotated files and the file at the path",
+			"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size, "reason", why)
 	case r.size > d.start:
 		s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the start: finishing it in the pointer's epoch, then reading the file at the path",
 			"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size, "reason", why)

@@ -473,6 +473,69 @@
 // open file after it. An input missing at the first Poll is waited for:
 // one warning, then status waiting with the detail "waiting for <path>".
 //
+// # Rotated files
+//
+// Config.Rotated names the pattern of the files the input is rotated to
+// ("orders.csv.*"; relative to the input's folder, or with a folder of its
+// own for logrotate's olddir). The source then treats the input and its
+// rotated files as one history of files, and reads every file of it it
+// has not finished, oldest first, each to its end, then the file at the
+// path:
+//
+//   - Order. The file at the path is the newest. Rotated files carrying the
+//     same kind of suffix are ordered by it: numbers the logrotate way (.2
+//     is older than .1), dates (8 digits or more, in.log-20240102) the
+//     earlier first; ".gz" is ignored for this. Others by modification
+//     time, then by name.
+//   - Which files are not finished. At a start, the file the pointer names
+//     is looked for among the rotated files when the path does not hold
+//     it: by identity with the pointer's content (renamed), else by
+//     content alone (the oldest such file: compressed, or copied before
+//     the input was truncated). It is read from the pointer in the
+//     pointer's epoch, then every newer file from 0, each under a new
+//     epoch. While running, at the end of a file the path no longer names,
+//     the source moves to the file that follows it in the order (found by
+//     identity, else by its first bytes when it was compressed meanwhile,
+//     else by modification time), not to the path: any number of rotations
+//     while it is behind or stopped loses nothing.
+//   - copytruncate. When the file being read is truncated (the path keeps
+//     its identity), the source first looks for a rotated file holding its
+//     bytes up to the position read (the epoch's fingerprint and the 64
+//     bytes before the position, as read) and more: the copy. It reads the
+//     copy on from the position in the same epoch, then the input from 0
+//     under a new epoch. Lines written between logrotate's copy and its
+//     truncation are in neither file (logrotate's own limit).
+//   - Compressed files (name.gz) are read decompressed (see "Compressed
+//     files"); name.gz is not considered while name is there (gzip is still
+//     writing it).
+//   - RotateWait. A file renamed away from the path is read on until it has
+//     been quiet (not modified) for Config.RotateWait, 5 s by default with
+//     Rotated: a writer that has not reopened the path yet still appends
+//     to it. Meanwhile the status says so, and the newer files wait.
+//   - Each move to a newer file waits, as any rotation does, until the
+//     lines delivered from the file left are committed.
+//   - Every matching name is stat'ed at each move and at a start that needs
+//     it, whatever the folder's size; only candidates are read (a
+//     compressed one decompressed only when its first bytes match).
+//
+// Without Rotated the source follows the path alone: a file rotated twice
+// while it is behind or stopped, a copytruncate, a rotated file moved out
+// of the folder, or a folder of more than 4096 entries lose lines (see
+// "What is not detected").
+//
+// # Compressed files
+//
+// A file whose name ends in ".gz" is read decompressed: positions are
+// offsets in the decompressed stream, the fingerprint and tail hash are of
+// decompressed bytes (a file compressed after it was partly read is
+// recognised), and a restart resumes inside it by decompressing the bytes
+// before the position. A compressed file is read only once it is complete:
+// it is decompressed to its end once when opened, and one that ends early
+// or fails its checksum is not read (a compressed input waits, with the
+// detail "waiting for the compressed input … to be complete"). A compressed
+// input is not tailed: a change of its size is verified again, and read on
+// in the same epoch when it holds the bytes read.
+//
 // # What is not detected
 //
 //   - A file rewritten in place that keeps its first 4096 bytes, its length
@@ -500,10 +563,21 @@
 //     file grows again (nothing is read meanwhile).
 //   - A file deleted, or moved out of its folder, while the source was
 //     stopped, with lines after the pointer: those lines are not read.
-//   - Two rotations between two polls at the end of the file, or while the
-//     source is stopped: the file in between is never opened.
-//   - Lines a writer appends to a rotated-away file after the source has read
-//     it to its end and moved to the new file.
+//   - Without Rotated: two rotations between two polls at the end of the
+//     file, or while the source is stopped, or while it is behind: the file
+//     in between is never opened; a copytruncate while the source is behind
+//     or stopped: the lines it had not read are only in the copy, which it
+//     never opens; a file rotated into another folder, or in a folder of
+//     more than 4096 entries, while stopped.
+//   - With Rotated: a file the pointer names that is gone from the rotated
+//     files (deleted, or moved out of the pattern) while stopped: its
+//     unread lines, and the order of the files that followed it (the path
+//     is read next). Delete rotated files only once the source has moved
+//     past them (its status names the file it reads).
+//   - Lines a writer appends to a rotated-away file after it has been quiet
+//     for RotateWait and the source has moved on (with RotateWait 0, the
+//     default without Rotated: as soon as the source has read it to its
+//     end).
 //   - On platforms without file identities (not Unix), a replacement by
 //     rename is only seen through the size, the fingerprint and the tail
 //     hash.

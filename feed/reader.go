@@ -107,6 +107,8 @@ func (h *inputFile) close() error {
 }
 
 // openInput opens name for reading, and only when it is a regular file
+// (a compressed file, name.gz, is returned as its decompressed stream, and
+// only once complete: else the error wraps errIncomplete)
 // (symbolic links followed). It stats the path first, so that a FIFO or a
 // device is never opened; it opens with O_NONBLOCK, so that a path that
 // becomes a FIFO between the stat and the open does not block the open;
@@ -127,6 +129,18 @@ func (s *stream) openInput(name string) (vfs.File, fs.FileInfo, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, nil, errors.Join(notRegular(name, fi.Mode()), f.Close())
+	}
+	if isCompressed(name) {
+		// Read decompressed, once complete (see gz.go).
+		g, err := openGzip(f, fi)
+		if err != nil {
+			return nil, nil, errors.Join(err, f.Close())
+		}
+		gfi, err := g.Stat()
+		if err != nil {
+			return nil, nil, errors.Join(fmt.Errorf("feed: stat input %s: %w; the next poll retries", name, err), f.Close())
+		}
+		return g, gfi, nil
 	}
 	return f, fi, nil
 }

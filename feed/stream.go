@@ -119,6 +119,11 @@ type stream struct {
 	// renamedTried: the start with the path missing looked for the file
 	// the pointer names.
 	renamedTried bool
+	// rotated is the pattern of the input's rotated files ("" when not
+	// configured), relative patterns joined to the input's folder; wait is
+	// the effective RotateWait.
+	rotated string
+	wait    time.Duration
 
 	mu               sync.Mutex // guards st, reopens, the reopen facts and the commit facts
 	st               Status
@@ -148,6 +153,8 @@ func newStream(cfg Config) (*stream, error) {
 		reopens: map[string]uint64{},
 		maxScan: maxRenamedScan,
 		sync:    cfg.Sync,
+		rotated: rotatedPattern(cfg.Path, cfg.Rotated),
+		wait:    cfg.rotateWait(),
 	}
 	if s.fs == nil {
 		s.fs = vfs.Default()

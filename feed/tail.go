@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/internal/vfs"
@@ -109,6 +110,16 @@ func (s *stream) check() (bool, error) {
 		}
 		return true, nil
 	}
+	if g, ok := s.in.f.(*gzFile); ok {
+		// A compressed input is read complete: it has nothing more unless
+		// the file changed (another member appended), which a reopen
+		// verifies and reads on from the position in the same epoch.
+		if fi.Size() != g.rawSize {
+			s.startReopen(ReasonReplaced)
+			return true, nil
+		}
+		return false, nil
+	}
 	size := fi.Size()
 	s.size = size
 	if size < s.fr.off {
@@ -157,9 +168,44 @@ func (s *stream) reopen() error {
 		unwritten = s.gw.flush() != nil
 	}
 	reason := s.reopenReason
+	forceNew := reason == ReasonTruncated || reason == ReasonRewritten
+	if !forceNew && s.wait > 0 {
+		// A rotated file stays open until it has been quiet for
+		// RotateWait: a writer that has not reopened the path yet still
+		// appends to it, and every Poll meanwhile reads what it appends.
+		if fi, err := s.in.f.Stat(); err == nil {
+			if quiet := s.now().Sub(fi.ModTime()); quiet < s.wait {
+				s.setState(StateBehind, fmt.Sprintf("%s: reading the rotated file %s until it has been quiet for %v (written %v ago)", reason, s.in.name, s.wait, quiet.Round(time.Millisecond)))
+				return nil
+			}
+		}
+	}
 	c := s.leaving(reason)
-	if s.pf != nil && !c.forceNew && (s.unprocessed() || unwritten) && s.startsNewEpoch(c) {
-		// The file at the path would start a new epoch, stored at once,
+	if c.forceNew && s.rotated != "" {
+		// logrotate's copytruncate: the lines after the offset read may be
+		// in the copy it made before the truncation.
+		if cp := s.findCopy(c); cp != nil {
+			return s.continueInCopy(c, cp, reason)
+		}
+	}
+	// The file to move to: the next one in the rotation order (a file
+	// rotated since the open file, not read yet), else the file at the
+	// path.
+	target := s.path
+	var tf vfs.File
+	var tfi fs.FileInfo
+	var terr error
+	if !c.forceNew {
+		target, tf, tfi, terr = s.openNext()
+		if errors.Is(terr, errIncomplete) {
+			// The next file is a compressed one still being written: the
+			// open file is read on (late writes) until it is complete.
+			s.setState(StateBehind, reason+": waiting for "+target+" to be complete")
+			return nil
+		}
+	}
+	if s.pf != nil && !c.forceNew && (s.unprocessed() || unwritten) && s.startsNewEpoch(c, tf, tfi, terr) {
+		// The file to move to would start a new epoch, stored at once,
 		// while lines delivered from the file left are not committed: were
 		// the source killed before they are applied, the pointer would
 		// have passed them (a gap); killed after lines of the new epoch
@@ -168,6 +214,9 @@ func (s *stream) reopen() error {
 		// the file only once its delivered lines are committed (under
 		// GroupCommit, written); meanwhile Poll returns 0, behind, and
 		// commits land as usual.
+		if tf != nil {
+			tf.Close()
+		}
 		s.retryCommit()
 		if s.unprocessed() {
 			s.setState(StateBehind, reason+": waiting for the lines read from the old file to be committed")
@@ -177,11 +226,16 @@ func (s *stream) reopen() error {
 			s.setState(StateBehind, reason+": waiting for the pointer write of the lines read from the old file (it failed; every poll retries it)")
 			return nil
 		}
+		target, tf, tfi, terr = s.openNext()
+		if errors.Is(terr, errIncomplete) {
+			s.setState(StateBehind, reason+": waiting for "+target+" to be complete")
+			return nil
+		}
 	}
 	s.reopenReason = ""
 	if reason == ReasonRenamedAway {
-		s.log.Info("feed: finished the input renamed away while the source was stopped: opening the file at the path",
-			"path", s.path, "renamed", s.renamed, "epoch", s.epoch, "position", s.fr.position())
+		s.log.Info("feed: finished the input renamed away while the source was stopped: opening the next file",
+			"path", s.path, "renamed", s.renamed, "next", target, "epoch", s.epoch, "position", s.fr.position())
 		s.renamed = ""
 	}
 	s.countReopen(reason)
@@ -194,7 +248,55 @@ func (s *stream) reopen() error {
 	if err != nil {
 		s.log.Warn("feed: closing the old input failed", "path", s.path, "err", err)
 	}
-	return s.open(false)
+	if target != s.path {
+		s.log.Info("feed: moving to the next rotated file", "path", s.path, "file", target, "previous_epoch", s.epoch)
+	}
+	return s.opened(false, target, tf, tfi, terr)
+}
+
+// openNext opens the file a reopen moves to: with Rotated, the file that
+// follows the open one in the rotation order when it is a rotated file
+// (renamed or compressed since the open file was created: it holds lines
+// written after the open file's and before the path's), else the file at
+// the path. A rotated file renamed again between the listing and its open
+// is looked for once more; then the path is opened. The result is that of
+// openInput.
+func (s *stream) openNext() (string, vfs.File, fs.FileInfo, error) {
+	for try := 0; s.rotated != "" && try < 3; try++ {
+		list, err := s.siblings()
+		if err != nil {
+			s.log.Warn("feed: cannot list the rotated files: moving to the file at the path", "path", s.path, "err", err)
+			break
+		}
+		next := s.nextAfter(list)
+		if next == nil || next.live {
+			break
+		}
+		f, fi, err := s.openInput(next.name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		return next.name, f, fi, err
+	}
+	f, fi, err := s.openInput(s.path)
+	return s.path, f, fi, err
+}
+
+// continueInCopy goes on reading the epoch in cp, the copy of the open
+// file made before its truncation (copytruncate), from c.pos: the lines
+// the source had not read are there. The truncated file, which the path
+// still names, is read from 0 under a new epoch once the copy is done.
+func (s *stream) continueInCopy(c *continuation, cp *renamedInput, reason string) error {
+	s.log.Warn("feed: the input was truncated, and a rotated file holds a copy of it with lines not read yet (copytruncate): reading them first in the same epoch, then the input from 0",
+		"path", s.path, "copy", cp.in.name, "epoch", s.epoch, "position", c.pos, "copy_size", cp.size)
+	s.countReopen(reason)
+	old := s.in
+	s.reopenReason = ""
+	if err := s.begin(cp.in, cp.size, cp.fp, decision{start: c.pos, resync: c.resync, committed: s.committed, renamed: cp}); err != nil {
+		return err
+	}
+	closeQuietly(s, old)
+	return nil
 }
 
 // countReopen counts a reopen for reason in Status.
@@ -239,20 +341,15 @@ func (s *stream) unprocessed() bool {
 	return s.lastDelivered > s.committed || s.lastDelivered > s.acked
 }
 
-// startsNewEpoch reports whether the file at the path, compared with the
-// file left (c), would be read under a new epoch: another file, or none,
-// or one that cannot be read. It opens and reads the path's file, and
-// closes it.
-func (s *stream) startsNewEpoch(c *continuation) bool {
-	if !c.ok {
+// startsNewEpoch reports whether the file to move to (f, fi, or the error
+// of its open), compared with the file left (c), would be read under a new
+// epoch: another file, or none, or one that cannot be read. It reads the
+// file's first bytes, and leaves it open.
+func (s *stream) startsNewEpoch(c *continuation, f vfs.File, fi fs.FileInfo, err error) bool {
+	if !c.ok || err != nil {
 		return true
 	}
-	f, fi, err := s.openInput(s.path)
-	if err != nil {
-		return true
-	}
-	defer f.Close()
-	h := &inputFile{f: f, name: s.path}
+	h := &inputFile{f: f, name: f.Name()}
 	h.id, h.hasID = fileIdentity(fi)
 	size := fi.Size()
 	head, err := s.readHead(h, size)

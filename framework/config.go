@@ -114,6 +114,13 @@ type FileConfig struct {
 	// read-only, or when two programs follow one file: each needs its own
 	// pointer (the pointer file is locked by the feed that holds it).
 	PointerDir string
+	// Rotated is the pattern of the names the file is rotated to, e.g.
+	// "orders.csv.*" (see feed.Config.Rotated): with it the feed reads
+	// every rotated file it has not finished, oldest first, before the
+	// file at Filename. RotateWait is how long a rotated file is read on
+	// after its last write (feed.Config.RotateWait; 0: the default).
+	Rotated    string
+	RotateWait time.Duration
 	// MaxLineBytes is the longest line delivered; 0 means
 	// feed.DefaultMaxLineBytes.
 	MaxLineBytes int

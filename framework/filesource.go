@@ -19,6 +19,8 @@ func fileSourceConfig(fc FeedConfig, log *slog.Logger) feed.Config {
 		Path:         fc.File.Filename,
 		Strategy:     fc.File.ReadStrategy,
 		PointerDir:   fc.File.PointerDir,
+		Rotated:      fc.File.Rotated,
+		RotateWait:   fc.File.RotateWait,
 		MaxLineBytes: fc.File.MaxLineBytes,
 		Sync:         fc.File.Sync,
 		SyncInterval: fc.File.SyncInterval,

@@ -26,6 +26,8 @@ type yamlFeed struct {
 	Instance      *yamlInstance `yaml:"instance"`
 	Filename      string        `yaml:"filename"`
 	PointerDir    string        `yaml:"pointerDir"`
+	Rotated       string        `yaml:"rotated"`
+	RotateWait    time.Duration `yaml:"rotateWait"`
 	ReadStrategy  *yamlStrategy `yaml:"readStrategy"`
 	MaxLineBytes  int           `yaml:"maxLineBytes"`
 	AgentName     string        `yaml:"agentName"`
@@ -39,6 +41,8 @@ type yamlFeed struct {
 type yamlInstance struct {
 	Filename     string        `yaml:"filename"`
 	PointerDir   string        `yaml:"pointerDir"`
+	Rotated      string        `yaml:"rotated"`
+	RotateWait   time.Duration `yaml:"rotateWait"`
 	ReadStrategy *yamlStrategy `yaml:"readStrategy"`
 	MaxLineBytes int           `yaml:"maxLineBytes"`
 }
@@ -131,6 +135,8 @@ func (a *yamlAction) UnmarshalYAML(n *yaml.Node) error {
 //	      readStrategy: COMMITTED # or COMMITED, EARLIEST, ONCE_EARLIEST, LATEST, ONCE_LATEST
 //	      maxLineBytes: 1048576
 //	      pointerDir: /var/lib/orders-reader  # default: beside the file
+//	      rotated: orders.csv.*   # the names it is rotated to (.1 .2.gz, dates)
+//	      rotateWait: 5s          # read a rotated file on until quiet this long
 //	    agentName: orders-feed-agent
 //	    overload:
 //	      policy: PAUSE           # or DROP_AFTER_SPIN
@@ -175,18 +181,20 @@ func LoadConfig(r io.Reader) (Config, error) {
 			StatusEvents:  yf.StatusEvents,
 		}
 		file, strategy, maxLine, ptrDir := yf.Filename, yf.ReadStrategy, yf.MaxLineBytes, yf.PointerDir
+		rotated, rotateWait := yf.Rotated, yf.RotateWait
 		if yf.Instance != nil {
-			if file != "" || strategy != nil || maxLine != 0 || ptrDir != "" {
-				return Config{}, fmt.Errorf("framework: load config: %w: feed %d (%q): give filename, readStrategy, maxLineBytes and pointerDir either in instance or in the feed, not both", ErrInvalidConfig, i+1, yf.Name)
+			if file != "" || strategy != nil || maxLine != 0 || ptrDir != "" || rotated != "" || rotateWait != 0 {
+				return Config{}, fmt.Errorf("framework: load config: %w: feed %d (%q): give filename, readStrategy, maxLineBytes, pointerDir, rotated and rotateWait either in instance or in the feed, not both", ErrInvalidConfig, i+1, yf.Name)
 			}
 			file, strategy, maxLine, ptrDir = yf.Instance.Filename, yf.Instance.ReadStrategy, yf.Instance.MaxLineBytes, yf.Instance.PointerDir
+			rotated, rotateWait = yf.Instance.Rotated, yf.Instance.RotateWait
 		}
 		if file != "" {
-			fc.File = &FileConfig{Filename: file, MaxLineBytes: maxLine, PointerDir: ptrDir}
+			fc.File = &FileConfig{Filename: file, MaxLineBytes: maxLine, PointerDir: ptrDir, Rotated: rotated, RotateWait: rotateWait}
 			if strategy != nil {
 				fc.File.ReadStrategy = strategy.v
 			}
-		} else if strategy != nil || maxLine != 0 || ptrDir != "" {
+		} else if strategy != nil || maxLine != 0 || ptrDir != "" || rotated != "" || rotateWait != 0 {
 			return Config{}, fmt.Errorf("framework: load config: %w: feed %d (%q) has file settings but no filename", ErrInvalidConfig, i+1, yf.Name)
 		}
 		if yf.Idle != nil {

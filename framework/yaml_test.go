@@ -199,3 +199,14 @@ func TestLoadConfigPointerDir(t *testing.T) {
 	require.Equal(t, "ptrs", cfg.Feeds[0].File.PointerDir)
 	require.Equal(t, "other", cfg.Feeds[1].File.PointerDir)
 }
+
+func TestLoadConfigRotated(t *testing.T) {
+	cfg, err := framework.LoadConfig(strings.NewReader("eventFeeds:\n  - {name: a, filename: in/a.log, rotated: 'a.log.*', rotateWait: 2s}\n  - name: b\n    instance: {filename: in/b.log, rotated: 'old/b.log-*'}\n"))
+	require.NoError(t, err)
+	require.Equal(t, "a.log.*", cfg.Feeds[0].File.Rotated)
+	require.Equal(t, 2*time.Second, cfg.Feeds[0].File.RotateWait)
+	require.Equal(t, "old/b.log-*", cfg.Feeds[1].File.Rotated)
+	_, err = framework.LoadConfig(strings.NewReader("eventFeeds:\n  - {name: a, rotated: 'a.log.*'}\n"))
+	require.ErrorIs(t, err, framework.ErrInvalidConfig)
+	require.ErrorContains(t, err, "file settings but no filename")
+}
