@@ -217,7 +217,9 @@ type txOut struct {
 
 func (w *txWrites) reset() {
 	w.gen++
-	w.refused = nil
+	if w.refused != nil {
+		w.refused = nil // written only when set: no write barrier per line
+	}
 	w.undo = w.undo[:0]
 	w.outs = w.outs[:0]
 	// Do not keep the memory of an unusually large transaction.
