@@ -240,7 +240,7 @@ func (f *feedRunner) poll(ctx context.Context) *batch {
 			f.done = true
 		} else if unreadable(err) {
 			f.pollErrors.Add(1)
-			f.s.fail(fmt.Errorf("framework: feed %q cannot read its input: %w", f.name, err))
+			f.s.fail(fmt.Errorf("framework: feed %q cannot read its source (a retry does not help): %w", f.name, err))
 		} else {
 			if f.pollErrors.Add(1) == 1 || f.pollErrors.Load()%1000 == 0 {
 				f.log.Error("feed read failed; retrying after the idle wait", "err", err, "errors", f.pollErrors.Load())
@@ -287,9 +287,12 @@ func (f *feedRunner) poll(ctx context.Context) *batch {
 }
 
 // unreadable reports whether a source's Poll error is one that retrying
-// does not fix: the server stops with it.
+// does not fix: the server stops with it. A file source's input that is
+// not a regular file or whose pointer another source holds, and any error
+// a source marks permanent (a Permanent() bool method that says true, as
+// natsfeed's gaps and second readers do).
 func unreadable(err error) bool {
-	return errors.Is(err, feed.ErrNotRegular) || errors.Is(err, feed.ErrPointerLocked)
+	return errors.Is(err, feed.ErrNotRegular) || errors.Is(err, feed.ErrPointerLocked) || isPermanent(err)
 }
 
 // handoff sends b to every live queue, by the overload policy. It reports

@@ -228,7 +228,7 @@ func TestFileFeedOnAFIFOIsFatal(t *testing.T) {
 	select {
 	case err := <-errc:
 		require.ErrorIs(t, err, feed.ErrNotRegular)
-		require.ErrorContains(t, err, `feed "orders" cannot read its input`)
+		require.ErrorContains(t, err, `feed "orders" cannot read its source`)
 	case <-time.After(deadline):
 		t.Fatal("Run did not end on a FIFO")
 	}

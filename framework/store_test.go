@@ -3,6 +3,7 @@ package framework_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -487,4 +488,34 @@ func failOutputAfter(writes *atomic.Int64, n int64) vfs.FS {
 		}
 		return nil
 	})
+}
+
+// permanentPollErr is a source error that retrying cannot fix.
+type permanentPollErr struct{}
+
+func (permanentPollErr) Error() string   { return "the stream lost messages 10..20" }
+func (permanentPollErr) Permanent() bool { return true }
+
+type failingSource struct{ *memSource }
+
+func (f failingSource) Poll(ctx context.Context, items []feed.Item) (int, error) {
+	if f.memSource.committedPos() >= f.memSource.pos(5) {
+		return 0, fmt.Errorf("natsfeed: %w", permanentPollErr{})
+	}
+	return f.memSource.Poll(ctx, items[:1])
+}
+
+// A source's permanent error stops a run: Run returns it instead of
+// retrying forever.
+func TestPermanentSourceErrorIsFatal(t *testing.T) {
+	src := newMemSource(10)
+	cfg := framework.Config{
+		Feeds:        []framework.FeedConfig{{Name: "orders", Source: failingSource{src}, Overload: framework.OverloadConfig{Policy: framework.Pause}}},
+		Groups:       []framework.GroupConfig{{Name: "g", Processors: []string{"p"}}},
+		Logger:       discard(),
+		UntilSettled: true,
+	}
+	err := run(t, cfg, framework.Registry{"p": &recProc{feeds: []string{"orders"}}})
+	require.ErrorContains(t, err, "lost messages 10..20")
+	require.ErrorContains(t, err, `feed "orders" cannot read its source`)
 }
