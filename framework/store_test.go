@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/internal/vfs"
 	"github.com/tidemark-go/tidemark/state"
@@ -518,4 +520,34 @@ func TestPermanentSourceErrorIsFatal(t *testing.T) {
 	err := run(t, cfg, framework.Registry{"p": &recProc{feeds: []string{"orders"}}})
 	require.ErrorContains(t, err, "lost messages 10..20")
 	require.ErrorContains(t, err, `feed "orders" cannot read its source`)
+}
+
+// A store's record of an epoch that began on a short file (its
+// fingerprint covers fewer than 4096 bytes) still recognises that file
+// once it has grown: a lost pointer file does not make the lines it holds
+// apply a second time.
+func TestLineageOfAShortFileAfterThePointerIsLost(t *testing.T) {
+	dir := t.TempDir()
+	input, data := filepath.Join(dir, "orders.csv"), filepath.Join(dir, "state")
+	writeLines(t, input, 1, 10) // 130 bytes: the epoch's fingerprint covers them only
+	require.NoError(t, runOrders(input, data))
+	writeLines(t, input, 11, 500) // now far past 4096 bytes
+	require.NoError(t, os.Remove(pointer.Path(input, "")))
+	require.NoError(t, runOrders(input, data))
+
+	st, err := state.OpenDir(data, &state.Options{Logger: discard()})
+	require.NoError(t, err)
+	defer st.Close()
+	require.NoError(t, st.View(func(tx *state.Tx) error {
+		for i := 1; i <= 500; i++ {
+			n, err := tx.Bucket("counts").GetInt64([]byte(fmt.Sprintf("%06d,entry", i)))
+			if err != nil {
+				return err
+			}
+			if n != 1 {
+				return fmt.Errorf("line %d counted %d times", i, n)
+			}
+		}
+		return nil
+	}))
 }

@@ -783,29 +783,44 @@ func TestLineage(t *testing.T) {
 			name    string
 			change  func(f *file) // what happens to the file between runs
 			matches bool
+			// fpLen, when set, is the first epoch's fingerprint length, as
+			// if the file had been that short when the epoch began (-1: empty).
+			fpLen int
 		}{
-			{"same file", func(f *file) {}, true},
-			{"same file appended", func(f *file) { f.data = append(f.data, lines(3, 'z')...) }, true},
+			// An epoch begun on a short file (logrotate's create, a header
+			// line) has a short fingerprint; the file grows, the pointer
+			// file is lost: the new epoch must still be recognised.
+			{"began short, grew", func(f *file) {}, true, 100},
+			{"began empty, grew", func(f *file) {}, true, -1},
+			{"began short, other leading bytes", func(f *file) { copy(f.data[:lineLen], lines(1, 'r')) }, false, 100},
+			{"same file", func(f *file) {}, true, 0},
+			{"same file appended", func(f *file) { f.data = append(f.data, lines(3, 'z')...) }, true, 0},
 			{"rewritten with the same leading bytes", func(f *file) {
 				// Same first 4 KB (the fingerprint), other bytes just
 				// before the recorded position 4500.
 				copy(f.data[4450:4500], lines(5, 'q'))
-			}, false},
-			{"truncated and rewritten shorter", func(f *file) { f.data = f.data[:lineLen*3] }, false},
+			}, false, 0},
+			{"truncated and rewritten shorter", func(f *file) { f.data = f.data[:lineLen*3] }, false, 0},
 			// A byte-identical copy (restored from a backup, moved across
 			// file systems): the feed keeps its position for it, so the
 			// store must recognise it too.
-			{"byte-identical copy with another identity", func(f *file) { f.ident.Ino++ }, true},
+			{"byte-identical copy with another identity", func(f *file) { f.ident.Ino++ }, true, 0},
 			{"another file with another identity", func(f *file) {
 				f.ident.Ino++
 				copy(f.data[:lineLen], lines(1, 'r'))
-			}, false},
+			}, false, 0},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				dir := t.TempDir()
 				f := &file{data: lines(500, 'a'), ident: dedupe.Identity{Dev: 1, Ino: 2}}
 				s := mustOpen(t, be, dir, testOpts())
 				o1 := f.origin()
+				switch {
+				case tc.fpLen > 0:
+					o1.Fingerprint = dedupe.Fingerprint{Len: tc.fpLen, Hash: fnv64(f.data[:tc.fpLen])}
+				case tc.fpLen < 0:
+					o1.Fingerprint = dedupe.Fingerprint{Len: 0, Hash: fnv64(nil)}
+				}
 				for n := 1; n <= 450; n++ {
 					d := del("f", 1, n)
 					d.Origin = o1
@@ -844,8 +859,10 @@ func TestLineage(t *testing.T) {
 				if !tc.matches && st.SkippedByLineage != 0 {
 					t.Fatalf("SkippedByLineage = %d, want 0", st.SkippedByLineage)
 				}
-				// The verdict is taken once per (feed, epoch).
-				if r := f.reads.Load(); r > 1 {
+				// The verdict is taken once per (feed, epoch): one read of
+				// the tail, and one of the leading bytes when the record's
+				// fingerprint is shorter than the origin's.
+				if r := f.reads.Load(); r > 2 || (tc.fpLen == 0 && r > 1) {
 					t.Fatalf("%d tail reads while applying: the verdict is not cached", r)
 				}
 				if err := s.Flush(context.Background()); err != nil {

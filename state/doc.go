@@ -183,7 +183,9 @@
 // fingerprint from the delivery's [dedupe.Origin], and the hash of the (up
 // to 64) bytes just before the position, read back once per batch through
 // [dedupe.Origin.TailHash]. When a new epoch arrives whose file has the same
-// fingerprint and the same bytes before the recorded position, its lines at
+// leading bytes (over the length the recorded fingerprint covers: an epoch
+// begun on an empty or short file is still recognised once the file has
+// grown) and the same bytes before the recorded position, its lines at
 // or below that position are skipped too (counted as SkippedByLineage). The
 // identity is recorded but not required to match: the feed keeps its
 // position for a copy of the file with another identity and the same

@@ -979,11 +979,27 @@ func (c *core) redelivery(fs *feedState, d dedupe.Delivery, last, dur dedupe.Lin
 // writes a copy and renames it over the path), so the store must recognise
 // the same file by the same facts: otherwise losing the pointer file of a
 // copied input would apply every line a second time.
+//
+// The leading bytes are compared over the length the record's fingerprint
+// covers, read back through the origin: an epoch begun on a short file (an
+// empty one, a header line) has a fingerprint of fewer bytes than the
+// file's later epochs, and must still be recognised once the file has
+// grown, or its lines would apply a second time.
 func lineageMatches(rec dedupe.Lineage, o *dedupe.Origin) bool {
 	if o == nil || o.TailHash == nil || rec.TailLen <= 0 {
 		return false
 	}
-	if o.Fingerprint != rec.Fingerprint {
+	fp := rec.Fingerprint
+	switch {
+	case fp == o.Fingerprint:
+	case fp.Len > 0:
+		h, err := o.TailHash(int64(fp.Len), fp.Len)
+		if err != nil || h != fp.Hash {
+			return false
+		}
+	case o.Fingerprint.Len > 0:
+		// An empty file's fingerprint covers nothing: the tail decides.
+	default:
 		return false
 	}
 	h, err := o.TailHash(rec.Position, rec.TailLen)
