@@ -341,16 +341,24 @@ func (s *stream) decideRenamed(p pointer.Record, why string, missing bool) (deci
 	if err := s.applyFloor(&d, p.Epoch, p.Position, r.in, r.size); err != nil {
 		return decision{}, false, errors.Join(err, r.in.close())
 	}
+	// A rotation while the source was stopped, found: nothing is lost, so
+	// these are notes, not warnings.
+	kind := rotationRename
+	if _, gz := r.in.f.(*gzFile); gz {
+		kind = rotationCompressed
+	} else if r.in.hasID && r.in.id != p.Identity {
+		kind = rotationCopy
+	}
 	switch {
 	case r.size > d.start && missing:
-		s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the start, and the path names no file: finishing it in the pointer's epoch, then waiting for the file at the path",
-			"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size)
+		s.log.Info("feed: the input was renamed away while the source was stopped, with bytes after the start, and the path names no file: finishing it in the pointer's epoch, then waiting for the file at the path",
+			"kind", kind, "path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size)
 	case r.size > d.start && s.rotated != "":
-		s.log.Warn("feed: the file the pointer names is a rotated file (renamed, compressed, or copied before a truncation) with bytes after the start: finishing it in the pointer's epoch, then the newer rotated files and the file at the path",
-			"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size, "reason", why)
+		s.log.Info("feed: the file the pointer names is a rotated file (renamed, compressed, or copied before a truncation) with bytes after the start: finishing it in the pointer's epoch, then the newer rotated files and the file at the path",
+			"kind", kind, "path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size, "reason", why)
 	case r.size > d.start:
-		s.log.Warn("feed: the input was renamed away while the source was stopped, with bytes after the start: finishing it in the pointer's epoch, then reading the file at the path",
-			"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size, "reason", why)
+		s.log.Info("feed: the input was renamed away while the source was stopped, with bytes after the start: finishing it in the pointer's epoch, then reading the file at the path",
+			"kind", kind, "path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "start", d.start, "size", r.size, "reason", why)
 	default:
 		s.log.Info("feed: the input was renamed away while the source was stopped, read to its end: reading the file at the path as after a rotation",
 			"path", s.path, "renamed", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position)
@@ -372,12 +380,18 @@ func (s *stream) decideReopen(h *inputFile, size int64, fp dedupe.Fingerprint) (
 		s.log.Warn("feed: reading the input at the path from 0 under a new epoch", "path", s.path, "previous_epoch", s.epoch)
 		return fresh, nil
 	}
+	// The file left was read to its end: a rotation loses nothing, so
+	// these are notes, not warnings.
 	if why := s.continues(c, h, size, s.head[:fp.Len]); why != "" {
-		s.log.Warn("feed: the file at the path is a new file: reading it from 0 under a new epoch",
-			"path", s.path, "previous_epoch", s.epoch, "reason", why)
+		kind := rotationReplace // the file left has no name any more
+		if c.moved {
+			kind = rotationRename
+		}
+		s.log.Info("feed: the file at the path is a new file: reading it from 0 under a new epoch",
+			"kind", kind, "path", s.path, "previous_epoch", s.epoch, "reason", why)
 		return fresh, nil
 	}
-	s.log.Warn("feed: the file at the path is another file with the same bytes up to the position read: reading on under the same epoch",
-		"path", s.path, "epoch", s.epoch, "position", c.pos)
+	s.log.Info("feed: the file at the path is another file with the same bytes up to the position read: reading on under the same epoch",
+		"kind", rotationCopyRename, "path", s.path, "epoch", s.epoch, "position", c.pos)
 	return decision{start: c.pos, resync: c.resync, committed: s.committed, migrate: s.migrate}, nil
 }

@@ -146,7 +146,7 @@ func TestRenamedAwayWhileStoppedIsFinished(t *testing.T) {
 		s.rejects[0].Reason != RejectPartialDropped || s.rejects[0].Position != 300*32 || s.rejects[0].Length != int64(len("a-unterminated")) {
 		t.Fatalf("status %+v, rejects %+v", st, s.rejects)
 	}
-	w := s.log.find(slog.LevelWarn, "renamed away while the source was stopped")
+	w := s.log.find(slog.LevelInfo, "renamed away while the source was stopped, with bytes after the start")
 	if len(w) != 1 || attrs(w[0])["renamed"].String() != p+".1" {
 		t.Fatalf("log:\n%s", s.log)
 	}
@@ -171,7 +171,7 @@ func TestRenamedAwayTwiceWhileStopped(t *testing.T) {
 	if e := wantLines(t, "new file", g[136:], b, 0); e <= epoch {
 		t.Fatalf("new file in epoch %d", e)
 	}
-	if w := s.log.find(slog.LevelWarn, "renamed away"); len(w) != 1 || attrs(w[0])["renamed"].String() != p+".2" {
+	if w := s.log.find(slog.LevelInfo, "with bytes after the start"); len(w) != 1 || attrs(w[0])["renamed"].String() != p+".2" {
 		t.Fatalf("log:\n%s", s.log)
 	}
 }
@@ -220,7 +220,7 @@ func TestRenamedAwayCrashWhileFinishing(t *testing.T) {
 	if wantLines(t, "third restart", g, b, 40*32) != newEpoch {
 		t.Fatalf("epoch %d, want %d", g[0].Epoch, newEpoch)
 	}
-	if len(s.log.find(slog.LevelWarn, "renamed away")) != 0 {
+	if len(s.log.find(slog.LevelInfo, "with bytes after the start")) != 0 {
 		t.Fatalf("the renamed file was read again:\n%s", s.log)
 	}
 }
@@ -309,7 +309,7 @@ func TestRenamedAwayNotOverACopy(t *testing.T) {
 	if e := wantLines(t, "file at the path", g[70:], b, 0); e <= epoch {
 		t.Fatalf("the file at the path read in epoch %d, not a new one", e)
 	}
-	if len(s.log.find(slog.LevelWarn, "renamed away")) != 1 {
+	if len(s.log.find(slog.LevelInfo, "with bytes after the start")) != 1 {
 		t.Fatalf("log:\n%s", s.log)
 	}
 }
@@ -416,7 +416,7 @@ func TestRenamedAwayPathMissingAtStart(t *testing.T) {
 	if st := s.Status(); st.PartialDropped != 1 || st.Reopens[ReasonRenamedAway] != 1 {
 		t.Fatalf("status %+v", st)
 	}
-	if len(s.log.find(slog.LevelWarn, "the path names no file")) != 1 {
+	if len(s.log.find(slog.LevelInfo, "the path names no file")) != 1 {
 		t.Fatalf("log:\n%s", s.log)
 	}
 }
@@ -441,7 +441,7 @@ func TestRenamedAwayPathMissingNothingLeft(t *testing.T) {
 			t.Fatalf("%+v %+v", g, s.Status())
 		}
 	}
-	if n := len(s.log.find(slog.LevelWarn, "renamed away")) + len(s.log.find(slog.LevelInfo, "identity")); n != 0 || scans.Load() != 1 {
+	if n := len(s.log.find(slog.LevelInfo, "with bytes after the start")) + len(s.log.find(slog.LevelInfo, "identity")); n != 0 || scans.Load() != 1 {
 		t.Fatalf("%d folder scans; log:\n%s", scans.Load(), s.log)
 	}
 	write(t, p, genLines("b", 0, 5))

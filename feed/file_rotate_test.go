@@ -182,7 +182,7 @@ func TestRotationWriteTempAndRename(t *testing.T) {
 	if st := s.Status(); st.Reopens[ReasonReplaced] != rounds-1 {
 		t.Fatalf("reopens %v", st.Reopens)
 	}
-	if n := len(s.log.find(slog.LevelWarn, "same bytes up to the position read")); n != rounds-1 {
+	if n := len(s.log.find(slog.LevelInfo, "same bytes up to the position read")); n != rounds-1 {
 		t.Fatalf("%d warnings:\n%s", n, s.log)
 	}
 }

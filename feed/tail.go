@@ -11,6 +11,20 @@ import (
 	"github.com/tidemark-go/tidemark/internal/vfs"
 )
 
+// The kinds of rotation, logged as "kind" with the notes a rotation
+// writes: a rotation the source follows loses nothing, so it is logged at
+// INFO. A warning is kept for what an operator must look at (a file
+// rewritten in place, a line dropped, a file that could not be found).
+const (
+	rotationRename       = "rename"          // the file read was renamed away; a new file at the path
+	rotationReplace      = "replace"         // the file read was deleted, or another file renamed over it
+	rotationCopyRename   = "copy-and-rename" // a copy of the file read (and more) renamed over the path
+	rotationTruncate     = "truncate"        // the file read was truncated in place
+	rotationCopyTruncate = "copytruncate"    // truncated, and its unread lines found in a rotated copy
+	rotationCopy         = "copy"            // the file the pointer names found as a copy (copytruncate) among the rotated files
+	rotationCompressed   = "compressed"      // a rotated file found compressed (name.gz)
+)
+
 // continuation is what a reopen knows of the file it left: where it read to
 // and the bytes just before that, so that the file found at the path can be
 // recognised as the same content (a copy renamed over the path).
@@ -240,7 +254,7 @@ func (s *stream) reopen() error {
 	}
 	s.countReopen(reason)
 	if c.forceNew {
-		return s.reread(c)
+		return s.reread(c, reason)
 	}
 	err := s.in.close()
 	s.in = nil
@@ -249,7 +263,11 @@ func (s *stream) reopen() error {
 		s.log.Warn("feed: closing the old input failed", "path", s.path, "err", err)
 	}
 	if target != s.path {
-		s.log.Info("feed: moving to the next rotated file", "path", s.path, "file", target, "previous_epoch", s.epoch)
+		kind := rotationRename
+		if _, gz := tf.(*gzFile); gz {
+			kind = rotationCompressed
+		}
+		s.log.Info("feed: moving to the next rotated file", "kind", kind, "path", s.path, "file", target, "previous_epoch", s.epoch)
 	}
 	return s.opened(false, target, tf, tfi, terr)
 }
@@ -287,8 +305,8 @@ func (s *stream) openNext() (string, vfs.File, fs.FileInfo, error) {
 // the source had not read are there. The truncated file, which the path
 // still names, is read from 0 under a new epoch once the copy is done.
 func (s *stream) continueInCopy(c *continuation, cp *renamedInput, reason string) error {
-	s.log.Warn("feed: the input was truncated, and a rotated file holds a copy of it with lines not read yet (copytruncate): reading them first in the same epoch, then the input from 0",
-		"path", s.path, "copy", cp.in.name, "epoch", s.epoch, "position", c.pos, "copy_size", cp.size)
+	s.log.Info("feed: the input was truncated, and a rotated file holds a copy of it with lines not read yet (copytruncate): reading them first in the same epoch, then the input from 0",
+		"kind", rotationCopyTruncate, "path", s.path, "copy", cp.in.name, "epoch", s.epoch, "position", c.pos, "copy_size", cp.size)
 	s.countReopen(reason)
 	old := s.in
 	s.reopenReason = ""
@@ -315,8 +333,9 @@ func (s *stream) countReopen(reason string) {
 // open rather than opened again at the path, because the path may no
 // longer name it (renamed away after the rewrite): it holds lines no other
 // file does. Once it is read to its end, the end-of-file check moves to the
-// path's file if the path names another one.
-func (s *stream) reread(c *continuation) error {
+// path's file if the path names another one. reason is the reopen's:
+// ReasonTruncated or ReasonRewritten.
+func (s *stream) reread(c *continuation, reason string) error {
 	h := s.in
 	fi, err := h.f.Stat()
 	if err != nil {
@@ -329,7 +348,14 @@ func (s *stream) reread(c *continuation) error {
 	}
 	s.renamed = ""
 	s.cont = c
-	s.log.Warn("feed: reading the input from 0 under a new epoch: it was truncated or rewritten in place", "path", s.path, "previous_epoch", s.epoch, "size", size)
+	if reason == ReasonTruncated {
+		// A truncation is a rotation (copytruncate, or a writer that
+		// starts over); a rewrite in place is not.
+		s.log.Info("feed: reading the input from 0 under a new epoch: it was truncated", "kind", rotationTruncate, "path", s.path, "previous_epoch", s.epoch, "size", size)
+	} else {
+		s.log.Warn("feed: reading the input from 0 under a new epoch: it was rewritten in place (its bytes before the offset read changed)",
+			"path", s.path, "previous_epoch", s.epoch, "size", size)
+	}
 	return s.begin(h, size, dedupe.Fingerprint{Len: len(head), Hash: HashBytes(head)}, decision{newEpoch: true, prev: s.epoch, store: true})
 }
 
