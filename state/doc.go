@@ -238,6 +238,10 @@
 // refused, with [ErrFenced] inside [ErrFailed], and nothing of it becomes
 // visible. The count also catches a commit the owner took for durable and
 // the server lost. An idle store renews its lease every third of it.
+// [LeaseOf] reports an open store's lease (its token, and the error that
+// ended it, if one did), for a supervisor that moves stores between
+// processes (package cluster names each owner's consumer by its token and
+// stops a partition whose lease was taken over).
 //
 // Reads. The store keeps a cache of durable values, filled at open with
 // every key of the store while they fit in its size (then a key it does

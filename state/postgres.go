@@ -296,6 +296,9 @@ type pgEngine struct {
 	cache pgCache
 	// reads counts the reads that went to the server.
 	reads atomic.Int64
+	// view is the lease as LeaseOf reports it, published under mu at each
+	// change, so that it is read without waiting for a commit in flight.
+	view atomic.Pointer[Lease]
 
 	stop chan struct{}
 	done chan struct{}
@@ -346,6 +349,17 @@ func openPGEngine(cfg *pgConfig, o *Options) (*pgEngine, error) {
 }
 
 func (e *pgEngine) dir() string { return Postgres + ":" + e.store }
+
+// publish makes the lease as it is now what LeaseOf reports. The first
+// error that ended it is kept (a release after a fence says fenced). e.mu
+// held.
+func (e *pgEngine) publish() {
+	l := &Lease{Store: e.store, Owner: e.owner, Token: e.token, Commits: e.commits, Lost: e.dead}
+	if old := e.view.Load(); old != nil && old.Lost != nil {
+		l.Lost = old.Lost
+	}
+	e.view.Store(l)
+}
 
 // createSchema creates the tables and the function if one is missing,
 // holding an advisory lock so that concurrent creators do not collide.
@@ -401,6 +415,7 @@ func (e *pgEngine) tryTakeOver(ctx context.Context) (ok bool, holder string, lef
 	if err == nil {
 		e.mu.Lock()
 		e.token, e.commits, e.renewed = token, commits, time.Now()
+		e.publish()
 		e.mu.Unlock()
 		e.log.Info("state: postgres store taken over", "store", e.store, "owner", e.owner, "token", token, "commits", commits, "lease", e.lease)
 		return true, "", 0, nil
@@ -445,6 +460,7 @@ func (e *pgEngine) renew() {
 		e.log.Warn("state: postgres store could not renew its lease; trying again", "store", e.store, "err", err)
 	case tag.RowsAffected() == 0:
 		e.dead = fmt.Errorf("postgres store %q: lease token %d was taken over by another owner while the store was idle: %w", e.store, e.token, ErrFenced)
+		e.publish()
 		e.log.Error("state: postgres store lost its lease; its next commit fails", "store", e.store, "token", e.token)
 	default:
 		e.renewed = sent
@@ -463,6 +479,7 @@ func (e *pgEngine) release() error {
 	_, err := e.pool.Exec(ctx, sqlRelease, e.store, e.token)
 	failed := e.dead != nil
 	e.dead = ErrClosed
+	e.publish()
 	if err != nil && !failed {
 		return fmt.Errorf("postgres store %q: release the lease: %w", e.store, err)
 	}
@@ -577,9 +594,11 @@ func (e *pgEngine) commit(ws []write) error {
 	sent := time.Now()
 	if err := e.send(b); err != nil {
 		e.dead = err
+		e.publish()
 		return err
 	}
 	e.commits++
+	e.publish()
 	e.renewed = sent
 	e.cache.commit(ws)
 	return nil
