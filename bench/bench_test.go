@@ -241,16 +241,11 @@ func TestGenLedgerIsDeterministicAndParses(t *testing.T) {
 	}
 }
 
-// TestBareAndStoreAgree runs the bare bbolt loop and the ledger in a store
-// through a server over the same small file, and checks that both applied
-// every line.
-func TestBareAndStoreAgree(t *testing.T) {
+// TestLedgerStoreApplies runs the ledger in a store through a server over
+// a small file, and checks that it applied every line.
+func TestLedgerStoreApplies(t *testing.T) {
 	const lines = 2000
 	path := ledgerFile(t, lines)
-	n, err := bench.BareBolt(t.TempDir(), path, 100)
-	if err != nil || n != lines {
-		t.Fatalf("bare loop: %d lines, %v", n, err)
-	}
 	st, err := state.Open("bbolt:"+t.TempDir(), &state.Options{BatchSize: 100, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -324,5 +319,40 @@ func TestCounterPublishes(t *testing.T) {
 	<-c.Done()
 	if c.N() != 2500 {
 		t.Fatalf("N at the target: %d", c.N())
+	}
+}
+
+// The ledgers of many accounts name their accounts as ManyAccountName
+// does, draw them from the range asked for, and give every account once
+// in GenEveryAccount.
+func TestGenAccounts(t *testing.T) {
+	var b bytes.Buffer
+	if err := bench.GenEveryAccount(&b, 12, 5, 1); err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(b.Bytes(), []byte("\n")), []byte("\n"))
+	if len(lines) != 12 {
+		t.Fatalf("%d lines, want 12", len(lines))
+	}
+	for i, l := range lines {
+		id, account, _, err := bench.ParseLedgerLine(l)
+		if err != nil || id != int64(i+5) || string(account) != bench.ManyAccountName(i) {
+			t.Fatalf("line %d %q: id %d account %q, err %v", i, l, id, account, err)
+		}
+	}
+	b.Reset()
+	if err := bench.GenAccounts(&b, 5000, 123_456_789/1000, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, l := range bytes.Split(bytes.TrimSuffix(b.Bytes(), []byte("\n")), []byte("\n")) {
+		_, account, _, err := bench.ParseLedgerLine(l)
+		if err != nil || len(account) != len("account-00000000") {
+			t.Fatalf("%q: account %q, err %v", l, account, err)
+		}
+		seen[string(account)] = true
+	}
+	if len(seen) < 4000 {
+		t.Fatalf("5000 lines over 123456 accounts drew only %d accounts", len(seen))
 	}
 }

@@ -53,6 +53,51 @@ func GenLedgerFile(path string, lines int, seed uint64) error {
 	return f.Close()
 }
 
+// Accounts of the ledger rows (bench/cmd/benchtable): how a ledger of
+// many accounts names them, and how one is written.
+
+// ManyAccountName returns the name of account i of a ledger of many
+// accounts (16 bytes up to 100,000,000 accounts).
+func ManyAccountName(i int) string { return fmt.Sprintf("account-%08d", i) }
+
+// GenAccounts writes lines ledger lines to w whose accounts are drawn
+// uniformly from accounts accounts (ManyAccountName), ids from firstID,
+// from a generator seeded with seed: the same arguments give the same
+// bytes.
+func GenAccounts(w io.Writer, lines, accounts int, firstID int64, seed uint64) error {
+	rng := rand.New(rand.NewPCG(seed, 0x5ca1e))
+	return genAccounts(w, lines, firstID, rng, func(int) int { return rng.IntN(accounts) })
+}
+
+// GenEveryAccount writes one ledger line for each of accounts accounts, in
+// their order, ids from firstID: a ledger that gives a store every
+// account.
+func GenEveryAccount(w io.Writer, accounts int, firstID int64, seed uint64) error {
+	rng := rand.New(rand.NewPCG(seed, 0xe4e7))
+	return genAccounts(w, accounts, firstID, rng, func(i int) int { return i })
+}
+
+func genAccounts(w io.Writer, lines int, firstID int64, rng *rand.Rand, account func(int) int) error {
+	bw := bufio.NewWriterSize(w, 256<<10)
+	var buf []byte
+	for i := range lines {
+		buf = strconv.AppendInt(buf[:0], firstID+int64(i), 10)
+		buf = append(buf, ",account-"...)
+		a := account(i)
+		for d := 10_000_000; d > 1 && a < d; d /= 10 {
+			buf = append(buf, '0')
+		}
+		buf = strconv.AppendInt(buf, int64(a), 10)
+		buf = append(buf, ',')
+		buf = strconv.AppendInt(buf, rng.Int64N(200001)-50000, 10)
+		buf = append(buf, '\n')
+		if _, err := bw.Write(buf); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
 // ErrMalformed is returned by ParseLedgerLine for a line that is not
 // `id,account,amount`.
 var ErrMalformed = errors.New("bench: malformed ledger line")

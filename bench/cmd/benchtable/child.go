@@ -98,10 +98,6 @@ func measureCase(name string, a childArgs) (r result, err error) {
 		r, err = caseLedgerMem(a)
 	case "ledger-store":
 		r, err = caseLedgerStore(a)
-	case "bare-bbolt":
-		r, err = caseBare(a, bench.BareBolt)
-	case "bare-pebble":
-		r, err = caseBare(a, bench.BarePebble)
 	case "fsync4k":
 		r, err = caseFsync(a, 4096, 4096)
 	case "fsync4k-append":
@@ -490,7 +486,7 @@ func costBreakdown(path string, extra map[string]float64) error {
 	return nil
 }
 
-// caseLedgerStore is rows 5 to 7: the ledger exactly once in a store, the
+// caseLedgerStore is rows 7 and 9: the ledger exactly once in a store, the
 // pointer held until each batch is durable. The time runs until the last
 // line is applied and the store has flushed it.
 func caseLedgerStore(a childArgs) (result, error) {
@@ -525,21 +521,6 @@ func caseLedgerStore(a childArgs) (result, error) {
 	extra["store_commits"] = float64(stats.Commits)
 	extra["backpressure"] = float64(stats.BackPressure)
 	return result{Lines: a.lines, Seconds: el, Mallocs: m, Extra: extra}, nil
-}
-
-// caseBare is the baseline of rows 5 and 6.
-func caseBare(a childArgs, run func(dir, path string, batch int) (int64, error)) (result, error) {
-	dir, err := os.MkdirTemp(a.work, "bare-")
-	if err != nil {
-		return result{}, err
-	}
-	defer os.RemoveAll(dir)
-	start := time.Now()
-	n, err := run(dir, a.file, a.batch)
-	if err != nil {
-		return result{}, err
-	}
-	return result{Lines: n, Seconds: time.Since(start).Seconds()}, nil
 }
 
 // caseFsync writes size bytes at offset 0 of a file of fileSize bytes and

@@ -28,6 +28,7 @@ func main() {
 	flag.IntVar(&cfg.reps, "reps", 0, "runs of each row (0: 3, or 1 with -short)")
 	flag.IntVar(&cfg.lines, "lines", 0, "lines of the generated ledger (0: 1,000,000, or 100,000 with -short)")
 	flag.StringVar(&cfg.rows, "rows", "", "comma-separated rows to run (default all), e.g. 1,2,5")
+	flag.StringVar(&cfg.accounts, "accounts", "", "comma-separated numbers of accounts of the ledger rows to run (default all of the mode), e.g. 20,10000")
 	flag.StringVar(&cfg.out, "out", "", "write the report here (default bench/RESULTS.md; with -short, $TMPDIR/tidemark-bench-short/RESULTS.md)")
 	flag.StringVar(&cfg.chart, "chart", "", "write the chart here (default bench/throughput.svg; with -short, beside the short report)")
 	flag.StringVar(&cfg.work, "work", "", "work directory (default a new temporary directory, removed at the end)")

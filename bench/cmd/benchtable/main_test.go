@@ -1,9 +1,11 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidemark-go/tidemark/bench"
 )
@@ -39,8 +41,6 @@ func TestCases(t *testing.T) {
 		{name: "ledger-store", edit: func(a *childArgs) { a.batch = 500 }, lines: lines},
 		{name: "ledger-store", edit: func(a *childArgs) { a.backend = "pebble"; a.batch = 500 }, lines: lines},
 		{name: "ledger-store", edit: func(a *childArgs) { a.sync = true; a.file, a.lines = small, 20 }, lines: 20},
-		{name: "bare-bbolt", lines: lines},
-		{name: "bare-pebble", lines: lines},
 		{name: "fsync4k", lines: 3},
 		{name: "fsync4k-append", lines: 3},
 		{name: "pointer-ab", lines: 10}, // ten rounds of at least one
@@ -89,5 +89,39 @@ func TestMedianAndFormats(t *testing.T) {
 	x := &runs{err: nil}
 	if !strings.HasPrefix(notMeasured(x), "not measured") {
 		t.Errorf("notMeasured = %q", notMeasured(x))
+	}
+}
+
+// runProc times a program, samples its memory, and returns its output;
+// runLedger checks the count of lines its summary gives.
+func TestRunProcAndLedgerSummary(t *testing.T) {
+	r := &runner{timeout: time.Minute}
+	res, out, err := r.runProc("/bin/sh", []string{"-c", "sleep 0.05; echo 'naiveledger: 42 lines in 1s' >&2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Seconds < 0.05 || res.PeakRSSKiB <= 0 || res.Extra["anon_peak_kib"] <= 0 || !strings.Contains(out, "42 lines") {
+		t.Fatalf("result %+v, output %q", res, out)
+	}
+	if _, _, err := r.runProc("/bin/sh", []string{"-c", "echo boom >&2; exit 3"}); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("a failing program: %v", err)
+	}
+	// The naive program's summary, checked against the lines wanted.
+	dir := t.TempDir()
+	script := filepath.Join(dir, "naive")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 'naiveledger: 7 lines in 1ms' >&2\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.naiveBin = script
+	l := &ledgerLine{input: filepath.Join(dir, "in.csv"), data: filepath.Join(dir, "d")}
+	if res, err := r.runLedger(variantMap, "bbolt", l, 7); err != nil || res.Lines != 7 {
+		t.Fatalf("7 lines: %+v, %v", res, err)
+	}
+	if _, err := r.runLedger(variantMap, "bbolt", l, 8); err == nil {
+		t.Fatal("7 lines read taken for the 8 wanted")
+	}
+	r.ledgerBin = script
+	if _, err := r.runLedger(variantTidemark, "bbolt", l, 7); err == nil {
+		t.Fatal("ledger run without its summary taken for a run")
 	}
 }

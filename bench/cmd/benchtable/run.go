@@ -20,15 +20,16 @@ import (
 
 // config is the table's configuration, from the flags.
 type config struct {
-	short   bool
-	reps    int
-	lines   int
-	rows    string
-	out     string
-	chart   string
-	work    string
-	peers   string
-	command string
+	short    bool
+	reps     int
+	lines    int
+	rows     string
+	accounts string
+	out      string
+	chart    string
+	work     string
+	peers    string
+	command  string
 }
 
 // runner runs the children of one table.
@@ -49,6 +50,8 @@ type runner struct {
 	want      map[string]bool
 	peerBin   string
 	peerErr   error
+	ledgerBin string // examples/ledger, built by ledgerRows
+	naiveBin  string // bench/cmd/naiveledger
 	warnings  []string
 }
 
@@ -142,7 +145,7 @@ func run(cfg config) error {
 
 	t := &table{env: env, reps: cfg.reps}
 	steps := []func(*table) error{
-		r.rows1to3, r.row4, r.rows5and6, r.row7, r.row8, r.row9and10, r.row11, r.row12, r.row13,
+		r.rows1to3, r.row4, r.ledgerRows, r.storeLag, r.row7, r.row8, r.row9and10, r.row11, r.row12, r.row13,
 	}
 	for _, step := range steps {
 		if err := step(t); err != nil {
@@ -233,6 +236,18 @@ func (x *runs) extra(k string) float64 {
 func (x *runs) maxRSS() float64 {
 	return slices.Max(x.each(func(r result) float64 { return float64(r.PeakRSSKiB) }))
 }
+func (x *runs) maxExtra(k string) float64 {
+	return slices.Max(x.each(func(r result) float64 { return r.Extra[k] }))
+}
+
+// loadText is the median one-minute load average at the start of x's runs.
+func (x *runs) loadText() string {
+	if !x.ok() {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", x.extra("load1"))
+}
+
 func (x *runs) allocsPerLine() float64 {
 	return median(x.each(func(r result) float64 { return float64(r.Mallocs) / float64(max(r.Lines, 1)) }))
 }
@@ -284,6 +299,7 @@ func (r *runner) runOne(s spec) (result, error) {
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	load := load1()
 	err := cmd.Run()
 	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
@@ -296,6 +312,10 @@ func (r *runner) runOne(s spec) (result, error) {
 	if err := json.Unmarshal(lastLine(stdout.Bytes()), &res); err != nil {
 		return result{}, fmt.Errorf("decode result %q: %w", stdout.String(), err)
 	}
+	if res.Extra == nil {
+		res.Extra = map[string]float64{}
+	}
+	res.Extra["load1"] = load
 	return res, nil
 }
 
@@ -338,8 +358,7 @@ var psyncs = []struct{ flag, label string }{
 type shared struct {
 	bufio   *runs
 	nop1    map[string]*runs // by pointer sync policy
-	store5  *runs            // bbolt, batch 1000
-	store5p *runs            // pebble, batch 1000
+	store5  *runs            // the bench's ledger processor, bbolt, batch 1000 (row 9)
 	restart *runs            // row 12
 	peer    *runs            // row 13
 }
@@ -400,61 +419,14 @@ func (r *runner) row4(t *table) error {
 	return nil
 }
 
-var batchSizes = []int{100, 1000, 10000}
-
-func (r *runner) rows5and6(t *table) error {
-	for _, be := range []struct{ row, backend, bare string }{{"5", "bbolt", "bare-bbolt"}, {"6", "pebble", "bare-pebble"}} {
-		if !r.wants(be.row) && !(r.wants("10") || be.row == "5" && r.wants("9")) {
-			continue
-		}
-		var best float64
-		var bestRuns *runs
-		for _, b := range batchSizes {
-			lines := r.lines
-			if b == 100 {
-				lines = r.batch100
-			}
-			file := r.file
-			if lines != r.lines {
-				file = filepath.Join(r.work, fmt.Sprintf("ledger-%d.csv", lines))
-				if _, err := os.Stat(file); err != nil {
-					if err := bench.GenLedgerFile(file, int(lines), 1); err != nil {
-						return err
-					}
-				}
-			}
-			bs := strconv.Itoa(b)
-			res := r.measure(
-				spec{label: be.row + " bare " + be.backend + " batch " + bs, name: be.bare, args: r.fileArgs(file, lines, "-batch", bs)},
-				spec{label: be.row + " ledger " + be.backend + " batch " + bs, name: "ledger-store", args: r.fileArgs(file, lines, "-batch", bs, "-backend", be.backend)},
-			)
-			bare, st := res[0], res[1]
-			what := fmt.Sprintf("ledger exactly once, %s, batched saves, batch %s", be.backend, bs)
-			if lines != r.lines {
-				what += fmt.Sprintf(" (first %s lines)", fmtCount(lines))
-			}
-			t.rate(be.row, what, st, bare, "bare "+be.backend+" loop, same keys, same batches", 0.7)
-			t.chartPoint(be.backend, b, st, bare)
-			if st.ok() {
-				t.note(be.row, fmt.Sprintf("Row %s, batch %s: %.0f store commits (%.0f lines per commit on average: a batch is also cut every state.DefaultBatchInterval), %.0f Apply calls waited for a commit (back-pressure), %.0f ns of CPU time per line (all threads), %.1f allocations per line; pointer SyncEveryCommit.",
-					be.row, bs, st.extra("store_commits"), float64(lines)/max(st.extra("store_commits"), 1), st.extra("backpressure"), st.extra("cpu_seconds")*1e9/float64(lines), st.allocsPerLine()))
-				if rate := st.rate(); rate > best {
-					best, bestRuns = rate, st
-				}
-			}
-			if b == 1000 {
-				if be.row == "5" {
-					sh.store5 = st
-				} else {
-					sh.store5p = st
-				}
-			}
-		}
-		if bestRuns != nil {
-			t.add(row{id: be.row, what: "best batch size, against the goal of 1,000,000 lines/s", result: fmtRate(best),
-				baseline: "1,000,000 lines/s", ratio: fmtRatio(best / 1e6), goal: "≥ 1.00", met: verdict(best/1e6 >= 1)})
-		}
+// storeLag is the in-process run of the store whose commit lag row 9
+// reports: the bench's ledger processor over a bbolt store, batch 1000.
+func (r *runner) storeLag(t *table) error {
+	if !r.wants("9") {
+		return nil
 	}
+	res := r.measure(spec{label: "9 ledger store bbolt batch 1000", name: "ledger-store", args: r.fileArgs(r.file, r.lines, "-batch", "1000", "-backend", "bbolt")})
+	sh.store5 = res[0]
 	return nil
 }
 
@@ -523,7 +495,7 @@ func (r *runner) row9and10(t *table) error {
 			}
 		}
 		if x := sh.store5; x.ok() {
-			lag("commit lag of row 5, bbolt batch 1000 (finished = declared durable by the store)"+sampled, x)
+			lag("commit lag of the bench's ledger processor in a bbolt store, batch 1000 (finished = declared durable by the store)"+sampled, x)
 		}
 	}
 	if r.wants("10") {
@@ -542,8 +514,6 @@ func (r *runner) row9and10(t *table) error {
 			t.add(row{id: "10", what: what + ": allocations per line", result: fmt.Sprintf("%.2f allocs/line", a), goal: g, met: m})
 		}
 		mem("row 2 (one group, no-op, default pointer sync)", sh.nop1["every"], true)
-		mem("row 5 (ledger, bbolt, batch 1000)", sh.store5, false)
-		mem("row 6 (ledger, pebble, batch 1000)", sh.store5p, false)
 	}
 	return nil
 }

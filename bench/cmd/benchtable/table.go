@@ -53,15 +53,21 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// row is one line of the table.
+// row is one line of the table. load is the one-minute load average at
+// the start of its runs (medians), of the result and of the baseline.
 type row struct {
-	id, what, result, baseline, ratio, goal, met string
+	id, what, result, baseline, ratio, goal, met, load string
 }
 
-// chartSeries is one line of the chart: lines/s by batch size.
-type chartSeries struct {
-	name string
-	x, y []float64
+// ledgerPoint is one point of the ledger chart: the rates of ledger run
+// and of the naive program's variants at a store and number of accounts.
+type ledgerPoint struct {
+	store            string
+	accounts         int
+	tidemark, map_   float64
+	bounded          float64
+	haveMap, haveBnd bool
+	haveTidemark     bool
 }
 
 // table collects the rows, notes and chart points of a run.
@@ -70,7 +76,7 @@ type table struct {
 	reps  int
 	rows  []row
 	notes []string
-	chart []*chartSeries
+	chart []ledgerPoint
 }
 
 func (t *table) add(r row) {
@@ -86,8 +92,11 @@ func (t *table) add(r row) {
 	if r.met == "" {
 		r.met = "–"
 	}
+	if r.load == "" {
+		r.load = "–"
+	}
 	t.rows = append(t.rows, r)
-	fmt.Fprintf(os.Stderr, "           row %-3s %s: %s (baseline %s, ratio %s, goal %s: %s)\n", r.id, r.what, r.result, r.baseline, r.ratio, r.goal, r.met)
+	fmt.Fprintf(os.Stderr, "           row %-3s %s: %s (baseline %s, ratio %s, goal %s: %s; load %s)\n", r.id, r.what, r.result, r.baseline, r.ratio, r.goal, r.met, r.load)
 }
 
 func (t *table) note(id, s string) { t.notes = append(t.notes, s) }
@@ -119,7 +128,11 @@ func (t *table) rateUnit(id, what string, x, base *runs, baseName string, goal f
 		return
 	}
 	r.result = fmtRateUnit(x.rate(), unit)
+	r.load = x.loadText()
 	if base.ok() {
+		if l := base.loadText(); l != "–" {
+			r.load += " / " + l
+		}
 		ratio := x.rate() / base.rate()
 		r.baseline = baseName + ": " + fmtRateUnit(base.rate(), unit)
 		r.ratio = fmtRatio(ratio)
@@ -133,26 +146,18 @@ func (t *table) rateUnit(id, what string, x, base *runs, baseName string, goal f
 	t.add(r)
 }
 
-func (t *table) chartPoint(backend string, batch int, st, bare *runs) {
-	add := func(name string, x *runs) {
-		if !x.ok() {
-			return
-		}
-		var s *chartSeries
-		for _, c := range t.chart {
-			if c.name == name {
-				s = c
-			}
-		}
-		if s == nil {
-			s = &chartSeries{name: name}
-			t.chart = append(t.chart, s)
-		}
-		s.x = append(s.x, float64(batch))
-		s.y = append(s.y, x.rate())
+func (t *table) ledgerPoint(store string, accounts int, tm, mp, bd *runs) {
+	p := ledgerPoint{store: store, accounts: accounts}
+	if tm.ok() {
+		p.tidemark, p.haveTidemark = tm.rate(), true
 	}
-	add("tidemark "+backend, st)
-	add("bare "+backend+" loop", bare)
+	if mp.ok() {
+		p.map_, p.haveMap = mp.rate(), true
+	}
+	if bd.ok() {
+		p.bounded, p.haveBnd = bd.rate(), true
+	}
+	t.chart = append(t.chart, p)
 }
 
 func notMeasured(x *runs) string {
@@ -205,9 +210,9 @@ func fmtCount(n int64) string {
 func (t *table) text() string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tmeasurement\tresult (median)\tbaseline (median)\tratio\tgoal\tmet")
+	fmt.Fprintln(tw, "#\tmeasurement\tresult (median)\tbaseline (median)\tratio\tgoal\tmet\tload")
 	for _, r := range t.rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.id, r.what, r.result, r.baseline, r.ratio, r.goal, strings.Trim(r.met, "*"))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.id, r.what, r.result, r.baseline, r.ratio, r.goal, strings.Trim(r.met, "*"), r.load)
 	}
 	tw.Flush()
 	for _, n := range t.notes {
@@ -240,9 +245,10 @@ func (t *table) markdown(chart string) string {
 		runs = fmt.Sprintf("%d per row (%d for rows 1 to 3 and their baseline, a tenth of a second each)", t.reps, max(t.reps, fastReps))
 	}
 	fmt.Fprintf(&b, "| runs | %s, each in its own child process; results are medians, ratios are result / baseline of the same run |\n\n", runs)
-	fmt.Fprintf(&b, "| # | measurement | result (median) | baseline (median) | ratio | goal | met |\n|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "The load column is the one-minute load average when the runs started (median of the runs; result / baseline).\n\n")
+	fmt.Fprintf(&b, "| # | measurement | result (median) | baseline (median) | ratio | goal | met | load |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range t.rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.id, esc(r.what), esc(r.result), esc(r.baseline), r.ratio, r.goal, r.met)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.id, esc(r.what), esc(r.result), esc(r.baseline), r.ratio, r.goal, r.met, r.load)
 	}
 	if len(t.notes) > 0 {
 		fmt.Fprintf(&b, "\n## Notes\n\n")
@@ -250,7 +256,7 @@ func (t *table) markdown(chart string) string {
 			fmt.Fprintf(&b, "- %s\n", n)
 		}
 	}
-	fmt.Fprintf(&b, "\n## Ledger throughput against batch size\n\n![ledger throughput against batch size](%s)\n", chart)
+	fmt.Fprintf(&b, "\n## The ledger against the naive program, by number of accounts\n\n![ledger run and the naive program by number of accounts](%s)\n", chart)
 	return b.String()
 }
 

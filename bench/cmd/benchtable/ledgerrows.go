@@ -1,0 +1,492 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidemark-go/tidemark/bench"
+)
+
+// The ledger rows (5 and 6, and a row per store that joins them): the
+// ledger as users run it, `ledger run` (examples/ledger, built at the
+// start) with its transactional output.csv, beside the naive program a Go
+// programmer writes without tidemark (bench/cmd/naiveledger) in its two
+// variants, in the same run, at several numbers of accounts. Every run is a
+// process of its own, timed from its start to its exit: opening the store,
+// reading it and closing it count.
+//
+// A small number of accounts runs on a new data folder each time. A large
+// one first gives each program a store holding every account (a setup run
+// over one line per account, not timed), then each measured run appends
+// its own new lines to the program's input and reads them into that store,
+// so that every run finds a store of the same number of keys, restarts on
+// it, and applies lines to it.
+
+// ledgerStore is one store of the ledger rows: its row and its name for
+// `ledger run --store` and `naiveledger -store`.
+type ledgerStore struct{ row, store string }
+
+// ledgerStores are the stores the ledger rows run. A store of the
+// scale-out issue joins with its own row.
+var ledgerStores = []ledgerStore{{"5", "bbolt"}, {"6", "pebble"}}
+
+// ledgerScale is one number of accounts of the ledger rows.
+type ledgerScale struct {
+	accounts int
+	// preload: each program's store first gets every account.
+	preload bool
+	// lines of each measured run.
+	lines int64
+}
+
+// ledgerScales returns the numbers of accounts the rows run (those of
+// -accounts only, when given).
+func (r *runner) ledgerScales() []ledgerScale {
+	all := []ledgerScale{{20, false, 5_000_000}, {10_000, false, 5_000_000}, {1_000_000, true, 1_000_000}, {10_000_000, true, 1_000_000}}
+	if r.cfg.short {
+		all = []ledgerScale{{20, false, 200_000}, {10_000, false, 200_000}, {100_000, true, 50_000}, {1_000_000, true, 50_000}}
+	}
+	if r.cfg.accounts == "" {
+		return all
+	}
+	var out []ledgerScale
+	for _, sc := range all {
+		for _, a := range strings.Split(r.cfg.accounts, ",") {
+			if strings.TrimSpace(a) == strconv.Itoa(sc.accounts) {
+				out = append(out, sc)
+			}
+		}
+	}
+	return out
+}
+
+// ledgerVariant is one program of a ledger row.
+type ledgerVariant struct {
+	key   string // "tidemark", "map", "bounded"
+	label string
+}
+
+var (
+	variantTidemark = ledgerVariant{"tidemark", "ledger run (tidemark)"}
+	variantMap      = ledgerVariant{"map", "naive, every balance in a map loaded at start"}
+	variantBounded  = ledgerVariant{"bounded", "naive, only the batch's balances in memory, misses read from the database"}
+)
+
+// buildPrograms builds the ledger and the naive program into the work
+// directory.
+func (r *runner) buildPrograms() error {
+	for _, p := range []struct {
+		dst *string
+		pkg string
+	}{{&r.ledgerBin, "./examples/ledger"}, {&r.naiveBin, "./bench/cmd/naiveledger"}} {
+		bin := filepath.Join(r.work, filepath.Base(p.pkg))
+		logf("building %s ...", p.pkg)
+		cmd := exec.Command("go", "build", "-o", bin, p.pkg)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("build %s: %v: %s", p.pkg, err, strings.TrimSpace(out.String()))
+		}
+		*p.dst = bin
+	}
+	return nil
+}
+
+// ledgerLine is one program's lineage at one store and scale: its input
+// and its data folder, and the lines its input holds.
+type ledgerLine struct {
+	input, data string
+	lines       int64
+}
+
+// appendLines appends n new lines over accounts accounts to l's input.
+func (l *ledgerLine) appendLines(n int64, accounts int, seed uint64) error {
+	f, err := os.OpenFile(l.input, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	err = bench.GenAccounts(f, int(n), accounts, l.lines+1, seed)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		l.lines += n
+	}
+	return err
+}
+
+// ledgerRows measures rows 5 and 6 (and the restart row 14, and the
+// memory of each run in row 10).
+func (r *runner) ledgerRows(t *table) error {
+	want := false
+	for _, ls := range ledgerStores {
+		want = want || r.wants(ls.row)
+	}
+	if !want && !r.wants("10") && !r.wants("14") {
+		return nil
+	}
+	if err := r.buildPrograms(); err != nil {
+		return err
+	}
+	for _, sc := range r.ledgerScales() {
+		if !sc.preload {
+			// One input for every store and program.
+			in := filepath.Join(r.work, fmt.Sprintf("ledger-%d.csv", sc.accounts))
+			if err := genFile(in, func(f *os.File) error { return bench.GenAccounts(f, int(sc.lines), sc.accounts, 1, 1) }); err != nil {
+				return err
+			}
+		}
+	}
+	for _, ls := range ledgerStores {
+		if !r.wants(ls.row) && !r.wants("10") && !r.wants("14") {
+			continue
+		}
+		for _, sc := range r.ledgerScales() {
+			if err := r.ledgerScale(t, ls, sc); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func genFile(path string, gen func(*os.File) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = gen(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// ledgerScale measures one store at one number of accounts.
+func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
+	dir := filepath.Join(r.work, fmt.Sprintf("ledger-%s-%d", ls.store, sc.accounts))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	tm := &ledgerLine{input: filepath.Join(dir, "tidemark.csv"), data: filepath.Join(dir, "tidemark")}
+	nv := &ledgerLine{input: filepath.Join(dir, "naive.csv"), data: filepath.Join(dir, "naive")}
+	if !sc.preload {
+		in := filepath.Join(r.work, fmt.Sprintf("ledger-%d.csv", sc.accounts))
+		tm.input, nv.input = in, in
+		tm.lines, nv.lines = sc.lines, sc.lines
+	}
+	label := fmt.Sprintf("%s, %s accounts", ls.store, fmtCount(int64(sc.accounts)))
+	if sc.preload {
+		// Every account once, in their order, then the setup runs.
+		for _, l := range []*ledgerLine{tm, nv} {
+			if err := genFile(l.input, func(f *os.File) error { return bench.GenEveryAccount(f, sc.accounts, 1, 1) }); err != nil {
+				return err
+			}
+			l.lines = int64(sc.accounts)
+		}
+		logf("%s: setting up a store of every account for each program ...", label)
+		tres, err := r.runLedger(variantTidemark, ls.store, tm, int64(sc.accounts))
+		if err != nil {
+			return fmt.Errorf("%s: setup of ledger run: %w", label, err)
+		}
+		nres, err := r.runLedger(variantBounded, ls.store, nv, int64(sc.accounts))
+		if err != nil {
+			return fmt.Errorf("%s: setup of the naive program: %w", label, err)
+		}
+		t.note(ls.row, fmt.Sprintf("Row %s, %s: the setup runs (one line per account into a new store, not timed in the rows) took %.1f s for ledger run (%s) and %.1f s for the naive program (%s).",
+			ls.row, label, tres.Seconds, fmtRate(tres.rate()), nres.Seconds, fmtRate(nres.rate())))
+	}
+
+	variants := []ledgerVariant{variantTidemark, variantMap, variantBounded}
+	res := map[string]*runs{}
+	for _, v := range variants {
+		res[v.key] = &runs{spec: spec{label: v.label}}
+	}
+	seed := uint64(100)
+	for rep := range r.cfg.reps {
+		for _, v := range variants {
+			x := res[v.key]
+			if x.err != nil {
+				continue
+			}
+			l := nv
+			if v == variantTidemark {
+				l = tm
+			}
+			if sc.preload {
+				seed++
+				if err := l.appendLines(sc.lines, sc.accounts, seed); err != nil {
+					return err
+				}
+			} else if err := resetLedger(l); err != nil {
+				return err
+			}
+			rr, err := r.runLedger(v, ls.store, l, sc.lines)
+			if err != nil {
+				x.err = err
+				logf("%s %s: %v", label, v.key, err)
+				continue
+			}
+			x.res = append(x.res, rr)
+			logf("%-34s run %d: %s in %.3f s (%s), peak anon %.1f MiB, file %.1f MiB, load %.2f", label+" "+v.key, rep+1,
+				fmtCount(rr.Lines), rr.Seconds, fmtRate(rr.rate()), rr.Extra["anon_peak_kib"]/1024, rr.Extra["file_peak_kib"]/1024, rr.Extra["load1"])
+		}
+	}
+	what := fmt.Sprintf("ledger run (with output.csv), %s, %s lines", label, fmtCount(sc.lines))
+	if sc.preload {
+		what += " into a store holding every account"
+	}
+	tmr := res["tidemark"]
+	t.rate(ls.row, what+"; against the naive program, every balance in a map", tmr, res["map"], "naive, map", 1.0)
+	t.rate(ls.row, what+"; against the naive program, misses read from the database", tmr, res["bounded"], "naive, bounded", 1.0)
+	if sc.accounts <= 10_000 {
+		t.rate(ls.row, what+"; against the goal of 1,000,000 lines/s", tmr, fixedRate(1e6), "1,000,000 lines/s", 1.0)
+	}
+	t.ledgerPoint(ls.store, sc.accounts, tmr, res["map"], res["bounded"])
+	for _, v := range variants {
+		x := res[v.key]
+		if !x.ok() {
+			continue
+		}
+		t.add(row{id: "10", what: fmt.Sprintf("row %s, %s, %s: peak anonymous RSS", ls.row, label, v.label),
+			result:   fmt.Sprintf("%.1f MiB (file-backed: %.1f MiB; VmHWM %.1f MiB)", x.maxExtra("anon_peak_kib")/1024, x.maxExtra("file_peak_kib")/1024, x.maxRSS()/1024),
+			baseline: "64 MiB", ratio: fmtRatio(x.maxExtra("anon_peak_kib") / 1024 / 64), goal: goalIf(v == variantTidemark, "< 1.00"),
+			met: metIf(v == variantTidemark, x.maxExtra("anon_peak_kib")/1024 < 64), load: x.loadText()})
+	}
+	if sc.preload {
+		r.restartRow(t, ls, sc, label, tm, nv)
+	}
+	return nil
+}
+
+// restartRow measures row 14 at one store and scale: a run over one new
+// line, from the process's start to its exit.
+func (r *runner) restartRow(t *table, ls ledgerStore, sc ledgerScale, label string, tm, nv *ledgerLine) {
+	if !r.wants("14") {
+		return
+	}
+	res := map[string]*runs{}
+	variants := []ledgerVariant{variantTidemark, variantMap, variantBounded}
+	for _, v := range variants {
+		res[v.key] = &runs{spec: spec{label: v.label}}
+	}
+	for range r.cfg.reps {
+		for _, v := range variants {
+			x := res[v.key]
+			l := nv
+			if v == variantTidemark {
+				l = tm
+			}
+			if x.err != nil {
+				continue
+			}
+			if err := l.appendLines(1, sc.accounts, 7); err != nil {
+				x.err = err
+				continue
+			}
+			rr, err := r.runLedger(v, ls.store, l, 1)
+			if err != nil {
+				x.err = err
+				continue
+			}
+			x.res = append(x.res, rr)
+		}
+	}
+	tmr := res["tidemark"]
+	what := fmt.Sprintf("restart of ledger run on a %s store of %s accounts with one new line: the whole run, from exec to exit", ls.store, fmtCount(int64(sc.accounts)))
+	if !tmr.ok() {
+		t.add(row{id: "14", what: what, result: notMeasured(tmr)})
+		return
+	}
+	s := tmr.seconds()
+	t.add(row{id: "14", what: what, result: fmt.Sprintf("%.3f s", s), baseline: "1 s", ratio: fmtRatio(s), goal: goalIf(sc.accounts >= 10_000_000, "< 1.00"), met: metIf(sc.accounts >= 10_000_000, s < 1), load: tmr.loadText()})
+	for _, v := range variants[1:] {
+		x := res[v.key]
+		if !x.ok() {
+			t.add(row{id: "14", what: what + ", against " + v.label, result: notMeasured(x)})
+			continue
+		}
+		t.add(row{id: "14", what: "the same, against " + v.label, result: fmt.Sprintf("%.3f s", s),
+			baseline: fmt.Sprintf("%.3f s", x.seconds()), ratio: fmtRatio(x.seconds() / s), goal: "–", met: "–", load: tmr.loadText() + " / " + x.loadText()})
+	}
+}
+
+func goalIf(ok bool, g string) string {
+	if ok {
+		return g
+	}
+	return "–"
+}
+
+func metIf(ok, met bool) string {
+	if ok {
+		return verdict(met)
+	}
+	return "–"
+}
+
+// fixedRate is a baseline that is a fixed rate.
+func fixedRate(v float64) *runs {
+	return &runs{res: []result{{Lines: int64(v), Seconds: 1}}}
+}
+
+// resetLedger removes a data folder and the input's pointer file, for a
+// run from the input's start.
+func resetLedger(l *ledgerLine) error {
+	if err := os.RemoveAll(l.data); err != nil {
+		return err
+	}
+	return removePointer(l.input)
+}
+
+var (
+	ledgerDone = regexp.MustCompile(`ledger: settled: (\d+) lines read, (\d+) applied`)
+	naiveDone  = regexp.MustCompile(`naiveledger: (\d+) lines in`)
+)
+
+// runLedger runs variant v over l's input into l's data folder and
+// checks that it read want new lines.
+func (r *runner) runLedger(v ledgerVariant, store string, l *ledgerLine, want int64) (result, error) {
+	var bin string
+	var args []string
+	switch v {
+	case variantTidemark:
+		bin, args = r.ledgerBin, []string{"run", "--input", l.input, "--data", l.data, "--store", store, "--progress", "none"}
+	default:
+		bin, args = r.naiveBin, []string{"-input", l.input, "-data", l.data, "-store", store, "-mode", v.key}
+	}
+	res, stderr, err := r.runProc(bin, args)
+	if err != nil {
+		return res, err
+	}
+	re := naiveDone
+	if v == variantTidemark {
+		re = ledgerDone
+	}
+	m := re.FindStringSubmatch(stderr)
+	if m == nil {
+		return res, fmt.Errorf("%s: no summary in its output: %s", filepath.Base(bin), lastLines(stderr))
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	if n != want {
+		return res, fmt.Errorf("%s read %d lines, want %d: %s", filepath.Base(bin), n, want, lastLines(stderr))
+	}
+	if v == variantTidemark {
+		if a, _ := strconv.ParseInt(m[2], 10, 64); a != want {
+			return res, fmt.Errorf("ledger run applied %d lines, want %d: %s", a, want, lastLines(stderr))
+		}
+	}
+	res.Lines = n
+	return res, nil
+}
+
+func lastLines(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 400 {
+		s = "…" + s[len(s)-400:]
+	}
+	return s
+}
+
+// runProc runs bin and samples its memory (/proc/PID/status) every 10 ms
+// while it runs: the peaks of its anonymous and file-backed resident sets,
+// and its VmHWM. The time is from the start to the exit.
+func (r *runner) runProc(bin string, args []string) (result, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	load := load1()
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return result{}, "", err
+	}
+	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
+	var peak procMem
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tk := time.NewTicker(10 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			if m, ok := readProcMem(status); ok {
+				peak.max(m)
+			}
+			select {
+			case <-done:
+				return
+			case <-tk.C:
+			}
+		}
+	}()
+	err := cmd.Wait()
+	el := time.Since(start).Seconds()
+	close(done)
+	<-sampled
+	if err != nil {
+		return result{}, stderr.String(), fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), strings.Join(args, " "), err, lastLines(stderr.String()))
+	}
+	ps := cmd.ProcessState
+	return result{Seconds: el, PeakRSSKiB: peak.hwm, Extra: map[string]float64{
+		"anon_peak_kib": float64(peak.anon), "file_peak_kib": float64(peak.file),
+		"cpu_seconds": (ps.UserTime() + ps.SystemTime()).Seconds(), "load1": load,
+	}}, stderr.String(), nil
+}
+
+// procMem is what /proc/PID/status says of a process's memory, in KiB.
+type procMem struct{ anon, file, hwm int64 }
+
+func (p *procMem) max(m procMem) {
+	p.anon, p.file, p.hwm = max(p.anon, m.anon), max(p.file, m.file), max(p.hwm, m.hwm)
+}
+
+func readProcMem(path string) (procMem, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return procMem{}, false
+	}
+	defer f.Close()
+	var m procMem
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "RssAnon":
+			m.anon = n
+		case "RssFile":
+			m.file = n
+		case "VmHWM":
+			m.hwm = n
+		}
+	}
+	return m, m.hwm > 0
+}
+
+// load1 is the one-minute load average.
+func load1() float64 {
+	f := strings.Fields(loadAvg())
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
