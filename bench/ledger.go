@@ -25,20 +25,9 @@ func GenLedger(w io.Writer, lines int, firstID int64, seed uint64) error {
 		names[i] = []byte(AccountName(i))
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x7de3a2c))
-	bw := bufio.NewWriterSize(w, 256<<10)
-	var buf []byte
-	for i := range lines {
-		buf = strconv.AppendInt(buf[:0], firstID+int64(i), 10)
-		buf = append(buf, ',')
-		buf = append(buf, names[rng.IntN(Accounts)]...)
-		buf = append(buf, ',')
-		buf = strconv.AppendInt(buf, rng.Int64N(200001)-50000, 10)
-		buf = append(buf, '\n')
-		if _, err := bw.Write(buf); err != nil {
-			return err
-		}
-	}
-	return bw.Flush()
+	return genLines(w, lines, firstID, rng, func(buf []byte, _ int) []byte {
+		return append(buf, names[rng.IntN(Accounts)]...)
+	})
 }
 
 // GenLedgerFile writes a ledger of lines lines to path (see GenLedger).
@@ -66,7 +55,7 @@ func ManyAccountName(i int) string { return fmt.Sprintf("account-%08d", i) }
 // bytes.
 func GenAccounts(w io.Writer, lines, accounts int, firstID int64, seed uint64) error {
 	rng := rand.New(rand.NewPCG(seed, 0x5ca1e))
-	return genAccounts(w, lines, firstID, rng, func(int) int { return rng.IntN(accounts) })
+	return genLines(w, lines, firstID, rng, func(buf []byte, _ int) []byte { return appendMany(buf, rng.IntN(accounts)) })
 }
 
 // GenEveryAccount writes one ledger line for each of accounts accounts, in
@@ -74,20 +63,27 @@ func GenAccounts(w io.Writer, lines, accounts int, firstID int64, seed uint64) e
 // account.
 func GenEveryAccount(w io.Writer, accounts int, firstID int64, seed uint64) error {
 	rng := rand.New(rand.NewPCG(seed, 0xe4e7))
-	return genAccounts(w, accounts, firstID, rng, func(i int) int { return i })
+	return genLines(w, accounts, firstID, rng, appendMany)
 }
 
-func genAccounts(w io.Writer, lines int, firstID int64, rng *rand.Rand, account func(int) int) error {
+// appendMany appends ManyAccountName(a).
+func appendMany(buf []byte, a int) []byte {
+	buf = append(buf, "account-"...)
+	for d := 10_000_000; d > 1 && a < d; d /= 10 {
+		buf = append(buf, '0')
+	}
+	return strconv.AppendInt(buf, int64(a), 10)
+}
+
+// genLines writes lines ledger lines, ids from firstID, the account of line
+// i appended by account, the amounts drawn from rng after it.
+func genLines(w io.Writer, lines int, firstID int64, rng *rand.Rand, account func(buf []byte, i int) []byte) error {
 	bw := bufio.NewWriterSize(w, 256<<10)
 	var buf []byte
 	for i := range lines {
 		buf = strconv.AppendInt(buf[:0], firstID+int64(i), 10)
-		buf = append(buf, ",account-"...)
-		a := account(i)
-		for d := 10_000_000; d > 1 && a < d; d /= 10 {
-			buf = append(buf, '0')
-		}
-		buf = strconv.AppendInt(buf, int64(a), 10)
+		buf = append(buf, ',')
+		buf = account(buf, i)
 		buf = append(buf, ',')
 		buf = strconv.AppendInt(buf, rng.Int64N(200001)-50000, 10)
 		buf = append(buf, '\n')

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"os"
 	"strconv"
 	"strings"
@@ -12,31 +11,31 @@ import (
 // ru_maxrss a parent gets from wait4, it does not include the parent's
 // resident set at the fork.
 func PeakRSSKiB() int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				return 0
-			}
-			return n
-		}
-	}
-	return 0
+	m, _ := ReadMemStatus("/proc/self/status")
+	return m.HWM
 }
 
 // RSSParts returns the current anonymous and file-backed resident set of
 // this process in KiB (RssAnon and RssFile of /proc/self/status): the
 // file-backed part is mostly the program's own code.
 func RSSParts() (anon, file int64) {
-	b, err := os.ReadFile("/proc/self/status")
+	m, _ := ReadMemStatus("/proc/self/status")
+	return m.Anon, m.File
+}
+
+// MemStatus is what a process's status file (/proc/PID/status) says of its
+// memory, in KiB.
+type MemStatus struct {
+	Anon, File int64 // RssAnon, RssFile: resident now
+	HWM        int64 // VmHWM: the peak resident set
+}
+
+// ReadMemStatus reads a status file of /proc; ok is false when it has no
+// VmHWM (the process is gone, or the system has none).
+func ReadMemStatus(path string) (m MemStatus, ok bool) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, 0
+		return m, false
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		k, v, ok := strings.Cut(l, ":")
@@ -49,10 +48,12 @@ func RSSParts() (anon, file int64) {
 		}
 		switch k {
 		case "RssAnon":
-			anon = n
+			m.Anon = n
 		case "RssFile":
-			file = n
+			m.File = n
+		case "VmHWM":
+			m.HWM = n
 		}
 	}
-	return anon, file
+	return m, m.HWM > 0
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -413,7 +412,7 @@ func (r *runner) runProc(bin string, args []string) (result, string, error) {
 		return result{}, "", err
 	}
 	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
-	var peak procMem
+	var peak bench.MemStatus
 	done := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() {
@@ -421,8 +420,8 @@ func (r *runner) runProc(bin string, args []string) (result, string, error) {
 		tk := time.NewTicker(10 * time.Millisecond)
 		defer tk.Stop()
 		for {
-			if m, ok := readProcMem(status); ok {
-				peak.max(m)
+			if m, ok := bench.ReadMemStatus(status); ok {
+				peak.Anon, peak.File, peak.HWM = max(peak.Anon, m.Anon), max(peak.File, m.File), max(peak.HWM, m.HWM)
 			}
 			select {
 			case <-done:
@@ -439,46 +438,10 @@ func (r *runner) runProc(bin string, args []string) (result, string, error) {
 		return result{}, stderr.String(), fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), strings.Join(args, " "), err, lastLines(stderr.String()))
 	}
 	ps := cmd.ProcessState
-	return result{Seconds: el, PeakRSSKiB: peak.hwm, Extra: map[string]float64{
-		"anon_peak_kib": float64(peak.anon), "file_peak_kib": float64(peak.file),
+	return result{Seconds: el, PeakRSSKiB: peak.HWM, Extra: map[string]float64{
+		"anon_peak_kib": float64(peak.Anon), "file_peak_kib": float64(peak.File),
 		"cpu_seconds": (ps.UserTime() + ps.SystemTime()).Seconds(), "load1": load,
 	}}, stderr.String(), nil
-}
-
-// procMem is what /proc/PID/status says of a process's memory, in KiB.
-type procMem struct{ anon, file, hwm int64 }
-
-func (p *procMem) max(m procMem) {
-	p.anon, p.file, p.hwm = max(p.anon, m.anon), max(p.file, m.file), max(p.hwm, m.hwm)
-}
-
-func readProcMem(path string) (procMem, bool) {
-	f, err := os.Open(path)
-	if err != nil {
-		return procMem{}, false
-	}
-	defer f.Close()
-	var m procMem
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "RssAnon":
-			m.anon = n
-		case "RssFile":
-			m.file = n
-		case "VmHWM":
-			m.hwm = n
-		}
-	}
-	return m, m.hwm > 0
 }
 
 // load1 is the one-minute load average.
