@@ -91,31 +91,38 @@ func ReadState(dir string) (LedgerState, error) {
 // readLedger reads the ledger's state as the store sees it (staged changes
 // included) and the last position the ledger recorded itself.
 func readLedger(ns state.Store) (st LedgerState, last dedupe.Applied, err error) {
-	st.Balances = make(map[string]int64)
 	err = ns.View(func(tx *state.Tx) error {
 		var err error
-		if st.Applied, err = tx.GetInt64(keyApplied); err != nil {
-			return err
-		}
-		if st.Total, err = tx.GetInt64(keyTotal); err != nil {
-			return err
-		}
-		epoch, err := tx.GetInt64(keyEpoch)
+		st, last, err = readLedgerTx(tx)
+		return err
+	})
+	return st, last, err
+}
+
+// readLedgerTx reads the ledger's state in tx; see readLedger.
+func readLedgerTx(tx *state.Tx) (st LedgerState, last dedupe.Applied, err error) {
+	st.Balances = make(map[string]int64)
+	if st.Applied, err = tx.GetInt64(keyApplied); err != nil {
+		return st, last, err
+	}
+	if st.Total, err = tx.GetInt64(keyTotal); err != nil {
+		return st, last, err
+	}
+	epoch, err := tx.GetInt64(keyEpoch)
+	if err != nil {
+		return st, last, err
+	}
+	if last.Position, err = tx.GetInt64(keyPosition); err != nil {
+		return st, last, err
+	}
+	last.Epoch = uint64(epoch)
+	err = tx.Bucket(balancesBucket).ForEach(func(k, v []byte) error {
+		n, err := decodeBalance(v)
 		if err != nil {
-			return err
+			return fmt.Errorf("balance of %q: %w", k, err)
 		}
-		if last.Position, err = tx.GetInt64(keyPosition); err != nil {
-			return err
-		}
-		last.Epoch = uint64(epoch)
-		return tx.Bucket(balancesBucket).ForEach(func(k, v []byte) error {
-			n, err := decodeBalance(v)
-			if err != nil {
-				return fmt.Errorf("balance of %q: %w", k, err)
-			}
-			st.Balances[string(k)] = n
-			return nil
-		})
+		st.Balances[string(k)] = n
+		return nil
 	})
 	return st, last, err
 }
