@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
+	"github.com/tidemark-go/tidemark/tidemarktest"
 )
 
 // countLines is the smallest exactly-once processor: it counts the lines of
@@ -87,4 +89,17 @@ func Example_exactlyOnce() {
 	// first run: o-1 2, o-2 1
 	// after an append and a restart: o-1 2, o-2 2
 	// after deleting the store: o-1 2, o-2 2
+}
+
+// The README's test of the smallest processor with the test kit, as
+// written there.
+func TestCounterIsExactlyOnce(t *testing.T) {
+	cfg := tidemarktest.Config{Feed: "orders", Processors: func() framework.Registry {
+		return framework.Registry{"counter": &countLines{}}
+	}}
+	tidemarktest.CheckExactlyOnce(t, cfg, []string{"o-1", "o-2", "o-1"}, nil, func(h *tidemarktest.Harness) any {
+		var n int64
+		h.View("", func(tx *state.Tx) error { n, _ = tx.Bucket("counts").GetInt64([]byte("o-1")); return nil })
+		return n
+	})
 }
