@@ -8,7 +8,7 @@ import (
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed/pointer"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // decision is where and in which epoch an opened input is read.

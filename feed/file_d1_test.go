@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/tidemark-go/tidemark/feed/pointer"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // genLines returns n lines "<prefix>-<i>-xxx…\n" of 32 bytes each.

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/tidemark-go/tidemark/feed/pointer"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // pollUntil polls until a line past byte offset after has been delivered,

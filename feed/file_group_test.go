@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark/feed/pointer"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 	"go.uber.org/goleak"
 )
 

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark/feed/pointer"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 const lockChildEnv = "TIDEMARK_LOCK_CHILD"

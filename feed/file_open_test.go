@@ -11,7 +11,7 @@ import (
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed/pointer"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // firstRun reads all of p with a Committed source, commits the last line,

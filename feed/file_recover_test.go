@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // stopAfter reads p with a Committed source until it has committed the

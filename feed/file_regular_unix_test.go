@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark/feed/pointer"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // mkfifo makes a FIFO at path.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // waitUntil polls cond until it holds or the deadline passes.

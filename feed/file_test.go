@@ -17,7 +17,7 @@ import (
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed/pointer"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // deadline bounds every wait for a condition in these tests.

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // A file whose name ends in ".gz" is read decompressed: a rotated file that

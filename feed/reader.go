@@ -10,7 +10,7 @@ import (
 	"sync"
 
 	"github.com/tidemark-go/tidemark/dedupe"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // reader is the open file of a stream and its framing: the file, the

@@ -15,7 +15,7 @@ import (
 
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed/pointer"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // stream is one input path followed through appends, rotation and

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // The kinds of rotation, logged as "kind" with the notes a rotation

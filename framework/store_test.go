@@ -19,8 +19,8 @@ import (
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
-	"github.com/tidemark-go/tidemark/internal/vfs"
 	"github.com/tidemark-go/tidemark/state"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // resumable is a memSource that resumes from the stores' points as a file

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // The conformance suite: every test here runs against every backend of

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/tidemark-go/tidemark/dedupe"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // TestCorruptRecordsAreDetected flips bits in an applied-position record,

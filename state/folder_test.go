@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // The rules of a store folder: a STORE file stands for the backend's data;

@@ -8,7 +8,7 @@ import (
 
 	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // FuzzScanTail: the store's reader of the tail of Pebble's newest WAL reads

@@ -16,7 +16,7 @@ import (
 
 	"github.com/tidemark-go/tidemark/checkpoint"
 	"github.com/tidemark-go/tidemark/dedupe"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // backend is one row of the conformance table: how to open a store of that

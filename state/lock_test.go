@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // The lock tests race real processes: the test binary re-executed as a

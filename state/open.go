@@ -16,7 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // The backends, as named in a config string and in the STORE file.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/tidemark-go/tidemark/checkpoint"
 	"github.com/tidemark-go/tidemark/dedupe"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // Store is a durable key/value store that applies every delivered line

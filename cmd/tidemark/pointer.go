@@ -19,7 +19,7 @@ import (
 	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/feed/pointer"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 const pointerHelp = `Usage:

@@ -20,9 +20,9 @@ import (
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
-	"github.com/tidemark-go/tidemark/internal/vfs"
 	"github.com/tidemark-go/tidemark/ops"
 	"github.com/tidemark-go/tidemark/state"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // RunOptions are the flags of `ledger run`.

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 const faultDir = "/data"

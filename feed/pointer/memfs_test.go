@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // crashFS is an in-memory vfs.FS that remembers what was made durable, so a

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // Suffix is appended to the input's path to name its pointer file.

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark/dedupe"
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // testPointer returns a distinct, valid pointer for each i.

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/internal/vfs"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 func TestDefaultRoundTrip(t *testing.T) {
