@@ -98,7 +98,7 @@ func (p *pump) consume() (outcome, string) {
 		}
 		return outReset, "the pull could not start: " + err.Error()
 	}
-	defer it.Stop()
+	defer p.stop(it)
 	for {
 		ctx := s.waker.current()
 		msg, err := it.Next(jetstream.NextContext(ctx))
@@ -167,6 +167,34 @@ func (p *pump) consume() (outcome, string) {
 		p.accepted = sseq
 		s.pending.Store(md.NumPending)
 		s.delivered.Add(1)
+	}
+}
+
+// stop stops a generation's message iterator and waits until the server
+// knows: the iterator's subscription is removed (nats.go does that in a
+// goroutine of its own) and the connection flushed. A pull request the
+// iterator left waiting at the server would otherwise take the next
+// generation's first deliveries, to a reply subject nobody reads: lost to
+// this generation, they would come again only after AckWait. The server
+// skips a waiting request whose reply subject has no interest, and it reads
+// the unsubscription before the reset that follows, on the same
+// connection.
+func (p *pump) stop(it jetstream.MessagesContext) {
+	s := p.s
+	it.Stop()
+	if c, ok := it.(interface{ Closed() <-chan struct{} }); ok {
+		t := time.NewTimer(s.cfg.Timeout)
+		defer t.Stop()
+		select {
+		case <-c.Closed():
+		case <-t.C:
+			s.log.Warn("the message iterator did not stop within Timeout; a pull request it left at the server may delay the next messages until AckWait", "timeout", s.cfg.Timeout)
+		case <-s.ctx.Done():
+			return
+		}
+	}
+	if s.nc.IsConnected() {
+		_ = s.nc.FlushTimeout(s.cfg.Timeout)
 	}
 }
 
