@@ -21,7 +21,7 @@ type Mark struct {
 
 // Binding identifies the subscription the mark was taken under: it changes
 // each time the framework binds a new queue of the group to the checkpoint
-// (see [Registry.Bind]). A mark of an earlier binding is ignored by
+// (see [Set.Bind]). A mark of an earlier binding is ignored by
 // [Checkpoint.DurableThrough]. The framework compares bindings to tell
 // whether a durable mark belongs to a queue it has removed.
 func (m Mark) Binding() uint64 { return m.gen }
@@ -30,26 +30,26 @@ func (m Mark) Binding() uint64 { return m.gen }
 // framework binds one to a hold when the group's queue subscribes.
 type Progress func() Mark
 
-// Registry holds the checkpoints of a server, by feed and processor group.
+// Set holds the checkpoints of a server, by feed and processor group.
 // The framework consults it when it computes what a group has processed.
 // It is safe for concurrent use.
-type Registry struct {
+type Set struct {
 	mu    sync.Mutex
 	holds map[key]*Checkpoint
 }
 
 type key struct{ feed, group string }
 
-// NewRegistry returns an empty registry.
-func NewRegistry() *Registry {
-	return &Registry{holds: make(map[key]*Checkpoint)}
+// NewSet returns an empty set.
+func NewSet() *Set {
+	return &Set{holds: make(map[key]*Checkpoint)}
 }
 
 // Hold returns the checkpoint of (feed, group), creating it if needed. While
 // it is held, the group's queue on the feed counts as processed only up to
 // the last mark declared durable. Take the hold before the feed delivers:
 // items committed before it stay committed.
-func (r *Registry) Hold(feed, group string) *Checkpoint {
+func (r *Set) Hold(feed, group string) *Checkpoint {
 	c := r.checkpoint(feed, group)
 	c.mu.Lock()
 	c.held = true
@@ -58,7 +58,7 @@ func (r *Registry) Hold(feed, group string) *Checkpoint {
 }
 
 // Lookup returns the checkpoint of (feed, group), or nil if none was taken.
-func (r *Registry) Lookup(feed, group string) *Checkpoint {
+func (r *Set) Lookup(feed, group string) *Checkpoint {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.holds[key{feed, group}]
@@ -67,7 +67,7 @@ func (r *Registry) Lookup(feed, group string) *Checkpoint {
 // Bind attaches the progress of a newly subscribed queue of group on feed.
 // Marks taken before are ignored from now on: a group that subscribes again
 // starts with nothing durable. The framework calls Bind; it creates no hold.
-func (r *Registry) Bind(feed, group string, progress Progress) {
+func (r *Set) Bind(feed, group string, progress Progress) {
 	c := r.checkpoint(feed, group)
 	c.mu.Lock()
 	c.gen++
@@ -81,7 +81,7 @@ func (r *Registry) Bind(feed, group string, progress Progress) {
 // declared it and with no lock held; nil removes it. The framework sets one
 // so that it commits as soon as a hold lets it, not at its next duty cycle.
 // fn must be quick and must not block.
-func (r *Registry) OnAdvance(feed, group string, fn func()) {
+func (r *Set) OnAdvance(feed, group string, fn func()) {
 	c := r.checkpoint(feed, group)
 	c.mu.Lock()
 	c.advanced = fn
@@ -90,7 +90,7 @@ func (r *Registry) OnAdvance(feed, group string, fn func()) {
 
 // checkpoint returns the checkpoint of (feed, group), making it (not held)
 // if there is none.
-func (r *Registry) checkpoint(feed, group string) *Checkpoint {
+func (r *Set) checkpoint(feed, group string) *Checkpoint {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := key{feed, group}

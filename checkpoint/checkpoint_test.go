@@ -18,7 +18,7 @@ func (c *counter) progress() checkpoint.Mark {
 }
 
 func TestHoldIsPerFeedAndGroup(t *testing.T) {
-	r := checkpoint.NewRegistry()
+	r := checkpoint.NewSet()
 	if r.Lookup("orders", "g") != nil {
 		t.Fatal("Lookup before Hold returns a checkpoint")
 	}
@@ -38,7 +38,7 @@ func TestHoldIsPerFeedAndGroup(t *testing.T) {
 }
 
 func TestMarkBeforeBindIsNothing(t *testing.T) {
-	r := checkpoint.NewRegistry()
+	r := checkpoint.NewSet()
 	c := r.Hold("orders", "g")
 	if m := c.Mark(); m.Count != 0 || m.Seq != 0 || m.Position != 0 {
 		t.Fatalf("mark before the queue subscribed: %+v", m)
@@ -46,7 +46,7 @@ func TestMarkBeforeBindIsNothing(t *testing.T) {
 }
 
 func TestMarkReadsProgressAndDurableOnlyAdvances(t *testing.T) {
-	r := checkpoint.NewRegistry()
+	r := checkpoint.NewSet()
 	c := r.Hold("orders", "g")
 	var q counter
 	r.Bind("orders", "g", q.progress)
@@ -66,7 +66,7 @@ func TestMarkReadsProgressAndDurableOnlyAdvances(t *testing.T) {
 }
 
 func TestBindIgnoresMarksOfEarlierBinding(t *testing.T) {
-	r := checkpoint.NewRegistry()
+	r := checkpoint.NewSet()
 	c := r.Hold("orders", "g")
 	var q1, q2 counter
 	r.Bind("orders", "g", q1.progress)
@@ -91,7 +91,7 @@ func TestBindIgnoresMarksOfEarlierBinding(t *testing.T) {
 }
 
 func TestBindWithoutHoldCreatesUnheldCheckpoint(t *testing.T) {
-	r := checkpoint.NewRegistry()
+	r := checkpoint.NewSet()
 	var q counter
 	r.Bind("orders", "g", q.progress)
 	c := r.Lookup("orders", "g")
@@ -114,7 +114,7 @@ func TestBindWithoutHoldCreatesUnheldCheckpoint(t *testing.T) {
 }
 
 func TestReleaseEndsHoldAndHoldTakesItAgain(t *testing.T) {
-	r := checkpoint.NewRegistry()
+	r := checkpoint.NewSet()
 	c := r.Hold("orders", "g")
 	c.Release()
 	if _, held := c.Durable(); held {
@@ -129,7 +129,7 @@ func TestReleaseEndsHoldAndHoldTakesItAgain(t *testing.T) {
 // DurableThrough from many goroutines, with marks taken meanwhile: the
 // durable mark ends at the highest, and never goes back (run with -race).
 func TestDurableThroughConcurrent(t *testing.T) {
-	r := checkpoint.NewRegistry()
+	r := checkpoint.NewSet()
 	c := r.Hold("orders", "g")
 	var q counter
 	r.Bind("orders", "g", q.progress)
@@ -169,7 +169,7 @@ func TestDurableThroughConcurrent(t *testing.T) {
 // forward, never for one that does not, and can call back into the
 // checkpoint (no lock is held).
 func TestOnAdvanceCalledOnlyWhenDurableMoves(t *testing.T) {
-	r := checkpoint.NewRegistry()
+	r := checkpoint.NewSet()
 	c := r.Hold("orders", "g")
 	var q counter
 	r.Bind("orders", "g", q.progress)

@@ -6,7 +6,7 @@
 // group's queue counts as processed only up to the last [Mark] it declared
 // durable:
 //
-//	cp := registry.Hold("orders", "orders-agent")
+//	cp := checkpoints.Hold("orders", "orders-agent") // a *Set; in a framework processor, fc.Checkpoint("orders")
 //	...
 //	m := cp.Mark()           // what the queue has finished so far
 //	go func() {

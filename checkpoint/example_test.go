@@ -11,7 +11,7 @@ import (
 // batch is durable. Here the framework's part (Bind, and the queue's
 // progress) is played by a counter.
 func Example() {
-	reg := checkpoint.NewRegistry()
+	reg := checkpoint.NewSet()
 	cp := reg.Hold("orders", "orders-agent") // before the feed delivers
 
 	var finished uint64 // the queue: items finished so far

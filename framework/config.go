@@ -60,9 +60,9 @@ type Config struct {
 	// It is called on the group's goroutine once per line: it must be
 	// cheap and must not block. Nil measures nothing and costs nothing.
 	Observer HandleObserver
-	// Checkpoints is the registry of checkpoint holds. Nil means the server
+	// Checkpoints is the set of checkpoint holds. Nil means the server
 	// makes its own; pass one to share it with a store made before the server.
-	Checkpoints *checkpoint.Registry
+	Checkpoints *checkpoint.Set
 	// UntilSettled makes [Server.Run] a batch run: it returns once every
 	// feed has settled (read to its end, every line finished and
 	// committed), after a clean stop. A feed that stalls, or whose input

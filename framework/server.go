@@ -35,7 +35,7 @@ const (
 type Server struct {
 	cfg   Config
 	log   *slog.Logger
-	reg   *checkpoint.Registry
+	reg   *checkpoint.Set
 	base  context.Context
 	drain time.Duration
 
@@ -81,7 +81,7 @@ func New(cfg Config, processors Registry) (*Server, error) {
 		s.log = slog.Default()
 	}
 	if s.reg == nil {
-		s.reg = checkpoint.NewRegistry()
+		s.reg = checkpoint.NewSet()
 	}
 	if s.drain <= 0 {
 		s.drain = DefaultDrainTimeout
@@ -643,8 +643,8 @@ func (s *Server) Store(groupName string) (state.Store, error) {
 	return g.store, nil
 }
 
-// Checkpoints returns the server's checkpoint registry.
-func (s *Server) Checkpoints() *checkpoint.Registry { return s.reg }
+// Checkpoints returns the server's set of checkpoint holds.
+func (s *Server) Checkpoints() *checkpoint.Set { return s.reg }
 
 func (s *Server) running() error {
 	if s.state != serverRunning {

@@ -124,7 +124,7 @@ func TestCrashChild(t *testing.T) {
 		os.Exit(2)
 	}
 	var p progress
-	reg := checkpoint.NewRegistry()
+	reg := checkpoint.NewSet()
 	cp := reg.Hold("f", "g")
 	ptr := readPointer(dir)
 	reg.Bind("f", "g", func() checkpoint.Mark {

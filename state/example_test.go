@@ -88,7 +88,7 @@ func ExampleStore_Bind() {
 	}
 	defer st.Close()
 
-	reg := checkpoint.NewRegistry()
+	reg := checkpoint.NewSet()
 	cp := reg.Hold("orders", "orders-agent")
 	var finished atomic.Uint64 // the framework's queue progress, in a real server
 	reg.Bind("orders", "orders-agent", func() checkpoint.Mark { return checkpoint.Mark{Count: finished.Load()} })

@@ -182,7 +182,7 @@ func (p *progress) mark() checkpoint.Mark { n := p.n.Load(); return checkpoint.M
 
 // hold returns a held checkpoint of (feed, "g") bound to p.
 func hold(feed string, p *progress) *checkpoint.Checkpoint {
-	reg := checkpoint.NewRegistry()
+	reg := checkpoint.NewSet()
 	cp := reg.Hold(feed, "g")
 	reg.Bind(feed, "g", p.mark)
 	return cp
