@@ -1,7 +1,9 @@
 package framework
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -55,6 +57,28 @@ type Config struct {
 	// file sources and stores the server makes. Nil means slog.Default():
 	// a warning (an input that does not exist, a rewind) is never lost.
 	Logger *slog.Logger
+	// LogLevel, when set and Logger is nil, is the least level the server
+	// logs at (and its file sources and stores, and the operator
+	// listener): the records at it and above go to slog.Default()'s
+	// handler, or, when that handler would drop them (the standard
+	// library's default handler drops DEBUG), to a text handler on
+	// standard error at that level. Nil means slog.Default() as it is. A
+	// *slog.LevelVar changes the level while the server runs. Ignored when
+	// Logger is set: give that logger its own level. YAML: logLevel.
+	LogLevel slog.Leveler
+	// Operator, when set, is the operator listener to serve while the
+	// server runs (metrics, status, health probes: package ops). The
+	// framework does not import package ops: StartOperator, which ops.Start
+	// is, starts it at Start and the server closes it at the end of its
+	// stop. YAML: operator.
+	Operator *OperatorConfig
+	// StartOperator starts the listener that Operator describes; it is
+	// required when Operator is set (New fails without it, so that an
+	// operator section is never ignored). ops.Start is one; ops.Use sets it
+	// together with the histograms it serves. It is called at Start, before
+	// the feeds read, with the server and the settings; its Closer is
+	// closed once the server has stopped.
+	StartOperator func(ctx context.Context, srv *Server, c OperatorConfig) (io.Closer, error)
 	// Observer, when set, is told how long each line took its group to
 	// handle (all its processors, retries included). ops.Observer is one.
 	// It is called on the group's goroutine once per line: it must be
@@ -144,6 +168,37 @@ type FileConfig struct {
 	// source also logs and counts them (FeedStatus.OversizeSkipped,
 	// PartialDropped).
 	OnReject func(feed.Reject)
+}
+
+// OperatorConfig is the operator listener's settings (YAML "operator:"):
+// plain values, handed to Config.StartOperator, since the framework does not
+// import package ops (ops.Start maps them to an ops.Config: see there for
+// each one's meaning). The zero value of each takes the ops default.
+type OperatorConfig struct {
+	// Addr is the TCP address to listen on; "" means 127.0.0.1 on a port
+	// the system picks (the listener logs the address it took).
+	Addr string
+	// Token, when set, is demanded on every request (reads included) and
+	// allows clients on other hosts; without it only loopback clients are
+	// served. Give it from the environment: token: ${TIDEMARK_TOKEN}.
+	Token string
+	// AllowedHosts are the host names, besides localhost and IP addresses,
+	// that a request may name (a guard against DNS rebinding).
+	AllowedHosts []string
+	// MaxConns caps the connections held open at once.
+	MaxConns int
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout bound a
+	// request's header, a whole request, a response, and a keep-alive
+	// connection's wait for its next request.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	// Watch, when positive, logs a record per stall, reopen, drop or failed
+	// commit, checking this often; zero means no watcher.
+	Watch time.Duration
+	// Refresh is how often the status page reloads itself.
+	Refresh time.Duration
 }
 
 // OverloadPolicy decides what the feed does when a subscriber queue is full.

@@ -101,6 +101,23 @@
 // bound to stops the server: [Server.Run] returns it, [Server.Done] and
 // [Server.Err] tell a host that runs several servers.
 //
+// # Configuration
+//
+// A [Config] is written in Go or loaded from YAML ([LoadConfigFile]). The
+// complete commented example, every key with its default, is
+// testdata/example.yaml in this package's folder (a test loads it, and
+// checks that it names every key). Values may name environment variables
+// (${VAR}, ${VAR:-default}, $$ for a $). A mistake is a [*ConfigError]
+// that says where and what, and wraps ErrInvalidConfig:
+//
+//	orders.yaml:7: processorGroups[0]: unknown key "agentNme"; did you mean "agentName"? (valid: agentName, processors, failure, store, storeOptions, resume)
+//
+// Config.LogLevel (logLevel) sets the level of the default logger.
+// Config.Operator (operator) describes the operator listener of package
+// ops, which the framework does not import: the program calls ops.Use(&cfg)
+// before New, and the server then starts the listener at Start and closes
+// it once stopped; New refuses an operator section that nothing serves.
+//
 // # Smallest use
 //
 //	srv, err := framework.New(framework.Config{

@@ -344,6 +344,12 @@ func (l *logBuf) String() string {
 	return l.b.String()
 }
 
+func (l *logBuf) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Reset()
+}
+
 func (l *logBuf) contains(s string) bool { return strings.Contains(l.String(), s) }
 
 func (l *logBuf) logger() *slog.Logger {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -60,7 +62,50 @@ type Server struct {
 	// managed is set by Run: a dead group is then a fatal error, not a
 	// pause for the operator to clear.
 	managed atomic.Bool
+	// operator is the operator listener Config.StartOperator started; nil
+	// without one. It is closed once the server has stopped.
+	operator io.Closer
 }
+
+// defaultLogger is the logger of a server whose Config.Logger is nil:
+// slog.Default(), filtered at level when one is set. When slog.Default()'s
+// handler drops records at level (the standard library's own drops DEBUG),
+// a text handler on standard error takes them instead.
+func defaultLogger(level slog.Leveler) *slog.Logger {
+	if level == nil {
+		return slog.Default()
+	}
+	h := slog.Default().Handler()
+	if !h.Enabled(context.Background(), level.Level()) {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	}
+	return slog.New(&levelHandler{level: level, h: h})
+}
+
+// levelHandler passes to h the records at level and above.
+type levelHandler struct {
+	level slog.Leveler
+	h     slog.Handler
+}
+
+func (l *levelHandler) Enabled(ctx context.Context, lv slog.Level) bool {
+	return lv >= l.level.Level() && l.h.Enabled(ctx, lv)
+}
+
+func (l *levelHandler) Handle(ctx context.Context, r slog.Record) error { return l.h.Handle(ctx, r) }
+
+func (l *levelHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &levelHandler{level: l.level, h: l.h.WithAttrs(as)}
+}
+
+func (l *levelHandler) WithGroup(name string) slog.Handler {
+	return &levelHandler{level: l.level, h: l.h.WithGroup(name)}
+}
+
+// Logger returns the logger the server writes to: Config.Logger, or the
+// default one (see Config.LogLevel). Components started beside the server
+// (the operator listener) log to it too.
+func (s *Server) Logger() *slog.Logger { return s.log }
 
 // New checks cfg and binds its processors by name from processors. Feeds
 // without a Source get a file source made from their File config. Nothing
@@ -78,7 +123,10 @@ func New(cfg Config, processors Registry) (*Server, error) {
 		stopped: make(chan struct{}),
 	}
 	if s.log == nil {
-		s.log = slog.Default()
+		s.log = defaultLogger(cfg.LogLevel)
+	}
+	if cfg.Operator != nil && cfg.StartOperator == nil {
+		return nil, fmt.Errorf("%w: the config describes an operator listener (operator, address %q) but nothing starts it: set Config.StartOperator (ops.Use(&cfg) does), or remove the operator settings", ErrInvalidConfig, cfg.Operator.Addr)
 	}
 	if s.reg == nil {
 		s.reg = checkpoint.NewSet()
@@ -244,6 +292,14 @@ func (s *Server) Start(ctx context.Context) error {
 		// Every group has subscribed: the stores of the subscribers decide
 		// where each feed resumes, before its first read.
 		startErr = s.resumeFeeds()
+	}
+	if startErr == nil && s.cfg.Operator != nil {
+		op, err := s.cfg.StartOperator(s.base, s, *s.cfg.Operator)
+		if err != nil {
+			startErr = fmt.Errorf("framework: start the operator listener: %w", err)
+		} else {
+			s.operator = op
+		}
 	}
 	if startErr != nil {
 		var errs []error
@@ -454,6 +510,12 @@ func (s *Server) stop(ctx context.Context, drain bool) error {
 		errs = append(errs, g.stopProcessors(ctx, procs))
 	}
 	errs = append(errs, s.closeStores())
+	if s.operator != nil {
+		// Last: the listener reported the stop while it lasted.
+		if err := s.operator.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("framework: stop: close the operator listener: %w", err))
+		}
+	}
 	s.state = serverStopped
 	s.stopErr = errors.Join(errs...)
 	close(s.stopped)

@@ -171,4 +171,14 @@
 //	if err := l.Start(ctx); err != nil { ... }
 //	defer l.Close()
 //	fmt.Println("operator endpoint on", l.Addr())
+//
+// Or from the server's config (YAML "operator:", framework.OperatorConfig:
+// addr, token, allowedHosts, maxConns, the timeouts, watch, refresh): [Use]
+// sets the config's StartOperator and wires the histograms, and the server
+// starts the listener at Start and closes it once stopped:
+//
+//	cfg, err := framework.LoadConfigFile("orders.yaml")
+//	if err != nil { ... }
+//	ops.Use(&cfg)
+//	srv, err := framework.New(cfg, processors)
 package ops
