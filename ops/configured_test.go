@@ -1,7 +1,6 @@
 package ops_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,24 +16,6 @@ import (
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/ops"
 )
-
-// syncBuf is a log sink safe for concurrent use.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A server config's operator section (YAML "operator:", the token from
 // the environment) is served while the server runs, with the histograms
@@ -57,16 +37,17 @@ processorGroups:
   - {agentName: A, processors: [p], store: 'bbolt:` + filepath.Join(dir, "state") + `', storeOptions: {batchInterval: 5ms}}
 `))
 	require.NoError(t, err)
-	var logs syncBuf
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	logs := &recorder{}
+	cfg.Logger = slog.New(logs)
 	ops.Use(&cfg)
 	srv, err := framework.New(cfg, framework.Registry{"p": &storeProc{}})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(context.Background()))
 	defer srv.Stop(context.Background())
 
-	m := regexp.MustCompile(`ops: listener started" addr=(\S+) token=true`).FindStringSubmatch(logs.String())
-	require.NotNil(t, m, "the listener logs where it listens:\n%s", logs.String())
+	recs := strings.Join(logs.take(), "\n")
+	m := regexp.MustCompile(`ops: listener started addr=(\S+) token=true`).FindStringSubmatch(recs)
+	require.NotNil(t, m, "the listener logs where it listens:\n%s", recs)
 	url := "http://" + m[1]
 	code, _ := get(t, url+"/metrics")
 	require.Equal(t, http.StatusUnauthorized, code, "the token is demanded")
