@@ -17,13 +17,15 @@ import (
 
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/framework"
+	"github.com/tidemark-go/tidemark/state"
 )
 
 // Observer holds the histograms that cannot be read from status at scrape
 // time: how long a processor group takes to handle a line, and how big a
-// store's batches are and how long their commits take. The framework and
-// the stores feed it through the two small interfaces they define (a
-// HandleObserver and a CommitObserver); an Observer satisfies both shapes.
+// store's batches are and how long their commits take. An Observer is a
+// [framework.HandleObserver] (set it as framework.Config.Observer); a store
+// reports to it through [Observer.ForStore], a [state.CommitObserver] (set
+// it as state.Options.Observer).
 //
 // An Observer is safe for concurrent use. Make it before the server and the
 // stores, hand it to them, and pass it to the listener in Config.Observer.
@@ -36,23 +38,9 @@ type Observer struct {
 	groups sync.Map
 }
 
-// HandleObserver is what a processor group reports after each line it
-// handled: its group's name and how long the handling took (retries
-// included).
-type HandleObserver interface {
-	ObserveHandle(group string, d time.Duration)
-}
-
-// CommitObserver is what a store reports after each batch it committed:
-// the store's name, how many applied deliveries the batch held, and how long
-// the durable commit took.
-type CommitObserver interface {
-	ObserveCommit(store string, lines int, d time.Duration)
-}
-
 var (
-	_ HandleObserver = (*Observer)(nil)
-	_ CommitObserver = (*Observer)(nil)
+	_ framework.HandleObserver = (*Observer)(nil)
+	_ state.CommitObserver     = StoreObserver{}
 )
 
 // NewObserver returns an Observer with empty histograms.
@@ -85,20 +73,21 @@ func (o *Observer) ObserveHandle(group string, d time.Duration) {
 	h.(prometheus.Observer).Observe(d.Seconds())
 }
 
-// ObserveCommit records that store committed a batch of lines applied
+// observeCommit records that store committed a batch of lines applied
 // deliveries in d.
-func (o *Observer) ObserveCommit(store string, lines int, d time.Duration) {
+func (o *Observer) observeCommit(store string, lines int, d time.Duration) {
 	o.commit.WithLabelValues(store).Observe(d.Seconds())
 	o.batch.WithLabelValues(store).Observe(float64(lines))
 }
 
-// ForStore returns an observer bound to one store's name, for a store that
-// does not know its name: its ObserveCommit(lines, d) records under store.
+// ForStore returns the observer of one store's commits, recorded under the
+// label store: a [state.CommitObserver] for state.Options.Observer.
 func (o *Observer) ForStore(store string) StoreObserver {
 	return StoreObserver{o: o, store: store}
 }
 
-// StoreObserver is an Observer bound to one store's name.
+// StoreObserver is an Observer bound to one store's name: the
+// [state.CommitObserver] that [Observer.ForStore] returns.
 type StoreObserver struct {
 	o     *Observer
 	store string
@@ -106,7 +95,7 @@ type StoreObserver struct {
 
 // ObserveCommit records a committed batch of the bound store.
 func (s StoreObserver) ObserveCommit(lines int, d time.Duration) {
-	s.o.ObserveCommit(s.store, lines, d)
+	s.o.observeCommit(s.store, lines, d)
 }
 
 // Describe implements prometheus.Collector.
