@@ -5,10 +5,17 @@ package dedupe
 // after its terminator, and its sequence number in this run.
 //
 // Seq restarts at 1 with every run of the server and must never be used to
-// recognise a line across a restart; (Feed, Epoch, Position) is stable.
+// recognise a line across a restart; (Feed, File, Epoch, Position) is
+// stable.
 type Delivery struct {
 	// Feed is the name of the feed the line came from.
 	Feed string
+	// File names the file of a feed that follows a set of files (its path
+	// as the feed matched it); empty for a feed of one file. Each file of
+	// a set is its own position space, with its own epochs: a store keeps
+	// one applied record per (Feed, File), and the rule of AlreadyApplied
+	// applies within one file.
+	File string
 	// Epoch names the position space. Zero means the feed has no positions
 	// (an in-memory feed, a pipe, a non-committing read strategy); such a
 	// delivery is never recognised as a re-delivery.
@@ -87,6 +94,9 @@ type Origin struct {
 // later decide whether a new epoch covers the same bytes.
 type Lineage struct {
 	Applied
+	// File is the file of a file set the record is of (Delivery.File);
+	// empty for a feed of one file.
+	File        string
 	Identity    Identity
 	Fingerprint Fingerprint
 	// TailLen is the number of bytes just before Position that TailHash

@@ -13,7 +13,7 @@ import "sync"
 // state. The state package does all of this for you.
 type Tracker struct {
 	mu   sync.Mutex
-	last map[string]Applied
+	last map[trackKey]Applied
 }
 
 // NewTracker returns an empty tracker.
@@ -24,7 +24,7 @@ func NewTracker() *Tracker { return &Tracker{} }
 func (t *Tracker) Seen(d Delivery) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return AlreadyApplied(d, t.last[d.Feed])
+	return AlreadyApplied(d, t.last[trackKey{d.Feed, d.File}])
 }
 
 // Record records that d has been applied: the feed's position moves to d's
@@ -41,9 +41,10 @@ func (t *Tracker) recordLocked(d Delivery) {
 		return
 	}
 	if t.last == nil {
-		t.last = make(map[string]Applied)
+		t.last = make(map[trackKey]Applied)
 	}
-	t.last[d.Feed] = Advance(t.last[d.Feed], d)
+	k := trackKey{d.Feed, d.File}
+	t.last[k] = Advance(t.last[k], d)
 }
 
 // Apply calls fn unless d is a re-delivery, and records d when fn returns
@@ -57,7 +58,7 @@ func (t *Tracker) recordLocked(d Delivery) {
 func (t *Tracker) Apply(d Delivery, fn func() error) (applied bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if AlreadyApplied(d, t.last[d.Feed]) {
+	if AlreadyApplied(d, t.last[trackKey{d.Feed, d.File}]) {
 		return false, nil
 	}
 	if err := fn(); err != nil {
@@ -67,12 +68,34 @@ func (t *Tracker) Apply(d Delivery, fn func() error) (applied bool, err error) {
 	return true, nil
 }
 
-// Last returns the last position recorded for feed; the zero [Applied] when
-// none was.
+// trackKey is what a Tracker records a position for: a feed, and the file
+// of a file set (Delivery.File, "" for a feed of one file).
+type trackKey struct{ feed, file string }
+
+// Last returns the last position recorded for feed (of one file, or the
+// file "" of a set); the zero [Applied] when none was. [Tracker.LastOf]
+// returns a file's.
 func (t *Tracker) Last(feed string) Applied {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.last[feed]
+	return t.last[trackKey{feed, ""}]
+}
+
+// LastOf returns the last position recorded for the file file of feed.
+func (t *Tracker) LastOf(feed, file string) Applied {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.last[trackKey{feed, file}]
+}
+
+// RestoreOf sets the last position of the file file of feed (see Restore).
+func (t *Tracker) RestoreOf(feed, file string, last Applied) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last == nil {
+		t.last = make(map[trackKey]Applied)
+	}
+	t.last[trackKey{feed, file}] = last
 }
 
 // Restore sets the last position of feed, typically to what was saved with
@@ -81,7 +104,7 @@ func (t *Tracker) Restore(feed string, last Applied) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.last == nil {
-		t.last = make(map[string]Applied)
+		t.last = make(map[trackKey]Applied)
 	}
-	t.last[feed] = last
+	t.last[trackKey{feed, ""}] = last
 }

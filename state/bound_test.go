@@ -112,3 +112,61 @@ func TestApplyWithoutBindingWhereNoneIsNeeded(t *testing.T) {
 		}
 	})
 }
+
+// TestFileSetRecordsPerFile: the lines of a feed that follows a set of
+// files (Delivery.File) are recorded per file: each file's re-deliveries
+// are skipped by its own record, and AppliedAll returns one record per
+// file, naming it, after a reopen too.
+func TestFileSetRecordsPerFile(t *testing.T) {
+	for _, backend := range []string{"bbolt", "pebble"} {
+		t.Run(backend, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(backend+":"+dir, &Options{Sync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			apply := func(file string, epoch uint64, pos int64) bool {
+				t.Helper()
+				ok, err := s.Apply(ctx, dedupe.Delivery{Feed: "logs", File: file, Epoch: epoch, Position: pos}, func(tx *Tx) error { return nil })
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ok
+			}
+			// Interleaved files, each its own epoch.
+			if !apply("a.log", 10, 5) || !apply("b.log", 20, 7) || !apply("a.log", 10, 9) || !apply("b.log", 20, 8) {
+				t.Fatal("a new line was skipped")
+			}
+			if apply("a.log", 10, 5) || apply("b.log", 20, 7) {
+				t.Fatal("a re-delivery of a file was applied after a line of another file")
+			}
+			if !apply("", 30, 3) {
+				t.Fatal("the feed's record of file \"\" is its own")
+			}
+			check := func(s Store) {
+				t.Helper()
+				all := s.AppliedAll("logs")
+				if len(all) != 3 || all[0].File != "" || all[1].File != "a.log" || all[1].Position != 9 || all[2].File != "b.log" || all[2].Position != 8 {
+					t.Fatalf("AppliedAll = %+v", all)
+				}
+				if l, ok := s.Applied("logs"); !ok || l.Position != 3 {
+					t.Fatalf("Applied = %+v %v", l, ok)
+				}
+			}
+			check(s)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s, err = Open(backend+":"+dir, &Options{Sync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			check(s)
+			if apply("a.log", 10, 9) {
+				t.Fatal("a re-delivery applied after a reopen")
+			}
+		})
+	}
+}

@@ -24,10 +24,10 @@ func TestCorruptRecordsAreDetected(t *testing.T) {
 				for _, i := range []int{3, 20, lineageLen - 1} {
 					v[i] ^= 0x10
 				}
-				return c.eng.commit([]write{{key: appliedKey("ns", "orders"), val: v}})
+				return c.eng.commit([]write{{key: appliedKey("ns", "orders", ""), val: v}})
 			}, `feed "orders" in namespace "ns"`},
 			{"short lineage", func(c *core) error {
-				return c.eng.commit([]write{{key: appliedKey("", "orders"), val: []byte{1, 2, 3}}})
+				return c.eng.commit([]write{{key: appliedKey("", "orders", ""), val: []byte{1, 2, 3}}})
 			}, `feed "orders"`},
 			{"other format", func(c *core) error {
 				return c.eng.commit([]write{{key: []byte{tagVersion}, val: []byte("tidemark-state 9")}})

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"strings"
 
 	"github.com/tidemark-go/tidemark/dedupe"
 )
@@ -59,21 +60,36 @@ func appliedPrefix(ns string) []byte {
 	return appendName([]byte{tagApplied}, ns)
 }
 
-func appliedKey(ns, feed string) []byte {
-	return append(appliedPrefix(ns), feed...)
+// fileSep separates a feed's name from the name of one of its files in an
+// applied key: a feed that follows a set of files keeps one record per
+// file (dedupe.Delivery.File). A feed's name never holds it.
+const fileSep = '\x1f'
+
+// appliedKey is the key of the applied record of file of feed in ns (file
+// "" for a feed of one file: the key of the format before file sets).
+func appliedKey(ns, feed, file string) []byte {
+	k := append(appliedPrefix(ns), feed...)
+	if file != "" {
+		k = append(append(k, fileSep), file...)
+	}
+	return k
 }
 
-// parseAppliedKey splits an applied key into namespace and feed.
-func parseAppliedKey(k []byte) (ns, feed string, ok bool) {
+// parseAppliedKey splits an applied key into namespace, feed and file.
+func parseAppliedKey(k []byte) (ns, feed, file string, ok bool) {
 	if len(k) == 0 || k[0] != tagApplied {
-		return "", "", false
+		return "", "", "", false
 	}
 	n, w := binary.Uvarint(k[1:])
 	if w <= 0 || uint64(len(k)-1-w) < n {
-		return "", "", false
+		return "", "", "", false
 	}
 	rest := k[1+w:]
-	return string(rest[:n]), string(rest[n:]), true
+	feed = string(rest[n:])
+	if i := strings.IndexByte(feed, fileSep); i >= 0 {
+		feed, file = feed[:i], feed[i+1:]
+	}
+	return string(rest[:n]), feed, file, true
 }
 
 func outputKey(name string) []byte { return append([]byte{tagOutput}, name...) }

@@ -38,7 +38,7 @@ func BenchmarkPostgresBareLedger(b *testing.B) {
 			for i := range 100 {
 				keys = append(keys, fmt.Appendf(append([]byte{}, bal...), "account-holder-%05d", i))
 			}
-			keys = append(keys, append(append([]byte{}, root...), "applied"...), append(append([]byte{}, root...), "total"...), appliedKey("ledger", "f"))
+			keys = append(keys, append(append([]byte{}, root...), "applied"...), append(append([]byte{}, root...), "total"...), appliedKey("ledger", "f", ""))
 			for range keys {
 				vals = append(vals, make([]byte, 8))
 			}

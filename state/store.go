@@ -1,12 +1,14 @@
 package state
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,13 +51,16 @@ type Store interface {
 	View(fn func(tx *Tx) error) error
 	// Applied returns the last position applied in this namespace for feed
 	// that is durable, with its lineage, and whether there is one. Right
-	// after Open it is what the store found on disk.
+	// after Open it is what the store found on disk. For a feed of a set
+	// of files, each file has its own record (keyed by Delivery.File):
+	// Applied returns the one of file "", AppliedAll every file's.
 	Applied(feed string) (dedupe.Lineage, bool)
 	// AppliedAll returns every durable record of feed in the whole store,
-	// one per namespace that holds one, in namespace order: where the feed
-	// must resume so that this store misses nothing (the lowest of them,
-	// or the input's start when there is none). The framework reads it
-	// before the feed's first Poll.
+	// one per namespace (and, for a feed of a set of files, per file:
+	// Lineage.File names it) that holds one, in namespace then file order:
+	// where the feed must resume so that this store misses nothing (the
+	// lowest of them, or the input's start when there is none). The
+	// framework reads it before the feed's first Poll.
 	AppliedAll(feed string) []dedupe.Lineage
 	// Bind makes the store drive cp: each time a batch is durable, the
 	// store calls cp.DurableThrough with the mark it took when it cut the
@@ -119,8 +124,10 @@ type Stats struct {
 	BackPressure uint64
 }
 
-// feedKey names the applied position of a feed in a namespace.
-type feedKey struct{ ns, feed string }
+// feedKey names the applied position of a feed in a namespace: of the
+// feed, or of one file of a feed that follows a set of files
+// (dedupe.Delivery.File; "" for a feed of one file).
+type feedKey struct{ ns, feed, file string }
 
 // feedState is what the store knows of a feed in a namespace. c.mu guards
 // every field.
@@ -384,7 +391,7 @@ func (c *core) load() error {
 		return fmt.Errorf("open store %s: format %q, want %q: %w", c.dir, v, formatVersion, ErrCorrupt)
 	}
 	err = c.eng.scan([]byte{tagApplied}, func(k, v []byte) error {
-		ns, feed, ok := parseAppliedKey(k)
+		ns, feed, file, ok := parseAppliedKey(k)
 		if !ok {
 			return fmt.Errorf("applied key %q: %w", k, ErrCorrupt)
 		}
@@ -392,7 +399,7 @@ func (c *core) load() error {
 		if err != nil {
 			return fmt.Errorf("applied position of feed %q in namespace %q: %w", feed, ns, err)
 		}
-		fk := feedKey{ns, feed}
+		fk := feedKey{ns, feed, file}
 		c.feeds[fk] = &feedState{fk: fk, latest: l, durable: l, hasDur: true}
 		return nil
 	})
@@ -501,7 +508,7 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *dedupe.Delivery, fn fu
 	// its recorded position.
 	fs := c.lastFeed
 	var tx *Tx
-	if c.fastOK && c.fastVer == c.ver.Load() && fs != nil && fs.fk.feed == d.Feed && fs.fk.ns == ns.ns &&
+	if c.fastOK && c.fastVer == c.ver.Load() && fs != nil && fs.fk.feed == d.Feed && fs.fk.file == d.File && fs.fk.ns == ns.ns &&
 		(d.Epoch == 0 || fs.latest.Epoch == 0 || d.Position > fs.latest.Position) {
 		tx = c.newTx(ns, d, false)
 	} else {
@@ -606,7 +613,7 @@ func (c *core) enter(ctx context.Context, ns *nsStore, d *dedupe.Delivery) (fs *
 			return nil, nil, false, err
 		}
 	}
-	fs = c.feed(ns.ns, d.Feed)
+	fs = c.feed(ns.ns, d.Feed, d.File)
 	if !fs.admitted {
 		if err := c.admit(fs, d); err != nil {
 			// fs is the last feed now: the next Apply must not enter
@@ -641,7 +648,10 @@ func (c *core) enter(ctx context.Context, ns *nsStore, d *dedupe.Delivery) (fs *
 // feed's applied record. A feed that fails is checked again by its next
 // Apply (a Bind may come meanwhile). c.mu held.
 func (c *core) admit(fs *feedState, d *dedupe.Delivery) error {
-	if n := len(appliedKey(fs.fk.ns, fs.fk.feed)); n > c.maxKey {
+	if strings.IndexByte(d.Feed, fileSep) >= 0 {
+		return c.applyErr(*d, fmt.Errorf("the feed's name holds the byte 0x1f, which separates a feed from its files in the store: rename the feed"))
+	}
+	if n := len(appliedKey(fs.fk.ns, fs.fk.feed, fs.fk.file)); n > c.maxKey {
 		return c.applyErr(*d, fmt.Errorf("the record of the feed's position has a key of %d bytes (the feed's and the namespace's names), more than %s takes (%d): use shorter names: %w",
 			n, c.kind, c.maxKey, ErrTooLarge))
 	}
@@ -762,12 +772,12 @@ func (c *core) applySync(d dedupe.Delivery) (bool, error) {
 	return true, nil
 }
 
-// feed returns the state of feed in namespace ns. c.mu held.
-func (c *core) feed(ns, feed string) *feedState {
-	if fs := c.lastFeed; fs != nil && fs.fk.feed == feed && fs.fk.ns == ns {
+// feed returns the state of file of feed in namespace ns. c.mu held.
+func (c *core) feed(ns, feed, file string) *feedState {
+	if fs := c.lastFeed; fs != nil && fs.fk.feed == feed && fs.fk.file == file && fs.fk.ns == ns {
 		return fs
 	}
-	fk := feedKey{ns, feed}
+	fk := feedKey{ns, feed, file}
 	fs := c.feeds[fk]
 	if fs == nil {
 		fs = &feedState{fk: fk}
@@ -963,7 +973,7 @@ func (c *core) redelivery(fs *feedState, d dedupe.Delivery, last, dur dedupe.Lin
 		c.mu.Unlock()
 		if match {
 			c.log.Info("state: new epoch continues the recorded lineage: lines at or below the recorded position are skipped",
-				"store", c.dir, "feed", fs.fk.feed, "namespace", fs.fk.ns, "epoch", d.Epoch, "recorded_epoch", dur.Epoch, "recorded_position", dur.Position)
+				"store", c.dir, "feed", fs.fk.feed, "file", fs.fk.file, "namespace", fs.fk.ns, "epoch", d.Epoch, "recorded_epoch", dur.Epoch, "recorded_position", dur.Position)
 		}
 	}
 	return v.match, v.match
@@ -1135,7 +1145,7 @@ func (c *core) write(b *batch) error {
 				c.mu.Unlock()
 			}
 		}
-		ws = append(ws, write{key: appliedKey(r.fs.fk.ns, r.fs.fk.feed), val: encodeLineage(lin)})
+		ws = append(ws, write{key: appliedKey(r.fs.fk.ns, r.fs.fk.feed, r.fs.fk.file), val: encodeLineage(lin)})
 	}
 	lens := make(map[*Output]int64, len(b.outputs))
 	for name, p := range b.outputs {
@@ -1298,7 +1308,7 @@ func (s *nsStore) View(fn func(tx *Tx) error) error {
 func (s *nsStore) Applied(feed string) (dedupe.Lineage, bool) {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	fs := s.c.feeds[feedKey{s.ns, feed}]
+	fs := s.c.feeds[feedKey{s.ns, feed, ""}]
 	if fs == nil || !fs.hasDur {
 		return dedupe.Lineage{}, false
 	}
@@ -1308,16 +1318,17 @@ func (s *nsStore) Applied(feed string) (dedupe.Lineage, bool) {
 func (s *nsStore) AppliedAll(feed string) []dedupe.Lineage {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	var nss []string
+	var fks []feedKey
 	for fk, fs := range s.c.feeds {
 		if fk.feed == feed && fs.hasDur {
-			nss = append(nss, fk.ns)
+			fks = append(fks, fk)
 		}
 	}
-	slices.Sort(nss)
-	out := make([]dedupe.Lineage, len(nss))
-	for i, ns := range nss {
-		out[i] = s.c.feeds[feedKey{ns, feed}].durable
+	slices.SortFunc(fks, func(a, b feedKey) int { return cmp.Or(strings.Compare(a.ns, b.ns), strings.Compare(a.file, b.file)) })
+	out := make([]dedupe.Lineage, len(fks))
+	for i, fk := range fks {
+		out[i] = s.c.feeds[fk].durable
+		out[i].File = fk.file
 	}
 	return out
 }
