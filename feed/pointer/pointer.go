@@ -371,7 +371,8 @@ type File struct {
 
 // Open prepares the pointer file at path; it does not read it.
 func Open(path string, opts Options) *File {
-	pf := &File{
+	opts = opts.withDefaults()
+	return &File{
 		path:     path,
 		tmpPath:  path + TempSuffix,
 		fs:       opts.FS,
@@ -379,16 +380,20 @@ func Open(path string, opts Options) *File {
 		interval: opts.SyncInterval,
 		log:      opts.Logger,
 	}
-	if pf.fs == nil {
-		pf.fs = vfs.Default()
+}
+
+// withDefaults returns opts with its zero fields set to their defaults.
+func (opts Options) withDefaults() Options {
+	if opts.FS == nil {
+		opts.FS = vfs.Default()
 	}
-	if pf.interval <= 0 {
-		pf.interval = DefaultSyncInterval
+	if opts.SyncInterval <= 0 {
+		opts.SyncInterval = DefaultSyncInterval
 	}
-	if pf.log == nil {
-		pf.log = slog.Default()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
-	return pf
+	return opts
 }
 
 // Path returns the pointer file's path.
@@ -651,15 +656,19 @@ func allZero(b []byte) bool {
 }
 
 // removeTemp removes a leftover temporary file; it is never read.
-func (pf *File) removeTemp() {
-	if _, err := pf.fs.Stat(pf.tmpPath); err != nil {
+func (pf *File) removeTemp() { removeTemp(pf.fs, pf.log, pf.tmpPath, pf.path) }
+
+// removeTemp removes tmp, a leftover temporary file of the file at path
+// (a pointer file or a registry), which is never read.
+func removeTemp(fsys vfs.FS, log *slog.Logger, tmp, path string) {
+	if _, err := fsys.Stat(tmp); err != nil {
 		return
 	}
-	if err := pf.fs.Remove(pf.tmpPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		pf.log.Warn("feed: cannot remove leftover temporary pointer file; it is ignored", "file", pf.tmpPath, "err", err)
+	if err := fsys.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		log.Warn("feed: cannot remove a leftover temporary file; it is ignored", "file", tmp, "of", path, "err", err)
 		return
 	}
-	pf.log.Warn("feed: removed leftover temporary pointer file; it was ignored", "file", pf.tmpPath, "pointer", pf.path)
+	log.Warn("feed: removed a leftover temporary file; it was ignored", "file", tmp, "of", path)
 }
 
 // prepare reads the write state from disk: which slot to keep, the write
@@ -782,34 +791,10 @@ func (pf *File) create(p Record, seq uint64) (err error) {
 	}
 	img := make([]byte, FileSize)
 	appendRecord(img[:0], p, seq)
-	t, err := pf.fs.OpenFile(pf.tmpPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fail("create "+pf.tmpPath, err)
-	}
 	locked := pf.lockf != nil
-	if locked {
-		// The file renamed over the path must be locked before it is
-		// there: a source opening the path meanwhile finds it held.
-		if err := t.Lock(); err != nil {
-			return errors.Join(fail("lock "+pf.tmpPath, err), t.Close(), pf.fs.Remove(pf.tmpPath))
-		}
-	}
-	if _, err := t.WriteAt(img, 0); err != nil {
-		return errors.Join(fail("write "+pf.tmpPath, err), t.Close(), pf.fs.Remove(pf.tmpPath))
-	}
-	if err := t.Datasync(); err != nil {
-		return errors.Join(fail("sync "+pf.tmpPath, err), t.Close(), pf.fs.Remove(pf.tmpPath))
-	}
-	if !locked {
-		if err := t.Close(); err != nil {
-			return errors.Join(fail("close "+pf.tmpPath, err), pf.fs.Remove(pf.tmpPath))
-		}
-	}
-	if err := pf.fs.Rename(pf.tmpPath, pf.path); err != nil {
-		if locked {
-			err = errors.Join(err, t.Close())
-		}
-		return errors.Join(fail("rename "+pf.tmpPath, err), pf.fs.Remove(pf.tmpPath))
+	t, what, err := replaceFile(pf.fs, pf.tmpPath, pf.path, img, locked)
+	if err != nil {
+		return fail(what, err)
 	}
 	if locked {
 		// The file at the path is t now, locked: the lock of the file it
@@ -835,6 +820,43 @@ func (pf *File) create(p Record, seq uint64) (err error) {
 	}
 	pf.f, pf.keep = f, 0
 	return nil
+}
+
+// replaceFile writes img to tmp, makes it durable and renames it over
+// path (the caller syncs the folder). With lock, tmp is locked before the
+// rename (a process opening path meanwhile finds it held) and returned
+// open; else it is closed and nil is returned. On an error, tmp is
+// removed, path is as it was, and what names the step that failed.
+func replaceFile(fsys vfs.FS, tmp, path string, img []byte, lock bool) (f vfs.File, what string, err error) {
+	t, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, "create " + tmp, err
+	}
+	undo := func(step string, err error) (vfs.File, string, error) {
+		return nil, step + " " + tmp, errors.Join(err, t.Close(), fsys.Remove(tmp))
+	}
+	if lock {
+		if err := t.Lock(); err != nil {
+			return undo("lock", err)
+		}
+	}
+	if _, err := t.WriteAt(img, 0); err != nil {
+		return undo("write", err)
+	}
+	if err := t.Datasync(); err != nil {
+		return undo("sync", err)
+	}
+	if err := fsys.Rename(tmp, path); err != nil {
+		return undo("rename", err)
+	}
+	if lock {
+		return t, "", nil
+	}
+	if err := t.Close(); err != nil {
+		// Renamed and durable: only the descriptor failed.
+		return nil, "close " + tmp, err
+	}
+	return nil, "", nil
 }
 
 // Sync makes a write pending under SyncInterval durable now. Under the
