@@ -9,6 +9,20 @@ import (
 	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
+// recordStore is where a stream keeps its pointer record: its own pointer
+// file (a feed of one file), or its entry in a file set's registry. Store
+// writes a record durably per the sync policy, moving a position only
+// forward within an epoch; Load returns the record stored.
+type recordStore interface {
+	Load() (pointer.LoadResult, error)
+	Store(pointer.Record) error
+	SyncIfDue() error
+	Path() string
+	Close() error
+}
+
+var _ recordStore = (*pointer.File)(nil)
+
 // store writes the pointer of the current epoch at position; under
 // GroupCommit a record that only moves the position is handed to the
 // writer instead.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/tidemark-go/tidemark/vfs"
@@ -18,8 +19,34 @@ const maxConfigLineBytes = 1 << 30
 type Config struct {
 	// Path is the input file. It need not exist yet: the source waits for
 	// it. It must be a regular file, or a symbolic link to one
-	// (ErrNotRegular).
+	// (ErrNotRegular). Give Path or Paths, not both.
 	Path string
+	// Paths makes the source follow a set of files: every file that one of
+	// these patterns (path/filepath.Match syntax, e.g. "logs/*.log")
+	// matches, now or later (they are matched again every ScanInterval),
+	// but for those Exclude matches. Each file is read as if it were its
+	// own feed, with its own epoch, position and status
+	// (Status.Files), and its own record in the set's registry, one file
+	// PointerDir/<Name>.registry (Committed; PointerDir is required). Its
+	// items name it (Item.File). See "File sets" in the package
+	// documentation.
+	Paths []string
+	// Exclude lists patterns of files Paths matches that the set leaves
+	// out, matched against the whole path and against the base name
+	// ("*.gz", "debug-*.log").
+	Exclude []string
+	// Name names the feed: the registry file of a file set is
+	// PointerDir/<Name>.registry ("files" when empty). The framework sets
+	// it to the feed's name.
+	Name string
+	// ScanInterval is how often a file set matches Paths again to find new
+	// files and files gone; 0 means DefaultScanInterval (1 s).
+	ScanInterval time.Duration
+	// ForgetAfter is how long the registry keeps the record of a file of a
+	// set that was read to its end and is gone (removed, or no longer
+	// matched): a file that comes back within it is recognised and read on.
+	// 0 means DefaultForgetAfter (1 h); a negative value forgets at once.
+	ForgetAfter time.Duration
 	// Strategy is the read strategy; the zero value is Committed, the only
 	// strategy that opens a pointer file.
 	Strategy ReadStrategy
@@ -128,21 +155,44 @@ type Reject struct {
 // validate reports what is wrong with cfg, in an error wrapping
 // ErrInvalidConfig.
 func (cfg *Config) validate() error {
+	name := cfg.Path
+	if len(cfg.Paths) > 0 {
+		name = strings.Join(cfg.Paths, ", ")
+	}
 	switch {
-	case cfg.Path == "":
-		return fmt.Errorf("%w: Path is empty: set it to the input file", ErrInvalidConfig)
+	case cfg.Path == "" && len(cfg.Paths) == 0:
+		return fmt.Errorf("%w: Path is empty: set it to the input file (or Paths to the patterns of a set of files)", ErrInvalidConfig)
+	case cfg.Path != "" && len(cfg.Paths) > 0:
+		return fmt.Errorf("%w: both Path (%s) and Paths (%s): give one file, or the patterns of a set", ErrInvalidConfig, cfg.Path, name)
+	case len(cfg.Paths) > 0 && cfg.Strategy.Commits() && cfg.PointerDir == "":
+		return fmt.Errorf("%w: the file set %s keeps the records of its files in one registry in PointerDir: set PointerDir to a folder the feed may write", ErrInvalidConfig, name)
+	case len(cfg.Paths) > 0 && cfg.Rotated != "" && !strings.Contains(cfg.Rotated, "{name}"):
+		return fmt.Errorf("%w: Rotated %q of the file set %s must name each file's rotated files by its name: use {name}, e.g. %q", ErrInvalidConfig, cfg.Rotated, name, "{name}.*")
+	case cfg.ScanInterval < 0:
+		return fmt.Errorf("%w: negative ScanInterval %v for %s", ErrInvalidConfig, cfg.ScanInterval, name)
+	case strings.ContainsRune(cfg.Name, filepath.Separator):
+		return fmt.Errorf("%w: Name %q contains a path separator: it names the registry file in PointerDir", ErrInvalidConfig, cfg.Name)
+	}
+	for _, pats := range [][]string{cfg.Paths, cfg.Exclude} {
+		for _, g := range pats {
+			if _, err := filepath.Match(g, ""); err != nil || g == "" {
+				return fmt.Errorf("%w: %q of %s is not a valid pattern: use path/filepath.Match syntax, e.g. %q", ErrInvalidConfig, g, name, "logs/*.log")
+			}
+		}
+	}
+	switch {
 	case cfg.Strategy < Committed || cfg.Strategy > OnceLatest:
-		return fmt.Errorf("%w: unknown read strategy %d for %s", ErrInvalidConfig, int(cfg.Strategy), cfg.Path)
+		return fmt.Errorf("%w: unknown read strategy %d for %s", ErrInvalidConfig, int(cfg.Strategy), name)
 	case cfg.MaxLineBytes < 0 || cfg.MaxLineBytes > maxConfigLineBytes:
-		return fmt.Errorf("%w: MaxLineBytes %d for %s is outside 0..%d (0 means %d)", ErrInvalidConfig, cfg.MaxLineBytes, cfg.Path, maxConfigLineBytes, DefaultMaxLineBytes)
+		return fmt.Errorf("%w: MaxLineBytes %d for %s is outside 0..%d (0 means %d)", ErrInvalidConfig, cfg.MaxLineBytes, name, maxConfigLineBytes, DefaultMaxLineBytes)
 	case cfg.Sync < SyncEveryCommit || cfg.Sync > SyncNever:
-		return fmt.Errorf("%w: unknown sync policy %d for %s", ErrInvalidConfig, int(cfg.Sync), cfg.Path)
+		return fmt.Errorf("%w: unknown sync policy %d for %s", ErrInvalidConfig, int(cfg.Sync), name)
 	case cfg.SyncInterval < 0:
-		return fmt.Errorf("%w: negative SyncInterval %v for %s", ErrInvalidConfig, cfg.SyncInterval, cfg.Path)
+		return fmt.Errorf("%w: negative SyncInterval %v for %s", ErrInvalidConfig, cfg.SyncInterval, name)
 	}
 	if cfg.Rotated != "" {
 		if _, err := filepath.Match(cfg.Rotated, ""); err != nil {
-			return fmt.Errorf("%w: Rotated %q of %s is not a valid pattern (%v): use path/filepath.Match syntax, e.g. %q", ErrInvalidConfig, cfg.Rotated, cfg.Path, err, filepath.Base(cfg.Path)+".*")
+			return fmt.Errorf("%w: Rotated %q of %s is not a valid pattern (%v): use path/filepath.Match syntax, e.g. %q", ErrInvalidConfig, cfg.Rotated, name, err, filepath.Base(cfg.Path)+".*")
 		}
 	}
 	return nil

@@ -45,9 +45,11 @@ const DetailPartialLine = "partial line pending"
 // Poll, Commit and Close are called by one goroutine at a time; Status may
 // be called from any goroutine.
 type FileSource struct {
-	// The source of one input path. The type is a separate one so that a
-	// file set can hold many.
+	// The source of one input path (Config.Path); nil for a file set.
 	*stream
+	// set is the source of a set of files (Config.Paths); nil for one
+	// file.
+	set *fileSet
 }
 
 var (
@@ -70,7 +72,14 @@ func NewFileSource(cfg Config) (*FileSource, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	st, err := newStream(cfg)
+	if len(cfg.Paths) > 0 {
+		set, err := newFileSet(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return &FileSource{set: set}, nil
+	}
+	st, err := newStream(cfg, nil, "")
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +125,12 @@ func (s *FileSource) Rereadable() bool { return true }
 // The other strategies accept the points and ignore them: Earliest and
 // OnceEarliest read from 0 on every run anyway, and Latest and OnceLatest
 // start at the end, by definition with no past to catch up.
-func (s *FileSource) ResumeFrom(points []ResumePoint) error { return s.stream.resumeFrom(points) }
+func (s *FileSource) ResumeFrom(points []ResumePoint) error {
+	if s.set != nil {
+		return s.set.resumeFrom(points)
+	}
+	return s.stream.resumeFrom(points)
+}
 
 // Poll fills items with the lines available now, up to len(items), and
 // returns how many it filled. It never blocks: at the end of the input it
@@ -133,6 +147,9 @@ func (s *FileSource) ResumeFrom(points []ResumePoint) error { return s.stream.re
 // idle Poll makes a commit left pending by SyncInterval durable. Failures
 // of those writes are counted in Status and logged, not returned.
 func (s *FileSource) Poll(ctx context.Context, items []Item) (int, error) {
+	if s.set != nil {
+		return s.set.poll(ctx, items)
+	}
 	return s.stream.poll(ctx, items)
 }
 
@@ -148,6 +165,9 @@ func (s *FileSource) Poll(ctx context.Context, items []Item) (int, error) {
 // of the writer's last write when that write failed (nil once one
 // succeeds), and an ignored commit makes the writer retry a failed write.
 func (s *FileSource) Commit(epoch uint64, position int64) error {
+	if s.set != nil {
+		return s.set.commit(epoch, position)
+	}
 	return s.stream.commit(epoch, position)
 }
 
@@ -157,14 +177,29 @@ func (s *FileSource) Commit(epoch uint64, position int64) error {
 // epoch and the position: the record stays pending, and the next Commit,
 // Flush or Close retries it. Without GroupCommit it returns nil at once:
 // Commit has written already. It returns ErrClosed after Close.
-func (s *FileSource) Flush() error { return s.stream.flush() }
+func (s *FileSource) Flush() error {
+	if s.set != nil {
+		return s.set.flush()
+	}
+	return s.stream.flush()
+}
 
 // Close waits for the GroupCommit writer's pending write (see Flush) and
 // stops it, then closes the input and the pointer file (making a pending
 // pointer write durable). It does not commit. Closing twice returns nil.
-func (s *FileSource) Close() error { return s.stream.close() }
+func (s *FileSource) Close() error {
+	if s.set != nil {
+		return s.set.close()
+	}
+	return s.stream.close()
+}
 
 // Status returns the source's facts as of the end of the last Poll, Commit
 // or Close, and under GroupCommit of the writer's last write. It is safe to
 // call from any goroutine.
-func (s *FileSource) Status() Status { return s.stream.status() }
+func (s *FileSource) Status() Status {
+	if s.set != nil {
+		return s.set.status()
+	}
+	return s.stream.status()
+}

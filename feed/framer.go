@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"sync"
 )
 
 // DefaultMaxLineBytes is the longest line payload delivered when
@@ -156,6 +157,25 @@ func (f *framer) frame(items []Item) int {
 	return n
 }
 
+// bufPool holds read buffers of framerBufSize given up by idle framers.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, framerBufSize); return &b }}
+
+// release gives the read buffer up while nothing is buffered (a file of a
+// set that is idle: a set of many files holds a buffer only for those
+// being read); the next fill takes one again. The lines returned by frame
+// must not be in use any more.
+func (f *framer) release() {
+	if f.buf == nil || f.r != f.w {
+		return
+	}
+	if len(f.buf) == framerBufSize {
+		b := f.buf
+		bufPool.Put(&b)
+	}
+	f.buf = nil
+	f.r, f.w, f.scan = 0, 0, 0
+}
+
 // fill reads once from rd into the buffer and returns how many bytes it
 // read. With compact set, no line returned by frame is in use any more, so
 // the buffer may be compacted, grown or shrunk; without it, fill only reads
@@ -163,6 +183,10 @@ func (f *framer) frame(items []Item) int {
 // valid, but is only done when compacting) and returns errBufferFull when
 // there is none.
 func (f *framer) fill(rd io.Reader, compact bool) (int, error) {
+	if f.buf == nil {
+		f.buf = *bufPool.Get().(*[]byte)
+		f.r, f.w, f.scan = 0, 0, 0
+	}
 	if compact {
 		f.makeRoom()
 	}

@@ -18,7 +18,7 @@ var groupCommitAll = false
 // retried when asked (the next record handed, retry, flush), never on its
 // own.
 type groupWriter struct {
-	pf     *pointer.File
+	pf     recordStore
 	input  string // the input's path, for errors
 	wrote  func(pointer.Record)
 	failed func(pointer.Record, error)
@@ -38,7 +38,7 @@ type groupWriter struct {
 }
 
 // newGroupWriter starts a writer of pf's records.
-func newGroupWriter(pf *pointer.File, input string, wrote func(pointer.Record), failed func(pointer.Record, error)) *groupWriter {
+func newGroupWriter(pf recordStore, input string, wrote func(pointer.Record), failed func(pointer.Record, error)) *groupWriter {
 	w := &groupWriter{pf: pf, input: input, wrote: wrote, failed: failed, done: make(chan struct{})}
 	w.cond.L = &w.mu
 	go w.run()

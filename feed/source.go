@@ -21,6 +21,11 @@ type Item struct {
 	// Origin describes the file the epoch was opened on; shared by every
 	// item of the epoch. Nil when unknown.
 	Origin *dedupe.Origin
+	// File names the file of a file set (Config.Paths) the line was read
+	// from: the path the set matched, the same for the whole life of the
+	// file in the set, its rotations included. Epoch and Position are
+	// that file's. Empty for a source of one file.
+	File string
 }
 
 // Source is what the framework reads lines from and commits positions to.
@@ -119,6 +124,13 @@ type Status struct {
 	// positions. Empty when none.
 	Rewinds    uint64
 	LastRewind string
+	// Files has the status of each file of a file set (Config.Paths),
+	// sorted by path: each is that file's own (Path names it). The fields
+	// above then sum them up: Path joins the patterns, the counters and
+	// positions are sums, Epoch is 0, State is behind while a file is,
+	// caught up once every file is (or waits for its path). Nil for a
+	// source of one file.
+	Files []Status
 }
 
 // ResumePoint is what one stateful subscriber of a feed has durably

@@ -57,7 +57,7 @@ type stream struct {
 	log    *slog.Logger
 	now    func() time.Time
 	reject func(Reject)
-	pf     *pointer.File // nil unless Committed
+	pf     recordStore // nil unless Committed
 	// madePointer: the pointer file was missing, and its lock made it.
 	madePointer bool
 	sync        SyncPolicy
@@ -124,6 +124,9 @@ type stream struct {
 	// the effective RotateWait.
 	rotated string
 	wait    time.Duration
+	// file is Item.File of the stream's lines: "" for a feed of one file,
+	// the file's path in a file set.
+	file string
 
 	mu               sync.Mutex // guards st, reopens, the reopen facts and the commit facts
 	st               Status
@@ -141,8 +144,9 @@ type stream struct {
 }
 
 // newStream returns the stream of cfg.Path: cfg is valid. Committed only:
-// it takes the pointer file's lock (see NewFileSource).
-func newStream(cfg Config) (*stream, error) {
+// it takes the pointer file's lock (see NewFileSource); a file of a set
+// passes its registry entry as store instead (file names it in its items).
+func newStream(cfg Config, store recordStore, file string) (*stream, error) {
 	s := &stream{
 		path:    cfg.Path,
 		strat:   cfg.Strategy,
@@ -170,23 +174,40 @@ func newStream(cfg Config) (*stream, error) {
 		s.now = time.Now
 	}
 	s.fr = newFramer(cfg.MaxLineBytes, s.onSkip)
-	if s.strat.Commits() {
+	s.file = file
+	if s.strat.Commits() && store != nil {
+		s.pf = store
+		s.group = cfg.GroupCommit || groupCommitAll
+	} else if s.strat.Commits() {
 		ptr := pointer.Path(cfg.Path, cfg.PointerDir)
 		if err := s.pointerFolder(filepath.Dir(ptr), cfg.PointerDir != ""); err != nil {
 			return nil, err
 		}
-		s.pf = pointer.Open(ptr, pointer.Options{
+		pf := pointer.Open(ptr, pointer.Options{
 			FS: s.fs, Sync: cfg.Sync, SyncInterval: cfg.SyncInterval, Logger: s.log,
 		})
-		if err := s.pf.Lock(); err != nil {
+		if err := pf.Lock(); err != nil {
 			// The error names the pointer file, itself named after the input.
-			return nil, errors.Join(err, s.pf.Close())
+			return nil, errors.Join(err, pf.Close())
 		}
-		s.madePointer = s.pf.Made()
+		s.pf, s.madePointer = pf, pf.Made()
 		s.group = cfg.GroupCommit || groupCommitAll
 	}
 	s.publish()
 	return s, nil
+}
+
+// prime opens the input as the first Poll does (the decision, the store of
+// a new epoch), without reading; the next Poll reads. A file set primes
+// the files it finds together, so that their records are synced once.
+func (s *stream) prime() error {
+	if s.polled || s.closed || s.done || s.strat == OnceLatest {
+		return nil
+	}
+	s.polled = true
+	err := s.open(true)
+	s.publish()
+	return err
 }
 
 // resumeFrom is ResumeFrom of the stream; see [FileSource].
@@ -257,7 +278,7 @@ func (s *stream) poll(ctx context.Context, items []Item) (int, error) {
 	for i := range items[:n] {
 		s.seq++
 		it := &items[i]
-		it.Seq, it.Epoch, it.Origin = s.seq, s.epoch, s.origin
+		it.Seq, it.Epoch, it.Origin, it.File = s.seq, s.epoch, s.origin, s.file
 	}
 	if n > 0 {
 		s.lastDelivered = items[n-1].Position

@@ -127,8 +127,19 @@ type FeedConfig struct {
 
 // FileConfig describes a file source: the spec's FileEventSource.
 type FileConfig struct {
-	// Filename is the path of the input file.
+	// Filename is the path of the input file. Give Filename or Paths.
 	Filename string
+	// Paths makes the feed follow a set of files: every file these
+	// patterns match, now or later, but those Exclude matches, each read
+	// as if it were its own feed (see feed.Config.Paths). A line's
+	// Delivery.File names its file, and a group's store keeps one record
+	// per file. The records of the files live in one registry,
+	// PointerDir/<feed name>.registry: PointerDir is required.
+	Paths   []string
+	Exclude []string
+	// ForgetAfter is how long the registry keeps a file read to its end
+	// and gone (feed.Config.ForgetAfter; 0: one hour).
+	ForgetAfter time.Duration
 	// ReadStrategy decides where reading starts and whether a pointer file
 	// is kept. The zero value is feed.Committed.
 	ReadStrategy feed.ReadStrategy

@@ -258,7 +258,7 @@ func (f *feedRunner) poll(ctx context.Context) *batch {
 			seq++
 			off := len(data)
 			data = append(data, it.Line...)
-			items[i] = item{seq: seq, epoch: it.Epoch, pos: it.Position, origin: it.Origin, off: off, end: len(data)}
+			items[i] = item{seq: seq, epoch: it.Epoch, pos: it.Position, origin: it.Origin, file: it.File, off: off, end: len(data)}
 		}
 		f.seq = seq
 		b.items, b.data = items, data

@@ -17,6 +17,10 @@ func openFileSource(fc FeedConfig, log *slog.Logger) (feed.Source, error) {
 func fileSourceConfig(fc FeedConfig, log *slog.Logger) feed.Config {
 	return feed.Config{
 		Path:         fc.File.Filename,
+		Paths:        fc.File.Paths,
+		Exclude:      fc.File.Exclude,
+		ForgetAfter:  fc.File.ForgetAfter,
+		Name:         fc.Name,
 		Strategy:     fc.File.ReadStrategy,
 		PointerDir:   fc.File.PointerDir,
 		Rotated:      fc.File.Rotated,

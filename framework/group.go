@@ -358,7 +358,7 @@ func (g *group) process(inc *incarnation, q *queue, b *batch) bool {
 		// Processor c.j panicked on item c.i: the panic goes through the
 		// failure policy as the processor's error.
 		it := &b.items[c.i]
-		d := dedupe.Delivery{Feed: q.f.name, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
+		d := dedupe.Delivery{Feed: q.f.name, File: it.file, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
 		if !g.deliver(inc, q, c.procs[c.j], d, b.data[it.off:it.end:it.end], perr) {
 			c.ok = false
 			break
@@ -416,7 +416,7 @@ func (g *group) runItems(inc *incarnation, q *queue, b *batch, c *cursor) (perr 
 				return nil // no processor left: the queue is being removed
 			}
 		} else {
-			d := dedupe.Delivery{Feed: feedName, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
+			d := dedupe.Delivery{Feed: feedName, File: it.file, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
 			line := b.data[it.off:it.end:it.end]
 			if c.j == 0 {
 				c.procs = *q.procs.Load()

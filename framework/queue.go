@@ -44,6 +44,7 @@ type item struct {
 	epoch    uint64
 	pos      int64
 	origin   *dedupe.Origin
+	file     string // feed.Item.File: the file of a file set, "" for one file
 	off, end int
 	ev       *StatusEvent
 }

@@ -162,13 +162,17 @@ func New(cfg Config, processors Registry) (*Server, error) {
 		}
 		src := fc.Source
 		if src == nil {
-			if fc.File == nil || fc.File.Filename == "" {
-				return fail(fmt.Errorf("%w: feed %q has neither a source nor a filename", ErrInvalidConfig, fc.Name))
+			if fc.File == nil || (fc.File.Filename == "" && len(fc.File.Paths) == 0) {
+				return fail(fmt.Errorf("%w: feed %q has neither a source nor a filename (or paths)", ErrInvalidConfig, fc.Name))
 			}
 			var err error
 			src, err = openFileSource(fc, s.log)
 			if err != nil {
-				return fail(fmt.Errorf("framework: feed %q: open %s: %w", fc.Name, fc.File.Filename, err))
+				what := fc.File.Filename
+				if what == "" {
+					what = strings.Join(fc.File.Paths, ", ")
+				}
+				return fail(fmt.Errorf("framework: feed %q: open %s: %w", fc.Name, what, err))
 			}
 			made = append(made, src)
 		}

@@ -68,6 +68,9 @@ type yamlFile struct {
 	PointerDir   string         `yaml:"pointerDir"`
 	Rotated      string         `yaml:"rotated"`
 	RotateWait   time.Duration  `yaml:"rotateWait"`
+	Paths        []string       `yaml:"paths"`
+	Exclude      []string       `yaml:"exclude"`
+	ForgetAfter  time.Duration  `yaml:"forgetAfter"`
 	Sync         *yamlSync      `yaml:"sync"`
 	SyncInterval time.Duration  `yaml:"syncInterval"`
 	SyncCommit   bool           `yaml:"syncCommit"`
@@ -192,6 +195,8 @@ func parseName(v string, names []string, parse func([]byte) error) error {
 //	      pointerDir: /var/lib/orders-reader
 //	      rotated: orders.csv.*
 //	      sync: EVERY_COMMIT      # or INTERVAL, NEVER
+//	      # or, for a set of files, instead of filename (pointerDir required):
+//	      # paths: [logs/*.log], exclude: [debug-*], rotated: "{name}.*", forgetAfter: 1h
 //	    agentName: orders-feed-agent
 //	    overload: {policy: PAUSE} # or DROP_AFTER_SPIN
 //	processorGroups:
@@ -339,9 +344,15 @@ func (d *yamlDecoder) config(y *yamlConfig) Config {
 			}
 			file, fileAt = yf.Instance, at+".instance"
 		}
-		if file.Filename != "" {
+		if file.Filename != "" && file.Paths != nil {
+			d.errorf(file.Keys["paths"], fileAt+".paths", "give filename (one file) or paths (a set of files), not both")
+		}
+		if file.Filename != "" || file.Paths != nil {
 			fc.File = &FileConfig{
 				Filename:     file.Filename,
+				Paths:        file.Paths,
+				Exclude:      file.Exclude,
+				ForgetAfter:  file.ForgetAfter,
 				MaxLineBytes: file.MaxLineBytes,
 				PointerDir:   file.PointerDir,
 				Rotated:      file.Rotated,
@@ -357,7 +368,7 @@ func (d *yamlDecoder) config(y *yamlConfig) Config {
 			}
 			d.nonNegative(file.Keys["maxLineBytes"], fileAt+".maxLineBytes", file.MaxLineBytes)
 		} else if k, line := firstKey(file.Keys); k != "" {
-			d.errorf(line, fileAt+"."+k, "a file setting without a filename: set filename (the input file)")
+			d.errorf(line, fileAt+"."+k, "a file setting without a filename: set filename (the input file) or paths (a set of files)")
 		}
 		if yf.Idle != nil {
 			fc.Idle = Backoff{Min: yf.Idle.Min, Max: yf.Idle.Max}

@@ -202,6 +202,18 @@ eventFeeds:
       sync: NEVER
       syncInterval: 1s
       syncCommit: true
+  - name: c
+    paths: [logs/*.log, more/*.log]
+    exclude: [debug-*]
+    forgetAfter: 30m
+    pointerDir: ptr-c
+  - name: d
+    instance:
+      paths: [d/*.log]
+      exclude: ["*.gz"]
+      forgetAfter: 1s
+      pointerDir: ptr-d
+      rotated: "{name}.*"
 processorGroups:
   - agentName: g
     processors: [p, q]
@@ -243,6 +255,16 @@ func TestLoadConfigEveryKey(t *testing.T) {
 				Filename: "b.log", ReadStrategy: feed.Latest, MaxLineBytes: 100, PointerDir: "ptr-b",
 				Rotated: "b.log-*", RotateWait: -time.Second, Sync: feed.SyncNever,
 				SyncInterval: time.Second, SyncCommit: true,
+			},
+		}, {
+			Name: "c",
+			File: &framework.FileConfig{
+				Paths: []string{"logs/*.log", "more/*.log"}, Exclude: []string{"debug-*"}, ForgetAfter: 30 * time.Minute, PointerDir: "ptr-c",
+			},
+		}, {
+			Name: "d",
+			File: &framework.FileConfig{
+				Paths: []string{"d/*.log"}, Exclude: []string{"*.gz"}, ForgetAfter: time.Second, PointerDir: "ptr-d", Rotated: "{name}.*",
 			},
 		}},
 		Groups: []framework.GroupConfig{{
@@ -298,8 +320,8 @@ func TestLoadConfigErrors(t *testing.T) {
 			`line 3: eventFeeds[0]: unknown key "filenam"; did you mean "filename"?`},
 		"key in another case": {"eventFeeds:\n  - name: a\n    FileName: x\n",
 			`line 3: eventFeeds[0]: unknown key "FileName"; did you mean "filename"?`},
-		"unknown key, nothing close": {"eventFeeds:\n  - name: a\n    instance:\n      path: x\n",
-			`line 4: eventFeeds[0].instance: unknown key "path" (valid: filename, readStrategy, maxLineBytes, pointerDir, rotated, rotateWait, sync, syncInterval, syncCommit)`},
+		"unknown key, nothing close": {"eventFeeds:\n  - name: a\n    instance:\n      source: x\n",
+			`line 4: eventFeeds[0].instance: unknown key "source" (valid: filename, readStrategy, maxLineBytes, pointerDir, rotated, rotateWait, paths, exclude, forgetAfter, sync, syncInterval, syncCommit)`},
 		"bad policy": {"eventFeeds:\n  - name: a\n    filename: x\n    overload: {policy: DROP}\n",
 			`line 4: eventFeeds[0].overload.policy: unknown value "DROP" (valid: PAUSE, DROP_AFTER_SPIN)`},
 		"misspelt policy": {"eventFeeds:\n  - name: a\n    filename: x\n    overload: {policy: pause_}\n",
@@ -369,7 +391,7 @@ func TestLoadConfigSeveralErrors(t *testing.T) {
 	_, err := framework.LoadConfig(strings.NewReader("drainTimeout: soon\neventFeeds:\n  - name: a\n    filenam: x\n    batchSize: lots\n"))
 	require.ErrorIs(t, err, framework.ErrInvalidConfig)
 	require.Equal(t, `line 1: drainTimeout: "soon" is not a duration: want one such as 500ms, 10s or 1m30s
-line 4: eventFeeds[0]: unknown key "filenam"; did you mean "filename"? (valid: name, instance, filename, readStrategy, maxLineBytes, pointerDir, rotated, rotateWait, sync, syncInterval, syncCommit, agentName, overload, idle, queueCapacity, batchSize, statusEvents)
+line 4: eventFeeds[0]: unknown key "filenam"; did you mean "filename"? (valid: name, instance, filename, readStrategy, maxLineBytes, pointerDir, rotated, rotateWait, paths, exclude, forgetAfter, sync, syncInterval, syncCommit, agentName, overload, idle, queueCapacity, batchSize, statusEvents)
 line 5: eventFeeds[0].batchSize: "lots": want a whole number`, err.Error())
 }
 
@@ -675,3 +697,15 @@ func TestOperatorIsStartedAndClosed(t *testing.T) {
 type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
+func TestLoadConfigPaths(t *testing.T) {
+	cfg, err := framework.LoadConfig(strings.NewReader("eventFeeds:\n  - name: logs\n    paths: ['logs/*.log', 'more/*.log']\n    exclude: ['debug-*']\n    rotated: '{name}.*'\n    forgetAfter: 30m\n    pointerDir: ptr\n"))
+	require.NoError(t, err)
+	f := cfg.Feeds[0].File
+	require.Equal(t, []string{"logs/*.log", "more/*.log"}, f.Paths)
+	require.Equal(t, []string{"debug-*"}, f.Exclude)
+	require.Equal(t, 30*time.Minute, f.ForgetAfter)
+	require.Empty(t, f.Filename)
+	_, err = framework.LoadConfig(strings.NewReader("eventFeeds:\n  - {name: x, filename: a.log, paths: ['*.log']}\n"))
+	require.ErrorIs(t, err, framework.ErrInvalidConfig)
+	require.ErrorContains(t, err, "not both")
+}

@@ -119,6 +119,9 @@
 //	  _lines_failed_total, _lines_skipped_total, _lines_oversize_total,
 //	  _partial_lines_dropped_total, _releases_total, _poll_errors_total,
 //	  _commit_errors_total, _reopens_total{reason}
+//	per file of a feed that follows a set of files (labels feed, file: its path)
+//	  tidemark_file_read_position_bytes, _pointer_position_bytes,
+//	  _size_bytes, _behind_bytes, _lines_read_total, _caught_up (0/1)
 //	tidemark_build_info{version, revision, goversion}  1: the tidemark module's
 //	  version in the program (runtime/debug.ReadBuildInfo), its VCS revision
 //	  when tidemark is the main module, and the Go version

@@ -191,3 +191,31 @@ func TestScrapeSurvivesABadLabel(t *testing.T) {
 	body := scrape(t, l)
 	require.Equal(t, "5", metric(body, `tidemark_feed_read_position_bytes{feed="ok"}`), body)
 }
+
+// A feed that follows a set of files has its metrics per file, by path.
+func TestMetricsPerFileOfASet(t *testing.T) {
+	fs := &fakeServer{}
+	fs.set(framework.FeedStatus{
+		Name: "logs",
+		Status: feed.Status{
+			State: feed.StateBehind, ReadPosition: 130, FileSize: 300,
+			Files: []feed.Status{
+				{Path: "/l/a.log", State: feed.StateCaughtUp, ReadPosition: 100, CommittedPosition: 90, FileSize: 100, LinesRead: 10},
+				{Path: "/l/b.log", State: feed.StateBehind, ReadPosition: 30, FileSize: 200, LinesRead: 3},
+			},
+		},
+	})
+	l, err := ops.New(ops.Config{Server: fs, Feeds: []string{"logs"}})
+	require.NoError(t, err)
+	body := scrape(t, l)
+	for sample, want := range map[string]string{
+		`tidemark_file_read_position_bytes{feed="logs",file="/l/a.log"}`:    "100",
+		`tidemark_file_pointer_position_bytes{feed="logs",file="/l/a.log"}`: "90",
+		`tidemark_file_behind_bytes{feed="logs",file="/l/b.log"}`:           "170",
+		`tidemark_file_lines_read_total{feed="logs",file="/l/b.log"}`:       "3",
+		`tidemark_file_caught_up{feed="logs",file="/l/a.log"}`:              "1",
+		`tidemark_file_caught_up{feed="logs",file="/l/b.log"}`:              "0",
+	} {
+		require.Equal(t, want, metric(body, sample), "%s in\n%s", sample, body)
+	}
+}

@@ -115,6 +115,7 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 // The metrics read from status at each scrape.
 var (
 	lFeed       = []string{"feed"}
+	lFeedFile   = []string{"feed", "file"}
 	lFeedGroup  = []string{"feed", "group"}
 	lStore      = []string{"store"}
 	lStoreFeed  = []string{"store", "feed"}
@@ -141,6 +142,12 @@ var (
 	dSettled    = desc("tidemark_feed_settled", "1 when the feed is at the end of its input and every consumer finished every line.", lFeed)
 	dState      = desc("tidemark_feed_state", "1 for the source's current state.", []string{"feed", "state"})
 	dReopens    = desc("tidemark_feed_reopens_total", "Reopens of the input, by reason.", []string{"feed", "reason"})
+	dFReadPos   = desc("tidemark_file_read_position_bytes", "Offset just after the last line read of one file of a file set, in its current epoch.", lFeedFile)
+	dFPtrPos    = desc("tidemark_file_pointer_position_bytes", "Position in the registry of one file of a file set, in its current epoch.", lFeedFile)
+	dFSize      = desc("tidemark_file_size_bytes", "Size of one file of a file set as last seen.", lFeedFile)
+	dFBehind    = desc("tidemark_file_behind_bytes", "Bytes of one file of a file set after the last line read.", lFeedFile)
+	dFLines     = desc("tidemark_file_lines_read_total", "Lines read from one file of a file set in this run.", lFeedFile)
+	dFCaughtUp  = desc("tidemark_file_caught_up", "1 when one file of a file set is read to its end.", lFeedFile)
 	dRewinds    = desc("tidemark_feed_rewinds_total", "Starts at which a subscriber's store was behind the pointer, so the feed read from the store's position (the store is the truth).", lFeed)
 	dDepth      = desc("tidemark_queue_depth", "Items handed to a group's queue and not finished.", lFeedGroup)
 	dProcessed  = desc("tidemark_queue_lines_processed_total", "Lines a group's queue finished (handled or skipped).", lFeedGroup)
@@ -170,6 +177,7 @@ var (
 		dStalled, dSettled, dState, dReopens, dRewinds, dDepth, dProcessed, dQFailures, dQSkipped, dQDropped,
 		dFenced, dHeld, dCommits, dFailedCmt, dStoreFail, dApplied, dRedeliv, dByLineage, dStaged,
 		dBackPress, dDurPos, dDurEpoch, dGroupState, dScrapeErr, dConns, dEvicted, dRefused,
+		dFReadPos, dFPtrPos, dFSize, dFBehind, dFLines, dFCaughtUp,
 	}
 	allStates      = []feed.State{feed.StateStarting, feed.StateWaiting, feed.StateBehind, feed.StateCaughtUp, feed.StateDone, feed.StateStopped}
 	allGroupStates = []framework.GroupState{framework.GroupRunning, framework.GroupFenced, framework.GroupDead, framework.GroupRemoved, framework.GroupRestarting}
@@ -303,6 +311,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, reason := range sortedKeys(f.Reopens) {
 			counter(dReopens, f.Reopens[reason], name, reason)
+		}
+		for _, fr := range f.Files {
+			gauge(dFReadPos, float64(fr.ReadPosition), name, fr.Path)
+			gauge(dFPtrPos, float64(fr.PointerPosition), name, fr.Path)
+			gauge(dFSize, float64(fr.FileSize), name, fr.Path)
+			gauge(dFBehind, float64(fr.BytesBehind), name, fr.Path)
+			counter(dFLines, fr.LinesRead, name, fr.Path)
+			gauge(dFCaughtUp, b2f(fr.State == feed.StateCaughtUp.String()), name, fr.Path)
 		}
 		// A group has one live queue per feed, and may have removed queues
 		// that still hold the pointer: those are summed into one gauge.

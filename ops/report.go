@@ -129,6 +129,23 @@ type FeedReport struct {
 	CommitErrors uint64 `json:"commitErrors"`
 
 	Groups []QueueReport `json:"groups"`
+	// Files has one report per file of a feed that follows a set of files
+	// (feed.Status.Files); the fields above sum them up.
+	Files []FileReport `json:"files,omitempty"`
+}
+
+// FileReport is one file of a file set: its own source facts.
+type FileReport struct {
+	Path            string `json:"path"`
+	State           string `json:"state"`
+	Detail          string `json:"detail,omitempty"`
+	Epoch           uint64 `json:"epoch"`
+	ReadPosition    int64  `json:"readPosition"`
+	PointerPosition int64  `json:"pointerPosition"`
+	FileSize        int64  `json:"fileSize"`
+	BytesBehind     int64  `json:"bytesBehind"`
+	LinesRead       uint64 `json:"linesRead"`
+	PartialPending  bool   `json:"partialPending"`
 }
 
 // QueueReport is the JSON form of [framework.QueueStatus].
@@ -214,6 +231,13 @@ func NewFeedReport(st framework.FeedStatus) FeedReport {
 		PollErrors:         st.PollErrors,
 		CommitErrors:       st.CommitErrors,
 		Groups:             make([]QueueReport, 0, len(st.Groups)),
+	}
+	for _, f := range st.Files {
+		r.Files = append(r.Files, FileReport{
+			Path: f.Path, State: f.State.String(), Detail: f.Detail, Epoch: f.Epoch,
+			ReadPosition: f.ReadPosition, PointerPosition: f.CommittedPosition, FileSize: f.FileSize,
+			BytesBehind: max(0, f.FileSize-f.ReadPosition), LinesRead: f.LinesRead, PartialPending: f.PartialPending,
+		})
 	}
 	if !st.LastReopenAt.IsZero() {
 		t := st.LastReopenAt
