@@ -259,17 +259,15 @@ func (s *stream) findGeneration(p pointer.Record) (*renamedInput, error) {
 }
 
 // findCopy looks among the rotated files for a copy of the open file's
-// bytes up to c.pos (its epoch's fingerprint and the bytes before c.pos,
-// as read): the copy logrotate's copytruncate makes before it truncates
-// the input. It returns it only when it holds bytes after c.pos (lines the
-// source has not read), else nil.
+// bytes up to the offset read: the copy logrotate's copytruncate makes
+// before it truncates the input. It compares the epoch's fingerprint and
+// the (up to 64) bytes before the offset read as they were read, and
+// returns the copy only when it holds bytes after c.pos (the lines the
+// source has not delivered), else nil. A copy shorter than the offset read
+// holds nothing the source has not read (it read past the copy, up to the
+// truncation).
 func (s *stream) findCopy(c *continuation) *renamedInput {
-	n := int(min(maxTailLen, c.pos))
-	tail, ok := s.readBytes(c.pos-int64(n), n)
-	if !ok {
-		return nil
-	}
-	p := pointer.Record{Epoch: s.epoch, Position: c.pos, Fingerprint: s.fp, TailLen: n, TailHash: HashBytes(tail)}
+	p := pointer.Record{Epoch: s.epoch, Position: s.fr.off, Fingerprint: s.fp, TailLen: s.seenLen, TailHash: HashBytes(s.seen[:s.seenLen])}
 	list, err := s.siblings()
 	if err != nil {
 		s.log.Warn("feed: cannot list the rotated files to look for a copy of the truncated input", "path", s.path, "err", err)
@@ -277,7 +275,7 @@ func (s *stream) findCopy(c *continuation) *renamedInput {
 	}
 	for i := len(list) - 1; i >= 0; i-- { // the newest copy first
 		sb := list[i]
-		if sb.live || (sb.hasID && s.in.hasID && sb.id == s.in.id) || (sb.size <= c.pos && !isCompressed(sb.name)) {
+		if sb.live || (sb.hasID && s.in.hasID && sb.id == s.in.id) || (sb.size < s.fr.off && !isCompressed(sb.name)) {
 			continue
 		}
 		r, _, err := s.openGeneration(sb.name, p, false)
@@ -285,9 +283,14 @@ func (s *stream) findCopy(c *continuation) *renamedInput {
 			s.log.Warn("feed: cannot read a rotated file to compare it with the truncated input", "path", s.path, "file", sb.name, "err", err)
 			continue
 		}
-		if r != nil {
+		if r == nil {
+			continue
+		}
+		if r.size > c.pos {
 			return r
 		}
+		closeQuietly(s, r.in)
+		return nil
 	}
 	return nil
 }
