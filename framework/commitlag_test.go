@@ -81,10 +81,10 @@ func TestStatusProcessedPending(t *testing.T) {
 	waitFor(t, "ProcessedPending 10", func() bool { return status(t, s, "orders").ProcessedPending == 10 })
 	st := status(t, s, "orders")
 	require.EqualValues(t, 10, st.PendingAcks)
-	require.Zero(t, st.CommittedSeq)
+	require.Zero(t, st.LastCommitSeq)
 	close(src.commitBlock)
 	waitFor(t, "commit of everything", func() bool {
 		st := status(t, s, "orders")
-		return st.ProcessedPending == 0 && st.CommittedSeq == 10
+		return st.ProcessedPending == 0 && st.LastCommitSeq == 10
 	})
 }

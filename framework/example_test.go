@@ -103,7 +103,7 @@ func ExampleServer_Checkpoint() {
 	cp.DurableThrough(m)
 	_ = s.Stop(ctx) // the stop's commit moves the pointer to the mark
 	st, _ := s.FeedStatus("orders")
-	fmt.Printf("finished %d lines, committed through position %d\n", m.Count, st.CommittedPosition)
+	fmt.Printf("finished %d lines, committed through position %d\n", m.Count, st.LastCommitPosition)
 	// Output: finished 3 lines, committed through position 20
 }
 

@@ -111,13 +111,13 @@ func TestFileFeedPointerFollowsSlowestGroup(t *testing.T) {
 	waitFor(t, "fast done", func() bool { return fast.count() == 50 })
 	waitFor(t, "pointer at line 19", func() bool {
 		st := status(t, s, "orders")
-		return st.CommittedPosition == fileLinePos(19)
+		return st.LastCommitPosition == fileLinePos(19)
 	})
 	// The pointer file follows: the feed's group commit writes it in the
 	// background, a moment after the commit.
 	waitFor(t, "pointer file at line 19", func() bool { return loadPointer(t, input).Record.Position == fileLinePos(19) })
 	idle := status(t, s, "orders")
-	require.Equal(t, fileLinePos(19), idle.CommittedPosition, "and no further: line 20 is not finished")
+	require.Equal(t, fileLinePos(19), idle.LastCommitPosition, "and no further: line 20 is not finished")
 	stopped := make(chan error, 1)
 	go func() { stopped <- s.Stop(context.Background()) }()
 	g.release()
@@ -188,7 +188,7 @@ func TestFileFeedTruncationStartsNewEpoch(t *testing.T) {
 	p := &recProc{feeds: []string{"orders"}}
 	s := startServer(t, fileCfg(input), framework.Registry{"p": p})
 	settle(t, s, "orders")
-	waitFor(t, "commit of the first file", func() bool { return status(t, s, "orders").CommittedPosition == fileLinePos(10) })
+	waitFor(t, "commit of the first file", func() bool { return status(t, s, "orders").LastCommitPosition == fileLinePos(10) })
 	first := p.all()[0].d.Epoch
 	require.NoError(t, os.Truncate(input, 0))
 	writeLines(t, input, 1, 3)

@@ -330,7 +330,7 @@ func TestLateHoldKeepsCommittedLines(t *testing.T) {
 	waitFor(t, "new lines", func() bool { return p.count() == 15 })
 	idle.wait(t, 3)
 	require.Equal(t, src.pos(10), src.committedPos())
-	require.EqualValues(t, 10, status(t, s, "orders").CommittedSeq)
+	require.EqualValues(t, 10, status(t, s, "orders").LastCommitSeq)
 	cp.DurableThrough(cp.Mark())
 	waitFor(t, "commit of the new lines", func() bool { return src.committedPos() == src.pos(15) })
 }

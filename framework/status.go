@@ -42,11 +42,14 @@ type FeedStatus struct {
 	// by "; ").
 	Stalled     bool
 	StallReason string
-	// CommittedSeq, CommittedEpoch and CommittedPosition are the last line
-	// the server committed in this run (0 before the first commit).
-	CommittedSeq      uint64
-	CommittedEpoch    uint64
-	CommittedPosition int64
+	// LastCommitSeq, LastCommitEpoch and LastCommitPosition are the last
+	// line the server committed in this run (0 before the first commit).
+	// They are the server's side of the commit; the position the pointer
+	// file holds is Status.CommittedPosition, which lags them while a
+	// pointer write is in progress.
+	LastCommitSeq      uint64
+	LastCommitEpoch    uint64
+	LastCommitPosition int64
 	// Counters of this run. Read counts lines read from the source;
 	// Delivered counts line hand-offs to queues (a line given to two
 	// groups counts twice); Dropped counts lines dropped for a queue
@@ -102,21 +105,21 @@ func (s *Server) FeedStatus(name string) (FeedStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := FeedStatus{
-		Status:            f.src.Status(),
-		Name:              f.name,
-		Policy:            f.policy,
-		Consumers:         len(f.live),
-		CommittedSeq:      f.committed.seq,
-		CommittedEpoch:    f.committed.epoch,
-		CommittedPosition: f.committed.pos,
-		Read:              f.read.Load(),
-		Delivered:         f.delivered.Load(),
-		Dropped:           f.dropped.Load(),
-		Failed:            f.failed.Load(),
-		Skipped:           f.skipped.Load(),
-		Released:          f.released.Load(),
-		PollErrors:        f.pollErrors.Load(),
-		CommitErrors:      f.commitErrors.Load(),
+		Status:             f.src.Status(),
+		Name:               f.name,
+		Policy:             f.policy,
+		Consumers:          len(f.live),
+		LastCommitSeq:      f.committed.seq,
+		LastCommitEpoch:    f.committed.epoch,
+		LastCommitPosition: f.committed.pos,
+		Read:               f.read.Load(),
+		Delivered:          f.delivered.Load(),
+		Dropped:            f.dropped.Load(),
+		Failed:             f.failed.Load(),
+		Skipped:            f.skipped.Load(),
+		Released:           f.released.Load(),
+		PollErrors:         f.pollErrors.Load(),
+		CommitErrors:       f.commitErrors.Load(),
 	}
 	if f.lastHanded.seq > f.committed.seq {
 		st.PendingAcks = f.lastHanded.seq - f.committed.seq

@@ -60,7 +60,7 @@ func TestStatusJSON(t *testing.T) {
 	require.EqualValues(t, 20, fr.Groups[0].Processed)
 	// The JSON has the field names the CLI and scripts rely on.
 	require.Contains(t, body, `"pointerPosition"`)
-	require.Contains(t, body, `"committedPosition"`)
+	require.Contains(t, body, `"lastCommitPosition"`)
 	require.Contains(t, body, `"pendingAcks"`)
 
 	code, body = get(t, base(l)+"/status/in")

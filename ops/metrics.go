@@ -286,7 +286,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		f := NewFeedReport(st)
 		gauge(dReadPos, float64(f.ReadPosition), name)
 		gauge(dPointerPos, float64(f.PointerPosition), name)
-		gauge(dCommitPos, float64(f.CommittedPosition), name)
+		gauge(dCommitPos, float64(f.LastCommitPosition), name)
 		gauge(dEpoch, float64(f.Epoch), name)
 		gauge(dFileSize, float64(f.FileSize), name)
 		gauge(dBehind, float64(f.BytesBehind), name)

@@ -70,8 +70,8 @@ func NewGroupReport(st framework.GroupStatus) GroupReport {
 //
 // Two positions are reported because they differ: PointerPosition is the
 // position the source last wrote to its pointer file (in Epoch), and
-// CommittedPosition is the last position the server committed in this run
-// (in CommittedEpoch; 0 before the first commit).
+// LastCommitPosition is the last position the server committed in this run
+// (in LastCommitEpoch; 0 before the first commit).
 type FeedReport struct {
 	Name     string `json:"name"`
 	Path     string `json:"path,omitempty"`
@@ -115,9 +115,9 @@ type FeedReport struct {
 	Stalled     bool   `json:"stalled"`
 	StallReason string `json:"stallReason,omitempty"`
 
-	CommittedSeq      uint64 `json:"committedSeq"`
-	CommittedEpoch    uint64 `json:"committedEpoch"`
-	CommittedPosition int64  `json:"committedPosition"`
+	LastCommitSeq      uint64 `json:"lastCommitSeq"`
+	LastCommitEpoch    uint64 `json:"lastCommitEpoch"`
+	LastCommitPosition int64  `json:"lastCommitPosition"`
 
 	Read         uint64 `json:"read"`
 	Delivered    uint64 `json:"delivered"`
@@ -219,9 +219,9 @@ func NewFeedReport(st framework.FeedStatus) FeedReport {
 		Settled:            st.Settled,
 		Stalled:            st.Stalled,
 		StallReason:        st.StallReason,
-		CommittedSeq:       st.CommittedSeq,
-		CommittedEpoch:     st.CommittedEpoch,
-		CommittedPosition:  st.CommittedPosition,
+		LastCommitSeq:      st.LastCommitSeq,
+		LastCommitEpoch:    st.LastCommitEpoch,
+		LastCommitPosition: st.LastCommitPosition,
 		Read:               st.Read,
 		Delivered:          st.Delivered,
 		Dropped:            st.Dropped,

@@ -105,7 +105,7 @@ func (w *Watcher) Check() {
 		}
 		w.feedSt[name] = cur
 		at := []any{"feed", name, "epoch", f.Epoch, "position", f.ReadPosition,
-			"committed_epoch", f.CommittedEpoch, "committed_position", f.CommittedPosition}
+			"committed_epoch", f.LastCommitEpoch, "committed_position", f.LastCommitPosition}
 		if cur.stalled && (!known || !prev.stalled || prev.reason != cur.reason) {
 			w.log.Warn("feed stalled: it holds its pointer until the reason clears, a restart, or a release", append(at, "reason", cur.reason)...)
 		}

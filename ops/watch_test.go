@@ -73,7 +73,7 @@ func TestWatcherLogsEachEventOnce(t *testing.T) {
 	require.Len(t, rec.take(), 0, "nothing changed")
 
 	st.Stalled, st.StallReason = true, "a removed consumer left unprocessed items: A (3 items)"
-	st.CommittedEpoch, st.CommittedPosition = 5, 40
+	st.LastCommitEpoch, st.LastCommitPosition = 5, 40
 	fs.set(st)
 	w.Check()
 	requireOne(t, rec.take(), "WARN feed stalled", "feed=orders", "epoch=5", "committed_position=40", "reason=a removed consumer left unprocessed items: A (3 items)")

@@ -374,11 +374,11 @@ func serveOpts(a childArgs, procs []framework.Processor, counters []*bench.Count
 	if st2, err := s.FeedStatus(feedName); err == nil {
 		st = st2
 	}
-	extra["committed_position"] = float64(st.CommittedPosition)
+	extra["committed_position"] = float64(st.LastCommitPosition)
 	if size, err := fileSize(a.file); err == nil {
 		// After a clean stop every line was finished: the pointer must
 		// have reached the end of the file.
-		if size == st.CommittedPosition {
+		if size == st.LastCommitPosition {
 			extra["pointer_at_end"] = 1
 		} else {
 			extra["pointer_at_end"] = 0
