@@ -47,7 +47,7 @@ fuzz:
 	$(GO) test ./examples/ledger -run '^$$' -fuzz '^FuzzReadRejects$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./state -run '^$$' -fuzz '^FuzzScanTail$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./state -run '^$$' -fuzz '^FuzzReadStoreFile$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/vfs -run '^$$' -fuzz '^FuzzFlockHolder$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./vfs -run '^$$' -fuzz '^FuzzFlockHolder$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./feed/natsfeed -run '^$$' -fuzz '^FuzzSubjectMatches$$' -fuzztime $(FUZZTIME)
 
 # The long versions of the reliability scenarios (see RELIABILITY.md).
