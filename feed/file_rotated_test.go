@@ -341,3 +341,42 @@ func TestRotatedBadPattern(t *testing.T) {
 		t.Fatalf("err %v, want ErrInvalidConfig naming the pattern", err)
 	}
 }
+
+// TestRotatedWithoutCreateWhilePathMissing: a source caught up on a file
+// that is rotated (create), whose new file is written to and rotated in
+// turn without a file made at the path (logrotate's nocreate, or a writer
+// that has not made its file yet), all between two polls: the lines of the
+// rotated file are read while the path names no file, not only once one
+// appears there; a file made at the path later is read after them.
+// (Found by torture's TestRotationModel: the consumer stalled.)
+func TestRotatedWithoutCreateWhilePathMissing(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "in.log")
+	cfg := Config{Rotated: "in.log.*", RotateWait: time.Millisecond}
+	write(t, p, genLines("first", 0, 100))
+	s := open(t, p, cfg)
+	s.batches(func([]got) {})
+	if err := os.Rename(p, p+".1"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, p, "")
+	appendTo(t, p, genLines("second", 0, 105))
+	if err := os.Rename(p+".1", p+".2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(p, p+".1"); err != nil {
+		t.Fatal(err)
+	}
+	g := s.waitLines(105)
+	if want := genLines("second", 0, 105); strings.Join(lines(g), "\n")+"\n" != want {
+		t.Fatalf("while the path is missing: %d lines, first %q", len(g), g[0].Line)
+	}
+	if err := s.Commit(g[len(g)-1].Epoch, g[len(g)-1].Position); err != nil {
+		t.Fatal(err)
+	}
+	write(t, p, genLines("third", 0, 3))
+	g = s.waitLines(3)
+	if want := genLines("third", 0, 3); strings.Join(lines(g), "\n")+"\n" != want {
+		t.Fatalf("the file made at the path later: %v", lines(g))
+	}
+}

@@ -121,6 +121,12 @@ func (s *stream) check() (bool, error) {
 			s.startReopen(ReasonRewritten)
 		case replaced:
 			s.startReopen(ReasonReplaced)
+		case ofi.Size() == s.fr.off && s.rotatedSince():
+			// No file at the path (rotated without create, or between the
+			// rename and the create), and a rotated file newer than the
+			// open one holds lines: they are read now (after RotateWait),
+			// not once a file appears at the path again.
+			s.startReopen(ReasonReplaced)
 		}
 		return true, nil
 	}
@@ -155,6 +161,21 @@ func (s *stream) check() (bool, error) {
 		s.startReopen(ReasonRewritten)
 	}
 	return true, nil
+}
+
+// rotatedSince reports whether, with Rotated, a rotated file follows the
+// open file in the rotation order (a rotation since it was opened, whose
+// file is not the path's). Used while the path names no file.
+func (s *stream) rotatedSince() bool {
+	if s.rotated == "" {
+		return false
+	}
+	list, err := s.siblings()
+	if err != nil {
+		return false // the reopen at the next file at the path lists them again
+	}
+	next := s.nextAfter(list)
+	return next != nil && !next.live
 }
 
 // startReopen makes the next end of the open file reopen the path (for a
