@@ -23,7 +23,7 @@ func openBolt(dir string, opts *Options) (*boltEngine, error) {
 	path := filepath.Join(dir, boltFile)
 	bo := &bolt.Options{
 		Timeout:  opts.lockTimeout(),
-		OpenFile: opts.BoltOpenFile,
+		OpenFile: opts.boltOpenFile,
 		// NoSync stays false: every commit writes and syncs the data
 		// pages, then the meta page.
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 // TestBoltCommitFault hands bbolt its database file through
-// Options.BoltOpenFile and, at the chosen moment, turns that file into one
+// Options.boltOpenFile and, at the chosen moment, turns that file into one
 // that fails: its descriptor is replaced (dup3) by one of /dev/full, whose
 // writes fail with ENOSPC (a full disk), or by a read-only descriptor of the
 // same file, whose writes fail with EBADF. bbolt's next commit fails.
@@ -24,7 +24,7 @@ func TestBoltCommitFault(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
 			var f *os.File
-			o := &Options{BoltOpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			o := &Options{boltOpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
 				file, err := os.OpenFile(name, flag, perm)
 				mu.Lock()
 				f = file

@@ -98,7 +98,7 @@ func TestPebbleCommitFault(t *testing.T) {
 			})
 			fs := errorfs.Wrap(vfs.Default, inj)
 			be := backends()[1]
-			faultRun(t, be, t.TempDir(), &Options{PebbleFS: fs}, func() { on.Store(true) })
+			faultRun(t, be, t.TempDir(), &Options{pebbleFS: fs}, func() { on.Store(true) })
 		})
 	}
 }
@@ -120,7 +120,7 @@ func TestPebbleCloseWithAFailingFlush(t *testing.T) {
 	var logs lockedBuffer
 	o := testOpts()
 	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	o.PebbleFS = errorfs.Wrap(vfs.Default, inj)
+	o.pebbleFS = errorfs.Wrap(vfs.Default, inj)
 	s, err := OpenPebble(dir, o)
 	if err != nil {
 		t.Fatal(err)

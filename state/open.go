@@ -66,15 +66,10 @@ type Options struct {
 	// means slog.Default().
 	Logger *slog.Logger
 	// FS is the file system of the STORE file and the output files; nil
-	// means the operating system's. Tests wrap it to inject faults.
+	// means the operating system's. Set it to a file system of your own
+	// (see package vfs), or to one wrapped with vfs.Inject to test what a
+	// failing disk does to your program.
 	FS vfs.FS
-	// PebbleFS is the file system of the Pebble backend; nil means
-	// Pebble's default, the operating system's. Tests wrap it with
-	// Pebble's errorfs to inject faults.
-	PebbleFS pebblevfs.FS
-	// BoltOpenFile opens the bbolt database file; nil means os.OpenFile.
-	// Tests use it to hand bbolt a file that fails.
-	BoltOpenFile func(name string, flag int, perm os.FileMode) (*os.File, error)
 	// Unbound lets a batched Apply take deliveries of a feed that no
 	// checkpoint is bound to (see [ErrNotBound]). Set it only when the
 	// caller never lets its feed's pointer pass what the store holds: it
@@ -89,6 +84,13 @@ type Options struct {
 
 	// hooks are test seams; nil in production.
 	hooks *hooks
+	// pebbleFS is the file system of the Pebble backend; nil means
+	// Pebble's default, the operating system's. Tests wrap it with
+	// Pebble's errorfs to inject faults.
+	pebbleFS pebblevfs.FS
+	// boltOpenFile opens the bbolt database file; nil means os.OpenFile.
+	// Tests use it to hand bbolt a file that fails.
+	boltOpenFile func(name string, flag int, perm os.FileMode) (*os.File, error)
 }
 
 // CommitObserver is told of each batch a store made durable. ObserveCommit
@@ -281,7 +283,7 @@ func onDisk(o *Options, fsys vfs.FS, dir string) ([]string, error) {
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	pfs := o.PebbleFS
+	pfs := o.pebbleFS
 	if pfs == nil {
 		pfs = pebblevfs.Default
 	}

@@ -32,7 +32,7 @@ type pebbleEngine struct {
 // whether it may be made (else a missing database is an error).
 func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 	path := filepath.Join(dir, pebbleDir)
-	fs := opts.PebbleFS
+	fs := opts.pebbleFS
 	if fs == nil {
 		fs = pebblevfs.Default
 	}

@@ -54,7 +54,7 @@ func TestPebblePowerLossAtEveryWrite(t *testing.T) {
 			index.Store(math.MaxInt32)
 			o := testOpts()
 			o.BatchSize = 8
-			o.PebbleFS = errorfs.Wrap(mem, inj)
+			o.pebbleFS = errorfs.Wrap(mem, inj)
 			s, err := OpenPebble(dir, o)
 			if err != nil {
 				t.Fatal(err)
@@ -77,7 +77,7 @@ func TestPebblePowerLossAtEveryWrite(t *testing.T) {
 			}
 			// Power back on: the copy is what the disk held.
 			o = testOpts()
-			o.PebbleFS = c
+			o.pebbleFS = c
 			s, err = OpenPebble(dir, o)
 			if err != nil {
 				t.Fatalf("k=%d: reopen after the power loss: %v", k, err)
