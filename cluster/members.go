@@ -119,26 +119,42 @@ func openMembers(ctx context.Context, dsn, job, worker string, lease time.Durati
 	return m, nil
 }
 
-// register makes this worker's row; another live worker of the same name
-// is ErrWorkerExists.
-func (m *members) register(ctx context.Context) error {
-	c, cancel := context.WithTimeout(ctx, m.timeout)
-	defer cancel()
-	var inst string
-	err := m.pool.QueryRow(c, sqlRegister, m.job, m.worker, m.instance, m.lease.Milliseconds()).Scan(&inst)
-	if errors.Is(err, pgx.ErrNoRows) {
-		var secs float64
-		if err := m.pool.QueryRow(c, sqlHolderOf, m.job, m.worker).Scan(&inst, &secs); err != nil {
+// register makes this worker's row. A row of the same name whose
+// heartbeat is live (the process before this one, killed a moment ago, or
+// another process of the same name) is waited for up to wait; still live
+// then, it is ErrWorkerExists.
+func (m *members) register(ctx context.Context, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		c, cancel := context.WithTimeout(ctx, m.timeout)
+		var inst string
+		err := m.pool.QueryRow(c, sqlRegister, m.job, m.worker, m.instance, m.lease.Milliseconds()).Scan(&inst)
+		if err == nil {
+			_, _ = m.pool.Exec(c, sqlTidy, m.job)
+			cancel()
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			cancel()
 			return fmt.Errorf("cluster: job %s: register worker %s: %w", m.job, m.worker, err)
 		}
-		return fmt.Errorf("%w: job %s, worker %s (instance %s, heartbeat for %.1fs more): give each worker its own name, or stop the other one",
-			ErrWorkerExists, m.job, m.worker, inst, secs)
+		var secs float64
+		err = m.pool.QueryRow(c, sqlHolderOf, m.job, m.worker).Scan(&inst, &secs)
+		cancel()
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("cluster: job %s: register worker %s: %w", m.job, m.worker, err)
+		}
+		left := time.Duration(secs * float64(time.Second))
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: job %s, worker %s (instance %s, heartbeat for %.1fs more): give each worker its own name, or stop the other one",
+				ErrWorkerExists, m.job, m.worker, inst, secs)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(min(max(left, 10*time.Millisecond), 250*time.Millisecond)):
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("cluster: job %s: register worker %s: %w", m.job, m.worker, err)
-	}
-	_, _ = m.pool.Exec(c, sqlTidy, m.job)
-	return nil
 }
 
 // beat renews the heartbeat with the claims, and reads every worker of the
@@ -158,7 +174,7 @@ func (m *members) beat(ctx context.Context, claims []claim) ([]memberRow, error)
 	if tag.RowsAffected() == 0 {
 		// The row is gone (a tidy-up after a long pause, or an operator)
 		// or another instance has it.
-		if err := m.register(c); err != nil {
+		if err := m.register(c, 0); err != nil {
 			return nil, err
 		}
 		if _, err := m.pool.Exec(c, sqlBeat, m.job, m.worker, m.instance, string(js), m.lease.Milliseconds()); err != nil {

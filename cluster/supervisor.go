@@ -153,7 +153,8 @@ func (s *Supervisor) sourceConfig(p int, token int64) natsfeed.Config {
 // commits and releases its lease), leaves the table of workers and
 // returns nil. It returns early with an error only when the worker cannot
 // take part at all: the database unreachable at the start, or another live
-// worker of the same name ([ErrWorkerExists]). A partition's failure is
+// worker of the same name ([ErrWorkerExists]; a worker of the same name
+// that died is waited for, up to the lease, until its heartbeat runs out). A partition's failure is
 // not Run's: the partition goes to standby and is tried again (see
 // [Supervisor.Status]). Run is called once.
 func (s *Supervisor) Run(ctx context.Context) error {
@@ -166,7 +167,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		return err
 	}
 	defer mem.close()
-	if err := mem.register(ctx); err != nil {
+	// The process before this one of the same name, killed a moment ago,
+	// still has a live heartbeat: it runs out within the lease.
+	if err := mem.register(ctx, s.cfg.Lease+s.cfg.Interval); err != nil {
 		return err
 	}
 	s.log.Info("worker joined", "partitions", s.cfg.Partitions, "lease", s.cfg.Lease, "interval", s.cfg.Interval)
@@ -342,7 +345,7 @@ func (s *Supervisor) runPartition(ctx context.Context, pt *part, wait time.Durat
 	src := &partitionSource{}
 	pp := Partition{
 		Index:     p,
-		Feed:      framework.FeedConfig{Name: s.cfg.FeedName, Source: src},
+		Feed:      framework.FeedConfig{Name: s.cfg.FeedName, Source: src, Overload: framework.OverloadConfig{Policy: framework.Pause}},
 		Store:     pt.spec,
 		StoreName: pt.storeName,
 	}
@@ -435,11 +438,16 @@ func (s *Supervisor) runPartition(ctx context.Context, pt *part, wait time.Durat
 	runErr := srv.Run(runCtx)
 	cancel()
 	<-watchDone
+	// The lease's end says why, first: a source that stopped on the new
+	// owner's deletion of its consumer, or a failed final commit, is the
+	// take-over's consequence.
+	l, _ := state.LeaseOf(st)
+	why := l.Lost
 	if e := lost.Load(); e != nil {
-		runErr = errors.Join(fmt.Errorf("cluster: partition %d: the store's lease was lost: %w", p, *e), runErr)
+		why = *e
 	}
-	if l, _ := state.LeaseOf(st); runErr == nil && l.Lost != nil && !errors.Is(l.Lost, state.ErrClosed) {
-		runErr = fmt.Errorf("cluster: partition %d: the store's lease was lost: %w", p, l.Lost)
+	if why != nil && !errors.Is(why, state.ErrClosed) && (runErr == nil || !errors.Is(runErr, why)) {
+		runErr = errors.Join(fmt.Errorf("cluster: partition %d: the store's lease was lost: %w", p, why), runErr)
 	}
 	return runErr
 }

@@ -90,19 +90,7 @@ func Compare(m *Model, st LedgerState, out *OutputSummary, rejects int, refused 
 	}
 	r.Want = LedgerState{Applied: m.Applied, Total: m.Total, Balances: m.Balances}
 	r.WantRejects = m.Malformed + m.Oversize + r.Refused
-	for id, want := range m.IDs {
-		got := out.IDs[id]
-		if got < want {
-			r.Missing += want - got
-		} else {
-			r.Twice += got - want
-		}
-	}
-	for id, got := range out.IDs {
-		if _, ok := m.IDs[id]; !ok {
-			r.Unknown += got
-		}
-	}
+	r.Missing, r.Twice, r.Unknown = countIDs(m.IDs, out.IDs)
 	r.Unknown += out.Bad
 	r.Unfollowed = out.Unfollowed
 	for a, b := range out.Last {
@@ -169,12 +157,22 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	var inputs stringList
 	fs.Var(&inputs, "input", "the input file; several --input are read one after the other, as one input")
 	dir := fs.String("data", "", "the run's data folder")
+	source := fs.String("source", "", "a partitioned ledger: its stream, nats://HOST:PORT/STREAM (with --store; --input then checks that the stream holds the input once)")
+	store := fs.String("store", "", "with --source: the PostgreSQL database of the partitions' stores, postgres://…")
+	job := fs.String("job", defaultJob, "with --source: the job's name (its stores are JOB/STREAM/P)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: ledger check --input PATH --data DIR")
+		fmt.Fprintln(stderr, "usage: ledger check --input PATH --data DIR\n       ledger check --source nats://HOST:PORT/STREAM --store postgres://… [--input PATH]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *source != "" || *store != "" {
+		if *source == "" || *store == "" || *dir != "" || fs.NArg() > 0 {
+			fs.Usage()
+			return 2
+		}
+		return checkPartitionedCmd(*source, *store, *job, inputs, stdout, stderr)
 	}
 	if len(inputs) == 0 || *dir == "" || fs.NArg() > 0 {
 		fs.Usage()
@@ -190,4 +188,24 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// countIDs compares the lines per id found (got) with those expected
+// (want): how many are missing, how many are there too often, and how many
+// have an id not expected at all.
+func countIDs(want, got map[int64]int) (missing, twice, unknown int) {
+	for id, w := range want {
+		g := got[id]
+		if g < w {
+			missing += w - g
+		} else {
+			twice += g - w
+		}
+	}
+	for id, g := range got {
+		if _, ok := want[id]; !ok {
+			unknown += g
+		}
+	}
+	return missing, twice, unknown
 }

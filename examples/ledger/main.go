@@ -11,6 +11,13 @@
 //	ledger check --input PATH --data DIR
 //	ledger demo
 //
+// and, when one machine is not enough, a partitioned ledger: a JetStream
+// stream read by several workers, its state in PostgreSQL:
+//
+//	ledger publish --input PATH --to nats://HOST:PORT/STREAM [--partitions N]
+//	ledger run --source nats://HOST:PORT/STREAM --store postgres://USER@HOST:PORT/DB [--worker NAME]
+//	ledger check --source nats://HOST:PORT/STREAM --store postgres://USER@HOST:PORT/DB [--input PATH]
+//
 // See README.md beside this file for what each command prints.
 package main
 
@@ -28,6 +35,8 @@ commands:
   balances  print the balances a data folder holds
   check     compare a data folder with its input
   demo      the kill -9 demonstration (what make run runs)
+  publish   publish a ledger file into a partitioned JetStream stream
+            (then run --source and check --source: several workers, state in PostgreSQL)
 
 Run "ledger COMMAND -h" for a command's flags.
 `
@@ -54,6 +63,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return cmdCheck(rest, stdout, stderr)
 	case "demo":
 		return cmdDemo(rest, stdout, stderr)
+	case "publish":
+		return cmdPublish(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -8,6 +8,9 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/tidemark-go/tidemark/internal/natstest"
+	"github.com/tidemark-go/tidemark/internal/pgtest"
 )
 
 // The crash tests run the ledger as a child process and kill it with
@@ -20,8 +23,11 @@ var (
 	buildDir  string
 )
 
+// TestMain lets the binary run as a NATS server child (natstest), and
+// removes the PostgreSQL clusters the tests started (pgtest).
 func TestMain(m *testing.M) {
-	code := m.Run()
+	natstest.RunChild()
+	code := pgtest.Main(m).Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}

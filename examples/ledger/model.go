@@ -203,17 +203,23 @@ type OutputSummary struct {
 
 // ReadOutput summarises the output file at path. A missing file is empty.
 func ReadOutput(path string) (*OutputSummary, error) {
-	s := &OutputSummary{IDs: make(map[int64]int), Last: make(map[string]int64)}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return s, nil
+		return ReadOutputFrom(bytes.NewReader(nil))
 	}
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	return ReadOutputFrom(f)
+}
+
+// ReadOutputFrom summarises the output read from r (an output kept in a
+// database, read with state.Output.WriteTo).
+func ReadOutputFrom(r io.Reader) (*OutputSummary, error) {
+	s := &OutputSummary{IDs: make(map[int64]int), Last: make(map[string]int64)}
 	var n, last int64
-	err = eachLine(f, func(payload []byte, pos int64) {
+	err := eachLine(r, func(payload []byte, pos int64) {
 		last = pos
 		s.Lines++
 		o, err := ParseOutput(payload)

@@ -49,6 +49,14 @@ type RunOptions struct {
 	// Ops, when set, is the address of an operations listener (package
 	// ops): /metrics, /status and a status page while the run lasts.
 	Ops string
+	// Source, when set, makes the run a worker of a partitioned ledger:
+	// nats://HOST:PORT/STREAM, with Store a postgres:// URL (see
+	// partitioned.go). Partitions, Worker, Lease and Job are its.
+	Source     string
+	Partitions int
+	Worker     string
+	Lease      time.Duration
+	Job        string
 	// DieAfterSave, when positive, makes the run kill itself with SIGKILL
 	// right after the durable save that brings the saved lines to at least
 	// this many: before the feed's pointer moves past them (see
@@ -71,12 +79,19 @@ const (
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", stderr, "usage: ledger run --input PATH --data DIR [--pointer-dir DIR] [--store bbolt|pebble] [--dedupe=true|false] [--sync]\n"+
-		"                  [--batch N] [--batch-interval D] [--follow] [--pace D] [--ops ADDR]")
+		"                  [--batch N] [--batch-interval D] [--follow] [--pace D] [--ops ADDR]\n"+
+		"       ledger run --source nats://HOST:PORT/STREAM --store postgres://USER@HOST:PORT/DB [--partitions N] [--worker NAME]\n"+
+		"                  [--lease D] [--job NAME] [--sync] [--batch N] [--batch-interval D] [--pace D] [--ops ADDR]")
 	var o RunOptions
 	fs.StringVar(&o.Input, "input", "", "the ledger file to read (required)")
 	fs.StringVar(&o.Data, "data", "", "the data folder: the store, output.csv and rejects.csv (required)")
 	fs.StringVar(&o.PointerDir, "pointer-dir", "", "the folder of the feed's pointer file (default: beside the input); one for each program that follows the same input")
-	fs.StringVar(&o.Store, "store", state.Bolt, "the store's backend for a new data folder: bbolt or pebble")
+	fs.StringVar(&o.Store, "store", state.Bolt, "the store's backend for a new data folder: bbolt or pebble; with --source, the PostgreSQL database of the partitions' stores: postgres://…")
+	fs.StringVar(&o.Source, "source", "", "read a partitioned stream instead of a file, as one worker of several: nats://HOST:PORT/STREAM (see ledger publish)")
+	fs.IntVar(&o.Partitions, "partitions", 0, "with --source: the stream's partition count (default: the stream's own; required to wait for a stream not made yet)")
+	fs.StringVar(&o.Worker, "worker", "", "with --source: this worker's name, unique in the job (default HOST-PID)")
+	fs.DurationVar(&o.Lease, "lease", 0, fmt.Sprintf("with --source: how long a partition stays owned by a worker that stopped answering (0: %v)", state.DefaultLease))
+	fs.StringVar(&o.Job, "job", defaultJob, "with --source: the job's name; its stores are JOB/STREAM/P")
 	fs.BoolVar(&o.Dedupe, "dedupe", true, "skip lines the store already applied (false applies re-deliveries again, to show what de-duplication prevents)")
 	fs.BoolVar(&o.Sync, "sync", false, "save each line durably before the next, instead of batched asynchronous saves")
 	fs.IntVar(&o.Batch, "batch", 0, fmt.Sprintf("lines per batched save (0: %d)", state.DefaultBatchSize))
@@ -91,7 +106,18 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	fs.Visit(func(f *flag.Flag) { o.storeSet = o.storeSet || f.Name == "store" })
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.storeSet = set["store"]
+	if o.Source != "" {
+		return cmdRunPartitioned(o, set, fs, stdout, stderr)
+	}
+	for _, name := range []string{"partitions", "worker", "lease", "job"} {
+		if set[name] {
+			fmt.Fprintf(stderr, "ledger run: --%s goes with --source\n", name)
+			return exitUsage
+		}
+	}
 	if o.Input == "" || o.Data == "" || fs.NArg() > 0 || o.Batch < 0 || o.Pace < 0 || o.BatchInterval < 0 {
 		fs.Usage()
 		return exitUsage

@@ -1,0 +1,406 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/tidemark-go/tidemark/cluster"
+	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark/feed/natsfeed"
+	"github.com/tidemark-go/tidemark/framework"
+	"github.com/tidemark-go/tidemark/state"
+)
+
+// The partitioned ledger: `ledger run --source nats://HOST:PORT/STREAM
+// --store postgres://…` is one worker of a job that shares the stream's
+// partitions with the workers started with the same flags on other
+// machines (package cluster). Each partition it holds runs the ledger's
+// processor on its own server, with its state in the PostgreSQL store
+// ledger/STREAM/P, and its output and rejected lines in outputs of that
+// store (exactly once, like the state).
+
+// jobName names the ledger's job: its stores are JOB/STREAM/P.
+const defaultJob = "ledger"
+
+// keyRejected counts the lines a partition rejected.
+var keyRejected = []byte("rejected")
+
+// storeNameOf names partition p's store.
+func storeNameOf(job, stream string, p int) string { return job + "/" + stream + "/" + strconv.Itoa(p) }
+
+// partLedger is the ledger's processor on a partition: the file path's,
+// but a rejected line is applied too (a record in the store's output
+// rejects.csv), so that it is recorded exactly once wherever the
+// partition moves.
+type partLedger struct {
+	part   int
+	st     state.Store // the ledger's namespace
+	root   state.Store
+	pace   time.Duration
+	buf    []byte
+	rec    []byte
+	atOpen int64 // lines the store held when it opened, applied and rejected
+
+	applied, skipped, rejected atomic.Uint64
+}
+
+func (l *partLedger) Start(ctx context.Context, fc *framework.Context) error {
+	st, err := fc.Store()
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{outputFile, rejectsFile} {
+		if _, err := st.Output(name); err != nil {
+			return err
+		}
+	}
+	l.root, l.st = st, st.Namespace(namespace)
+	if err := l.st.View(func(tx *state.Tx) error {
+		a, err := tx.GetInt64(keyApplied)
+		if err != nil {
+			return err
+		}
+		r, err := tx.GetInt64(keyRejected)
+		l.atOpen = a + r
+		return err
+	}); err != nil {
+		return err
+	}
+	return fc.Subscribe(feedName)
+}
+
+func (l *partLedger) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+	if l.pace > 0 {
+		time.Sleep(l.pace)
+	}
+	e, err := ParseLine(line)
+	if err != nil {
+		return l.reject(ctx, d, err.Error(), line)
+	}
+	applied, err := l.st.Apply(ctx, d, func(tx *state.Tx) error {
+		var err error
+		l.buf, err = applyEntry(tx, e, d, l.buf)
+		return err
+	})
+	if errors.Is(err, state.ErrTooLarge) {
+		// Nothing of it was staged: the line is rejected instead.
+		return l.reject(ctx, d, err.Error(), line)
+	}
+	if err != nil {
+		return err
+	}
+	if applied {
+		l.applied.Add(1)
+	} else {
+		l.skipped.Add(1)
+	}
+	return nil
+}
+
+// reject applies a rejected line: its record in rejects.csv and the count.
+func (l *partLedger) reject(ctx context.Context, d dedupe.Delivery, reason string, line []byte) error {
+	applied, err := l.st.Apply(ctx, d, func(tx *state.Tx) error {
+		var b strings.Builder
+		w := csv.NewWriter(&b)
+		_ = w.Write([]string{strconv.FormatUint(d.Epoch, 10), strconv.FormatInt(d.Position, 10), reason, string(line)})
+		w.Flush()
+		if _, err := tx.Output(rejectsFile).Write([]byte(b.String())); err != nil {
+			return err
+		}
+		_, err := tx.AddInt64(keyRejected, 1)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if applied {
+		l.rejected.Add(1)
+	} else {
+		l.skipped.Add(1)
+	}
+	return nil
+}
+
+// durable returns the partition's durable position and the lines its
+// store holds (applied or rejected).
+func (l *partLedger) durable() (int64, int64) {
+	rec, _ := l.st.Applied(feedName)
+	s := l.root.Stats()
+	return rec.Position, l.atOpen + int64(s.Applied) - int64(s.Staged)
+}
+
+// runPartitioned runs one worker until SIGTERM or SIGINT (or ctx), then
+// gives its partitions up cleanly.
+func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, error) {
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.LogLevel}))
+	t, err := parseNATS(o.Source)
+	if err != nil {
+		return exitUsage, fmt.Errorf("--source %w", err)
+	}
+	worker := o.Worker
+	nc, js, err := t.connect("tidemark ledger worker " + worker)
+	if err != nil {
+		return exitFailed, err
+	}
+	defer nc.Close()
+	parts := o.Partitions
+	info, err := lookupStream(ctx, js, t.stream)
+	if err != nil {
+		return exitFailed, err
+	}
+	switch {
+	case info != nil:
+		if parts, err = streamPartitions(info, o.Partitions); err != nil {
+			return exitFailed, err
+		}
+	case parts == 0:
+		return exitFailed, fmt.Errorf("stream %s does not exist (yet): make it with ledger publish --partitions N, or give --partitions N to wait for it", t.stream)
+	}
+	var mu sync.Mutex
+	procs := map[int]*partLedger{} // the running processor of each partition held
+	sopts := func() *state.Options {
+		return &state.Options{Sync: o.Sync, BatchSize: o.Batch, BatchInterval: o.BatchInterval}
+	}
+	var ev *partEvents
+	if o.Events {
+		ev = &partEvents{w: stdout}
+	}
+	cfg := cluster.Config{
+		Name:          o.Job,
+		Worker:        worker,
+		JetStream:     js,
+		Stream:        t.stream,
+		Partitions:    parts,
+		FilterSubject: func(p int) string { return filterOf(t.stream, p) },
+		Database:      o.Store,
+		StoreName:     func(p int) string { return storeNameOf(o.Job, t.stream, p) },
+		Lease:         o.Lease,
+		FeedName:      feedName,
+		Source:        natsfeed.Config{StatusInterval: 250 * time.Millisecond},
+		Partition: func(p cluster.Partition) (framework.Config, framework.Registry, error) {
+			proc := &partLedger{part: p.Index, pace: o.Pace}
+			mu.Lock()
+			procs[p.Index] = proc
+			mu.Unlock()
+			return framework.Config{
+				Feeds: []framework.FeedConfig{p.Feed},
+				Groups: []framework.GroupConfig{{
+					Name:         groupName,
+					Processors:   []string{processorName},
+					Store:        p.Store,
+					StoreOptions: sopts(),
+					Failure:      framework.FailurePolicy{Retries: framework.NoRetries},
+				}},
+				Logger: logger.With("partition", p.Index),
+			}, framework.Registry{processorName: proc}, nil
+		},
+		OnEvent: func(e cluster.Event) {
+			if e.Kind == cluster.Lost && errors.Is(e.Err, state.ErrFenced) {
+				logger.Warn("ledger: a partition was taken over while this worker was paused or cut off; its late saves were refused", "partition", e.Partition, "token", e.Token)
+			}
+			if ev != nil {
+				ev.partition(e)
+			}
+		},
+		Logger: logger,
+	}
+	sup, err := cluster.New(cfg)
+	if err != nil {
+		return exitUsage, err
+	}
+	current := func(p int) *partLedger {
+		mu.Lock()
+		defer mu.Unlock()
+		return procs[p]
+	}
+	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stopSignals()
+	if o.Ops != "" {
+		l, err := net.Listen("tcp", o.Ops)
+		if err != nil {
+			return exitFailed, fmt.Errorf("--ops %s: %w", o.Ops, err)
+		}
+		hs := &http.Server{Handler: sup.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = hs.Serve(l) }()
+		defer hs.Close()
+		fmt.Fprintf(stderr, "ledger: operations listener on http://%s/ (/status, /metrics)\n", l.Addr())
+	}
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		watchPartitions(sup, current, ev, o.Progress, stderr, stopWatch)
+	}()
+	fmt.Fprintf(stderr, "ledger: worker %s of job %s: stream %s, %d partitions, stores in %s\n", sup.Status().Worker, o.Job, t.stream, parts, redactURL(o.Store))
+	runErr := sup.Run(ctx)
+	close(stopWatch)
+	<-watched
+	st := sup.Status()
+	var applied, skipped, rejected uint64
+	mu.Lock()
+	for _, p := range procs {
+		applied += p.applied.Load()
+		skipped += p.skipped.Load()
+		rejected += p.rejected.Load()
+	}
+	mu.Unlock()
+	if ev != nil {
+		fmt.Fprintf(stdout, "%s applied=%d skipped=%d rejected=%d takeovers=%d releases=%d losses=%d fenced=%d\n", evStopped,
+			applied, skipped, rejected, st.Takeovers, st.Releases, st.Losses, st.Fenced)
+	}
+	fmt.Fprintf(stderr, "ledger: worker stopped: %d lines applied, %d skipped as already applied, %d rejected; partitions taken %d times, given up %d, lost %d (%d to another owner)\n",
+		applied, skipped, rejected, st.Takeovers, st.Releases, st.Losses, st.Fenced)
+	if runErr != nil {
+		return exitFailed, runErr
+	}
+	return exitOK, nil
+}
+
+// The events of a partitioned run (--events), one a line on stdout:
+//
+//	acquired partition=P token=T        the worker took partition P's lease
+//	released partition=P token=T        it gave P up cleanly (saved, committed)
+//	lost partition=P token=T fenced=F   P's server stopped on an error; F=1:
+//	                                    another owner took the lease over and
+//	                                    this worker's late saves were refused
+//	durable partition=P token=T position=S lines=N
+//	                                    a save of P is durable: its store holds
+//	                                    N lines (applied or rejected), up to
+//	                                    stream sequence S
+//	stopped applied=… skipped=… rejected=… takeovers=… releases=… losses=… fenced=…
+//	                                    the worker left the job
+const (
+	evAcquired = "acquired"
+	evReleased = "released"
+	evLost     = "lost"
+	evStopped  = "stopped"
+)
+
+// partEvents prints a partitioned run's events.
+type partEvents struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (e *partEvents) printf(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fmt.Fprintf(e.w, format, args...)
+}
+
+func (e *partEvents) partition(ev cluster.Event) {
+	switch ev.Kind {
+	case cluster.Lost:
+		f := 0
+		if errors.Is(ev.Err, state.ErrFenced) {
+			f = 1
+		}
+		e.printf("%s partition=%d token=%d fenced=%d\n", evLost, ev.Partition, ev.Token, f)
+	case cluster.Acquired:
+		e.printf("%s partition=%d token=%d\n", evAcquired, ev.Partition, ev.Token)
+	case cluster.Released:
+		e.printf("%s partition=%d token=%d\n", evReleased, ev.Partition, ev.Token)
+	}
+}
+
+// watchPartitions prints durable events (every 2 ms, for the partitions
+// whose saves moved) and progress lines (every second) until stop.
+func watchPartitions(sup *cluster.Supervisor, current func(int) *partLedger, ev *partEvents, progress string, stderr io.Writer, stop <-chan struct{}) {
+	type last struct {
+		token    int64
+		pos, app int64
+	}
+	seen := map[int]last{}
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	var lastLine time.Time
+	var lastApplied int64
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		st := sup.Status()
+		var total int64
+		var held []string
+		for _, ps := range st.PartitionStates {
+			if ps.State != cluster.Running {
+				continue
+			}
+			held = append(held, strconv.Itoa(ps.Partition))
+			proc := current(ps.Partition)
+			if proc == nil || proc.st == nil {
+				continue
+			}
+			pos, app := proc.durable()
+			total += app
+			if ev == nil {
+				continue
+			}
+			l := last{ps.Token, pos, app}
+			if seen[ps.Partition] != l {
+				seen[ps.Partition] = l
+				ev.printf("durable partition=%d token=%d position=%d lines=%d\n", ps.Partition, ps.Token, pos, app)
+			}
+		}
+		if progress != "none" && time.Since(lastLine) >= time.Second {
+			if !lastLine.IsZero() {
+				slices.Sort(held)
+				fmt.Fprintf(stderr, "ledger: worker %s holds %d of %d partitions (%s), %d lines saved in them, %.0f lines/s\n",
+					st.Worker, len(held), st.Partitions, strings.Join(held, ","), total, float64(total-lastApplied)/time.Since(lastLine).Seconds())
+			}
+			lastLine, lastApplied = time.Now(), total
+		}
+	}
+}
+
+// redactURL returns u without its password.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			return u.String()
+		}
+	}
+	return s
+}
+
+// cmdRunPartitioned checks the flags of a partitioned run and runs it.
+func cmdRunPartitioned(o RunOptions, set map[string]bool, fs *flag.FlagSet, stdout, stderr io.Writer) int {
+	for _, name := range []string{"input", "data", "pointer-dir", "dedupe", "follow", "die-after-save"} {
+		if set[name] {
+			fmt.Fprintf(stderr, "ledger run: --%s does not go with --source: a partitioned run reads the stream until SIGTERM, keeps everything in its PostgreSQL stores and always de-duplicates\n", name)
+			return exitUsage
+		}
+	}
+	if !strings.HasPrefix(o.Store, "postgres://") && !strings.HasPrefix(o.Store, "postgresql://") {
+		fmt.Fprintf(stderr, "ledger run: --source needs --store postgres://USER@HOST:PORT/DB (the partitions' stores must be shared by the workers), not %q\n", o.Store)
+		return exitUsage
+	}
+	if fs.NArg() > 0 || o.Batch < 0 || o.Pace < 0 || o.BatchInterval < 0 || o.Partitions < 0 || o.Lease < 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	code, err := runPartitioned(context.Background(), o, stdout, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "ledger run:", err)
+	}
+	return code
+}
