@@ -52,4 +52,4 @@ fuzz:
 
 # The long versions of the reliability scenarios (see RELIABILITY.md).
 torture:
-	TIDEMARK_TORTURE=1 $(GO) test -race -count=1 -timeout 120m -v ./torture/
+	TIDEMARK_TORTURE=1 $(GO) test -race -count=1 -timeout 120m -v ./torture/...
