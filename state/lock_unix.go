@@ -54,7 +54,15 @@ func (l *dirLock) release() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
-	err := l.f.Close() // closing the only descriptor releases the flock
+	// Unlock before closing: the flock belongs to the open file, and a
+	// child the program is starting holds a copy of every descriptor
+	// between its fork and its exec, so closing ours alone can leave the
+	// folder locked for a moment (long enough, on a loaded machine, for an
+	// Open right after Close to be refused).
+	// The unlock is best effort: closing releases the lock too, once no
+	// copy is left.
+	_ = unix.Flock(int(l.f.Fd()), unix.LOCK_UN)
+	err := l.f.Close()
 	l.f = nil
 	return err
 }

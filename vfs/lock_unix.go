@@ -23,3 +23,17 @@ func (f osFile) Lock() error {
 		return &os.PathError{Op: "flock", Path: f.Name(), Err: err}
 	}
 }
+
+// Close unlocks the file, then closes it. The flock belongs to the open
+// file, not to the descriptor: a child the program is starting holds a copy
+// of every descriptor between its fork and its exec (and a child given the
+// file holds one for its life), so closing this descriptor alone would leave
+// the lock with the copy. Unlocking a file that is not locked does nothing;
+// the unlock is best effort (a file system without flock refuses it, and
+// closing releases the lock too once no copy is left).
+func (f osFile) Close() error {
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = unix.Flock(int(fd), unix.LOCK_UN) })
+	}
+	return f.File.Close()
+}
