@@ -1,0 +1,21 @@
+// Package scale measures the partitioned ledger: `ledger run --source
+// nats://… --store postgres://…` (examples/ledger, package cluster), with a
+// NATS server in a child process (nats-server v2.15.2 from its Go module,
+// sync_interval: always) and a PostgreSQL 15 cluster of the benchmark's own
+// (fsync and synchronous_commit on), everything on the same machine.
+//
+// The rows are Go benchmarks, each run once (-benchtime 1x) and reported as
+// custom metrics, with their baselines measured in the same run:
+//
+//	go test ./bench/scale -run '^$' -bench . -benchtime 1x
+//
+//	BenchmarkJetStreamToPostgres   one worker, one partition, exactly once:
+//	                               lines/s, and its ratio to a bare durable
+//	                               pull consumer that acknowledges every
+//	                               1,000 messages (AckAll), on the same stream
+//	BenchmarkPartitions/P=N        one worker holding N partitions: lines/s
+//	BenchmarkFailover              a worker's SIGKILL to the first save of
+//	                               its successor on the partition: p50, max
+//
+// Nothing here asserts a speed; see bench/README.md for the figures.
+package scale

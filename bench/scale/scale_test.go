@@ -1,0 +1,458 @@
+package scale
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tidemark-go/tidemark/internal/natstest"
+	"github.com/tidemark-go/tidemark/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	natstest.RunChild()
+	code := pgtest.Main(m).Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	ledgerBin string
+	buildErr  error
+)
+
+// ledgerExe builds the ledger program once.
+func ledgerExe(b *testing.B) string {
+	b.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "tidemark-scale-bin-")
+		if buildErr != nil {
+			return
+		}
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		ledgerBin = filepath.Join(buildDir, "ledger")
+		out, err := exec.Command(goTool, "build", "-o", ledgerBin, "github.com/tidemark-go/tidemark/examples/ledger").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build ledger: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		b.Fatal(buildErr)
+	}
+	return ledgerBin
+}
+
+// env is a NATS server in a child process and a PostgreSQL schema of the
+// benchmark's own.
+type env struct {
+	b    *testing.B
+	exe  string
+	dir  string
+	cfg  natstest.Config
+	nats *natstest.Process
+	db   string
+	runs int
+}
+
+func newEnv(b *testing.B) *env {
+	b.Helper()
+	e := &env{b: b, exe: ledgerExe(b), dir: b.TempDir()}
+	e.cfg = natstest.Config{StoreDir: filepath.Join(e.dir, "nats"), Port: natstest.FreePort(b)}
+	e.nats = natstest.StartProcess(b, e.cfg)
+	e.db = pgtest.Shared(b).Schema(b)
+	return e
+}
+
+func (e *env) url(stream string) string { return e.nats.URL() + "/" + stream }
+
+// fill publishes lines generated lines (accounts of them) into a new
+// stream of parts partitions. The publication runs under the server's
+// default sync interval (a sync per message would make it last minutes);
+// the server is then stopped and started again with sync_interval:
+// always, as exactly once needs, for what is measured.
+func (e *env) fill(streams map[string]int, lines, accounts int) {
+	e.b.Helper()
+	input := filepath.Join(e.dir, "ledger.csv")
+	run(e.b, e.exe, "gen", "--lines", strconv.Itoa(lines), "--accounts", strconv.Itoa(accounts), "--seed", "5", "--out", input)
+	for name, parts := range streams {
+		run(e.b, e.exe, "publish", "--input", input, "--to", e.url(name), "--partitions", strconv.Itoa(parts), "--window", "4096")
+	}
+	js := natstest.JetStream(e.b, e.nats.URL())
+	for name := range streams {
+		// Everything published is in the store's files before the kill.
+		st, err := js.Stream(context.Background(), name)
+		if err != nil {
+			e.b.Fatal(err)
+		}
+		if got := st.CachedInfo().State.Msgs; got != uint64(lines) {
+			e.b.Fatalf("stream %s holds %d messages, want %d", name, got, lines)
+		}
+	}
+	e.nats.Kill()
+	e.cfg.SyncAlways = true
+	e.nats = natstest.StartProcess(e.b, e.cfg)
+	js = natstest.JetStream(e.b, e.nats.URL())
+	for name := range streams {
+		st, err := js.Stream(context.Background(), name)
+		if err != nil {
+			e.b.Fatal(err)
+		}
+		if got := st.CachedInfo().State.Msgs; got != uint64(lines) {
+			e.b.Fatalf("stream %s holds %d messages after the restart, want %d", name, got, lines)
+		}
+	}
+}
+
+func run(b *testing.B, exe string, args ...string) {
+	b.Helper()
+	if out, err := exec.Command(exe, args...).CombinedOutput(); err != nil {
+		b.Fatalf("ledger %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// worker is a `ledger run --source … --events` process, followed through
+// its events.
+type worker struct {
+	b      *testing.B
+	name   string
+	cmd    *exec.Cmd
+	log    *os.File
+	exited chan struct{}
+
+	mu       sync.Mutex
+	changed  chan struct{}
+	firstAcq time.Time
+	held     map[int]int64 // partition → token
+	lines    map[int]int64 // partition → lines durable, by the newest event
+	// first is the lines of a partition's first durable event under a
+	// token, and moved when a later event under it had more.
+	first map[[2]int64]int64
+	moved map[[2]int64]time.Time
+}
+
+func (e *env) startWorker(name, stream string, extra ...string) *worker {
+	b := e.b
+	b.Helper()
+	w := &worker{b: b, name: name, exited: make(chan struct{}), changed: make(chan struct{}),
+		held: map[int]int64{}, lines: map[int]int64{}, first: map[[2]int64]int64{}, moved: map[[2]int64]time.Time{}}
+	var err error
+	if w.log, err = os.CreateTemp(e.dir, name+"-*.log"); err != nil {
+		b.Fatal(err)
+	}
+	args := append([]string{"run", "--source", e.url(stream), "--store", e.db, "--worker", name,
+		"--events", "--progress", "none", "--log-level", "warn"}, extra...)
+	w.cmd = exec.Command(e.exe, args...)
+	w.cmd.Stderr = w.log
+	out, err := w.cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := w.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			w.event(sc.Text(), time.Now())
+		}
+		_ = w.cmd.Wait()
+		close(w.exited)
+	}()
+	b.Cleanup(func() {
+		_ = w.cmd.Process.Kill()
+		<-w.exited
+		w.log.Close()
+	})
+	return w
+}
+
+func (w *worker) event(line string, at time.Time) {
+	parts := strings.Fields(line)
+	if len(parts) == 0 {
+		return
+	}
+	f := map[string]int64{}
+	for _, kv := range parts[1:] {
+		k, v, _ := strings.Cut(kv, "=")
+		f[k], _ = strconv.ParseInt(v, 10, 64)
+	}
+	p := int(f["partition"])
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch parts[0] {
+	case "acquired":
+		if w.firstAcq.IsZero() {
+			w.firstAcq = at
+		}
+		w.held[p] = f["token"]
+	case "released", "lost":
+		delete(w.held, p)
+	case "durable":
+		w.lines[p] = f["lines"]
+		k := [2]int64{int64(p), f["token"]}
+		if n, ok := w.first[k]; !ok {
+			w.first[k] = f["lines"]
+		} else if _, ok := w.moved[k]; !ok && f["lines"] > n {
+			w.moved[k] = at
+		}
+	default:
+		return
+	}
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// waitUntil waits until cond (called with w.mu held) holds.
+func (w *worker) waitUntil(what string, cond func() bool) {
+	w.b.Helper()
+	timeout := time.After(5 * time.Minute)
+	for {
+		w.mu.Lock()
+		ok, ch := cond(), w.changed
+		w.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-w.exited:
+			w.b.Fatalf("worker %s exited while waiting for %s; its log: %s", w.name, what, w.log.Name())
+		case <-timeout:
+			w.b.Fatalf("worker %s: %s: not within 5 minutes; its log: %s", w.name, what, w.log.Name())
+		}
+	}
+}
+
+func (w *worker) total() int64 {
+	var n int64
+	for _, v := range w.lines {
+		n += v
+	}
+	return n
+}
+
+// stop ends the worker with SIGTERM: a clean exit.
+func (w *worker) stop() {
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.exited:
+	case <-time.After(time.Minute):
+		w.b.Fatalf("worker %s did not stop on SIGTERM; its log: %s", w.name, w.log.Name())
+	}
+	if !w.cmd.ProcessState.Success() {
+		w.b.Fatalf("worker %s: %v; its log: %s", w.name, w.cmd.ProcessState, w.log.Name())
+	}
+}
+
+// ledgerRate runs one worker over the stream until it saved lines, and
+// returns the lines per second from its first take-over to its last save.
+// Each run is a job of its own (new stores). cpu is the worker process's
+// CPU time per line (user and system, start and stop included): what the
+// machine's load does not change much.
+func (e *env) ledgerRate(stream string, lines int64) (rate float64, cpu time.Duration) {
+	e.runs++
+	w := e.startWorker("bench", stream, "--job", fmt.Sprintf("bench%d", e.runs))
+	w.waitUntil("every line saved", func() bool { return w.total() >= lines })
+	w.mu.Lock()
+	d := time.Since(w.firstAcq)
+	w.mu.Unlock()
+	w.stop()
+	ps := w.cmd.ProcessState
+	return float64(lines) / d.Seconds(), (ps.UserTime() + ps.SystemTime()) / time.Duration(lines)
+}
+
+// cpuSelf is this process's CPU time so far.
+func cpuSelf() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// bareRate reads the stream through a durable pull consumer (AckAll, one
+// acknowledgement every 1,000 messages, the last one included), without
+// parsing or storing anything, and returns messages per second.
+func (e *env) bareRate(stream string, lines int) (rate float64, cpu time.Duration) {
+	ctx := context.Background()
+	js := natstest.JetStream(e.b, e.nats.URL())
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable: "bare", AckPolicy: jetstream.AckAllPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+		MaxAckPending: 65536, AckWait: time.Minute, MaxDeliver: -1,
+	})
+	if err != nil {
+		e.b.Fatal(err)
+	}
+	start, cpu0 := time.Now(), cpuSelf()
+	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		e.b.Fatal(err)
+	}
+	defer it.Stop()
+	for i := 1; i <= lines; i++ {
+		m, err := it.Next()
+		if err != nil {
+			e.b.Fatal(err)
+		}
+		if i%1000 == 0 || i == lines {
+			if err := m.DoubleAck(ctx); err != nil {
+				e.b.Fatal(err)
+			}
+		}
+	}
+	return float64(lines) / time.Since(start).Seconds(), (cpuSelf() - cpu0) / time.Duration(lines)
+}
+
+// BenchmarkJetStreamToPostgres: the ledger, one worker, one partition,
+// exactly once (JetStream with sync_interval: always, PostgreSQL with
+// synchronous_commit on), against a bare durable pull consumer of the same
+// stream.
+func BenchmarkJetStreamToPostgres(b *testing.B) {
+	const lines = 200_000
+	e := newEnv(b)
+	e.fill(map[string]int{"ONE": 1}, lines, 1000)
+	var led, bare, ledCPU, bareCPU []float64
+	for range b.N {
+		// The two alternate; the bare consumer reads through a consumer
+		// of its own, the ledger through its partition's.
+		r, c := e.bareRate("ONE", lines)
+		bare, bareCPU = append(bare, r), append(bareCPU, float64(c.Nanoseconds()))
+		if err := natstest.JetStream(b, e.nats.URL()).DeleteConsumer(context.Background(), "ONE", "bare"); err != nil {
+			b.Fatal(err)
+		}
+		r, c = e.ledgerRate("ONE", lines)
+		led, ledCPU = append(led, r), append(ledCPU, float64(c.Nanoseconds()))
+	}
+	l, r := median(led), median(bare)
+	lc, rc := median(ledCPU), median(bareCPU)
+	b.ReportMetric(l, "lines/s")
+	b.ReportMetric(r, "bare-msgs/s")
+	b.ReportMetric(l/r, "ratio")
+	b.ReportMetric(lc, "worker-cpu-ns/line")
+	b.ReportMetric(rc, "bare-cpu-ns/msg")
+	fmt.Printf("scale: JetStream → PostgreSQL, one worker, exactly once: %.0f lines/s (worker CPU %.1f µs a line); bare durable pull consumer (AckAll every 1,000): %.0f msgs/s (client CPU %.1f µs a message); ratio %.2f (%d lines, %d runs, load average %s)\n",
+		l, lc/1000, r, rc/1000, l/r, lines, b.N, loadAvg())
+}
+
+// BenchmarkPartitions: one worker holding 1, 2, 4 and 8 partitions of a
+// stream, each partition's store a PostgreSQL store of its own.
+func BenchmarkPartitions(b *testing.B) {
+	const lines = 150_000
+	e := newEnv(b)
+	counts := []int{1, 2, 4, 8}
+	streams := map[string]int{}
+	for _, n := range counts {
+		streams["P"+strconv.Itoa(n)] = n
+	}
+	e.fill(streams, lines, 1000)
+	var row []string
+	for _, n := range counts {
+		name := "P" + strconv.Itoa(n)
+		var rates, cpus []float64
+		for range b.N {
+			r, c := e.ledgerRate(name, lines)
+			rates, cpus = append(rates, r), append(cpus, float64(c.Nanoseconds()))
+		}
+		r, c := median(rates), median(cpus)
+		b.ReportMetric(r, fmt.Sprintf("lines/s-P%d", n))
+		row = append(row, fmt.Sprintf("%d: %.0f (%.1f µs CPU a line)", n, r, c/1000))
+	}
+	fmt.Printf("scale: one worker, lines/s by partitions held: %s (%d lines, load average %s)\n", strings.Join(row, ", "), lines, loadAvg())
+}
+
+// BenchmarkFailover: two workers share two partitions of a stream while
+// they work through it (each line paced, so that there is always more to
+// read); the holder of a partition is killed with SIGKILL, and the time
+// to the first save of that partition by the other worker (a line applied
+// and durable) is measured; the killed worker is started again and the
+// partitions balanced before the next round. Lease 1 s.
+func BenchmarkFailover(b *testing.B) {
+	const lease = time.Second
+	rounds := max(b.N, 8)
+	e := newEnv(b)
+	e.fill(map[string]int{"FAIL": 2}, 300_000, 1000)
+	args := []string{"--lease", lease.String(), "--pace", "200µs"}
+	ws := map[string]*worker{"a": e.startWorker("a", "FAIL", args...), "b": e.startWorker("b", "FAIL", args...)}
+	balanced := func() {
+		for _, w := range ws {
+			w.waitUntil("one partition each", func() bool { return len(w.held) == 1 })
+		}
+		for _, w := range ws {
+			w.waitUntil("one partition each", func() bool { return len(w.held) == 1 })
+		}
+	}
+	var took []time.Duration
+	for i := range rounds {
+		balanced()
+		victim, other := ws["a"], ws["b"]
+		if i%2 == 1 {
+			victim, other = other, victim
+		}
+		victim.mu.Lock()
+		var p int
+		var tok int64
+		for q, t := range victim.held {
+			p, tok = q, t
+		}
+		victim.mu.Unlock()
+		t0 := time.Now()
+		_ = victim.cmd.Process.Kill()
+		<-victim.exited
+		var at time.Time
+		other.waitUntil(fmt.Sprintf("partition %d saved by its successor", p), func() bool {
+			for k, t := range other.moved {
+				if int(k[0]) == p && k[1] > tok {
+					at = t
+					return true
+				}
+			}
+			return false
+		})
+		took = append(took, at.Sub(t0))
+		ws[victim.name] = e.startWorker(victim.name, "FAIL", args...)
+	}
+	slices.Sort(took)
+	p50, worst := took[len(took)/2], took[len(took)-1]
+	b.ReportMetric(float64(p50.Milliseconds()), "p50-ms")
+	b.ReportMetric(float64(worst.Milliseconds()), "max-ms")
+	fmt.Printf("scale: failover, SIGKILL of a worker to its successor's first save of the partition, lease %v: p50 %v, max %v over %d rounds (%v; load average %s)\n",
+		lease, p50.Round(time.Millisecond), worst.Round(time.Millisecond), len(took), took, loadAvg())
+}
+
+// loadAvg is the machine's load average over the last minute, for the
+// record: the rows share the machine with whatever else runs.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
