@@ -7,7 +7,7 @@
 // The rows are Go benchmarks, each run once (-benchtime 1x) and reported as
 // custom metrics, with their baselines measured in the same run:
 //
-//	go test ./bench/scale -run '^$' -bench . -benchtime 1x
+//	cd bench && go test ./scale -run '^$' -bench . -benchtime 1x
 //
 //	BenchmarkJetStreamToPostgres   one worker, one partition, exactly once:
 //	                               lines/s, and its ratio to a bare durable
