@@ -1,0 +1,139 @@
+package torture
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+)
+
+// TestFileSetModel is the model-based test of file sets (issue 16): a
+// writer drives random sequences of appends (whole and partial lines) to
+// the files of a glob, new files, deletions of files the consumer has
+// delivered, pauses of the consumer (SIGSTOP) while the writer goes on,
+// clean stops and kill -9 of the consumer, a real child process that
+// follows the glob as one file set (its registry in the folder) and writes
+// every line before committing it. It checks what TestRotationModel
+// checks: every line written delivered, none never written, and within a
+// run the lines of each file in order and once.
+func TestFileSetModel(t *testing.T) {
+	track(t)
+	rng := newRand(t)
+	for i := range pick(2, 500) {
+		seed := rng.Uint64()
+		ok := t.Run(fmt.Sprintf("seq%d", i), func(t *testing.T) {
+			t.Logf("sequence seed %d", seed)
+			runSetModel(t, rand.New(rand.NewPCG(seed, 17)), pick(30, 60))
+		})
+		if !ok {
+			return
+		}
+	}
+}
+
+func runSetModel(t *testing.T, rng *rand.Rand, ops int) {
+	dir := tempDir(t)
+	m := &model{t: t, rng: rng, dir: dir, path: filepath.Join(dir, "*.log"), out: filepath.Join(dir, "out.txt"), set: true,
+		names: map[string]*generation{}, line: map[string]*generation{}}
+	m.logs.w = io.Discard
+	files := map[string]*generation{} // the files of the set now
+	create := func() {
+		g := m.newGen()
+		name := filepath.Join(dir, fmt.Sprintf("f%03d.log", g.id))
+		if err := os.WriteFile(name, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files[name] = g
+	}
+	pickFile := func() (string, *generation) {
+		names := slices.Sorted(func(yield func(string) bool) {
+			for n := range files {
+				if !yield(n) {
+					return
+				}
+			}
+		})
+		if len(names) == 0 {
+			return "", nil
+		}
+		n := names[rng.IntN(len(names))]
+		return n, files[n]
+	}
+	appendTo := func() {
+		if len(files) == 0 {
+			create()
+		}
+		name, g := pickFile()
+		m.writeLines(name, g, 1+rng.IntN(200))
+	}
+	partial := func() {
+		name, g := pickFile()
+		if g == nil || g.partial != "" {
+			return
+		}
+		l := m.lineText(g)
+		g.partial = l[:1+rng.IntN(len(l)-1)]
+		appendFile(t, name, []byte(g.partial))
+	}
+	for range 1 + rng.IntN(3) {
+		create()
+		appendTo()
+	}
+	m.start()
+	defer m.stop(syscall.SIGKILL)
+	for range ops {
+		switch r := rng.IntN(100); {
+		case r < 40:
+			appendTo()
+		case r < 48:
+			partial()
+		case r < 60:
+			create()
+		case r < 68:
+			// A file every line of which was delivered (a partial line
+			// ended first) is removed: the set reads it to its end and
+			// forgets it.
+			name, g := pickFile()
+			if g == nil || m.child == nil {
+				continue
+			}
+			if g.partial != "" {
+				m.writeLines(name, g, 1)
+			}
+			if !m.waitDelivered(slices.Clone(g.lines)) {
+				m.stuck("to deliver the lines of a file to delete")
+			}
+			if err := os.Remove(name); err != nil {
+				t.Fatal(err)
+			}
+			delete(files, name)
+		case r < 76:
+			if m.child == nil {
+				continue
+			}
+			m.child.Process.Signal(syscall.SIGSTOP)
+			for range 1 + rng.IntN(4) {
+				if rng.IntN(3) == 0 {
+					create()
+				}
+				appendTo()
+			}
+			m.child.Process.Signal(syscall.SIGCONT)
+		case r < 82:
+			m.stop(syscall.SIGTERM)
+			m.start()
+		default:
+			m.killByProgress()
+		}
+	}
+	for name, g := range files {
+		if g.partial != "" {
+			m.writeLines(name, g, 1)
+		}
+	}
+	m.finish()
+}
