@@ -90,6 +90,8 @@ func measureCase(name string, a childArgs) (r result, err error) {
 		r, err = caseBufio(a)
 	case "source":
 		r, err = caseSource(a)
+	case "glob":
+		r, err = caseGlob(a)
 	case "nop":
 		r, err = caseNop(a)
 	case "nop-gaps":
@@ -196,6 +198,24 @@ func caseSource(a childArgs) (result, error) {
 	if err := removePointer(a.file); err != nil {
 		return result{}, err
 	}
+	return readCommitted(a, feed.Config{Path: a.file})
+}
+
+// caseGlob is row 15: a file source over a glob of the files in the folder
+// a.file, Committed, polling and committing as caseSource does, until
+// every line of every file is read. Its registry is made anew in the
+// folder's ptr/.
+func caseGlob(a childArgs) (result, error) {
+	ptr := filepath.Join(a.file, "ptr")
+	if err := os.RemoveAll(ptr); err != nil {
+		return result{}, err
+	}
+	return readCommitted(a, feed.Config{Paths: []string{filepath.Join(a.file, "*.csv")}, PointerDir: ptr, Name: "glob"})
+}
+
+// readCommitted reads a.lines lines through the source of cfg, Committed
+// with a.psync, in batches of a.batch, committing each batch's last line.
+func readCommitted(a childArgs, cfg feed.Config) (result, error) {
 	policy, syncCommit, err := parseSync(a.psync)
 	if err != nil {
 		return result{}, err
@@ -204,8 +224,8 @@ func caseSource(a childArgs) (result, error) {
 	m0 := mallocs()
 	start := time.Now()
 	// As the framework configures a file feed (FileConfig.SyncCommit).
-	group := policy == feed.SyncEveryCommit && !syncCommit
-	src, err := feed.NewFileSource(feed.Config{Path: a.file, Strategy: feed.Committed, Sync: policy, GroupCommit: group, Logger: discard})
+	cfg.Strategy, cfg.Sync, cfg.GroupCommit, cfg.Logger = feed.Committed, policy, policy == feed.SyncEveryCommit && !syncCommit, discard
+	src, err := feed.NewFileSource(cfg)
 	if err != nil {
 		return result{}, err
 	}

@@ -145,7 +145,7 @@ func run(cfg config) error {
 
 	t := &table{env: env, reps: cfg.reps}
 	steps := []func(*table) error{
-		r.rows1to3, r.row4, r.ledgerRows, r.storeLag, r.row7, r.row8, r.row9and10, r.row11, r.row12, r.row13,
+		r.rows1to3, r.row4, r.ledgerRows, r.storeLag, r.row7, r.row8, r.row9and10, r.row11, r.row12, r.row13, r.row15,
 	}
 	for _, step := range steps {
 		if err := step(t); err != nil {
@@ -589,6 +589,64 @@ func (r *runner) row13(t *table) error {
 		t.rate("13", "row 2 against the peer; "+p.label, sh.nop1[p.flag], peer, "the peer", 3)
 	}
 	return nil
+}
+
+// globLines is the number of lines of each file of row 14's set.
+const globLines = 1000
+
+// row15 is a file set: the ledger cut into files of globLines lines (1,000
+// files of the 1,000,000-line ledger), followed by one source over their
+// glob, against the source over the one file, measured in the same run.
+func (r *runner) row15(t *table) error {
+	if !r.wants("15") {
+		return nil
+	}
+	dir := filepath.Join(r.work, "glob")
+	files, err := splitFile(r.file, dir, globLines)
+	if err != nil {
+		return fmt.Errorf("row 15: %w", err)
+	}
+	batch := strconv.Itoa(framework.DefaultBatchSize)
+	res := r.measure(
+		spec{label: "15 one file, every", name: "source", args: r.fileArgs(r.file, r.lines, "-psync", "every", "-batch", batch), fast: true},
+		spec{label: "15 glob, every", name: "glob", args: r.fileArgs(dir, r.lines, "-psync", "every", "-batch", batch), fast: true},
+	)
+	t.rate("15", fmt.Sprintf("a file set: %s files of %s lines (Config.Paths, one glob), Committed, commit every duty cycle; pointer SyncEveryCommit, group commit (the default)", fmtCount(int64(files)), fmtCount(globLines)),
+		res[1], res[0], "the source over one file of "+fmtCount(r.lines)+" lines (row 1's case)", 0)
+	return nil
+}
+
+// splitFile cuts src into files of n lines each in dir (made again), and
+// returns how many.
+func splitFile(src, dir string, n int) (int, error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return 0, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return 0, err
+	}
+	files := 0
+	for len(data) > 0 {
+		end := 0
+		for i := 0; i < n && end < len(data); i++ {
+			j := bytes.IndexByte(data[end:], '\n')
+			if j < 0 {
+				end = len(data)
+				break
+			}
+			end += j + 1
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("part-%05d.csv", files)), data[:end], 0o644); err != nil {
+			return 0, err
+		}
+		data = data[end:]
+		files++
+	}
+	return files, nil
 }
 
 // rssText is a peak RSS, with the anonymous and file-backed parts of the
