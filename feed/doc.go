@@ -467,7 +467,9 @@
 //     consumer must commit what it has processed without waiting for more
 //     lines (the framework commits every duty cycle).
 //   - A path with no file (a rotation in progress) is not a change: the open
-//     file is read on, and the source reports caught up.
+//     file is read on, and the source reports caught up. With Rotated, a
+//     rotated file newer than the open one (logrotate's nocreate: the file
+//     renamed, none made at the path) is read meanwhile, after RotateWait.
 //
 // A replacement is noticed at the first Poll that reaches the end of the
 // open file after it. An input missing at the first Poll is waited for:
@@ -523,6 +525,85 @@
 // of the folder, or a folder of more than 4096 entries lose lines (see
 // "What is not detected").
 //
+// # What each rotation style does
+//
+// With Rotated naming the rotated files (and RotateWait left at its
+// default), logrotate's styles do this. Numbered rotation with create,
+// nocreate, copytruncate, compress, truncation and deletion of finished
+// files are driven at random, with pauses, stops and kills of a reader
+// process, by the model test in package torture (TestRotationModel);
+// dateext and olddir have tests of their own here. (That model test still
+// finds a loss, about once in thirty sequences, after a kill amid several
+// copytruncates and rotations during a pause: see RELIABILITY.md.)
+//
+//   - create (rename, new file at the path), with or without dateext,
+//     olddir (a Rotated pattern with its folder) and delaycompress: every
+//     line; any number of rotations while the source is behind or stopped.
+//   - create with a writer that reopens late (postrotate signal): the lines
+//     it appends to the renamed file within RotateWait of its last write
+//     are read; later ones are not.
+//   - nocreate: the renamed file is read, the path is waited for.
+//   - copytruncate: the lines the source had not read are read from the
+//     copy, found by the bytes the source read; lines written between the
+//     copy and the truncation are in neither file (logrotate's own limit),
+//     and a file the source has read nothing of yet has no bytes to find its
+//     copy by (its lines are lost).
+//   - compress: a compressed rotated file is read decompressed once
+//     complete; a file compressed while being read is recognised.
+//   - Deleting rotated files (rotate N, maxage): safe once the source has
+//     moved past them (Status names the file it reads); a file deleted
+//     before is lost from where the source was.
+//
+// Without Rotated, only create and nocreate with the source caught up and
+// running lose nothing; see "What is not detected" for the rest.
+//
+// # File sets
+//
+// Config.Paths makes the source follow every file its patterns match (see
+// path/filepath.Match; "logs/*.log"), but for those Config.Exclude matches,
+// now or later: the patterns are matched again every Config.ScanInterval.
+// Each file is read as if it were a feed of its own, by its own reader,
+// with its own epoch, positions, status (Status.Files) and record, and
+// every rule above applies to it alone. Its items name it ([Item.File], the
+// path as matched), so a store keeps one applied record per file (see
+// dedupe.Delivery.File) and a restart resumes each file from its own. A
+// Commit of one item commits every file up to the last of its lines handed
+// out before that item.
+//
+//   - The records of the files live in one registry,
+//     PointerDir/<Name>.registry (PointerDir is required), written as the
+//     pointer file is (crash-safe, per the sync policy; format in package
+//     feed/pointer). The records of files found at one scan are made
+//     durable together, with one sync. A file that had a pointer file of
+//     its own (the feed followed that one file before) goes on where that
+//     pointer was, and the pointer file is moved into the registry.
+//   - A file found after the first scan is new: it is read from its start,
+//     whatever the strategy (Latest starts at the end only of the files
+//     there at the first scan).
+//   - With Rotated, the pattern names each file's rotated files by
+//     "{name}" ("{name}.*"), and files it matches are read as rotated files
+//     of their file, never as files of their own.
+//   - A file that is gone (removed, renamed out of the patterns, or no
+//     longer matched) is read to its end through the descriptor its reader
+//     holds, then closed, marked finished in the registry, and forgotten
+//     after Config.ForgetAfter (1 h): a file that comes back under its name
+//     within that time is recognised and read on. A file gone with lines not
+//     read or not committed is reported (a warning); so is a file of the
+//     registry gone while the source was stopped.
+//
+// Limits of file sets:
+//
+//   - A file renamed to another name the patterns match is a new file of
+//     the set, read from 0 under its new name: its lines are delivered
+//     again, and a store applies them again (its record is of the old
+//     name). Exclude the names files are rotated to, or name them with
+//     Rotated and "{name}".
+//   - One Poll hands out lines of one file; a busy file is read for at most
+//     16 full batches before the next file with lines gets its turn.
+//   - Every file of the set is stat'ed once per idle Poll of its own; a set
+//     of many files costs one stat per file per idle round, and one read
+//     buffer per file being read.
+//
 // # Compressed files
 //
 // A file whose name ends in ".gz" is read decompressed: positions are
@@ -574,6 +655,9 @@
 //     unread lines, and the order of the files that followed it (the path
 //     is read next). Delete rotated files only once the source has moved
 //     past them (its status names the file it reads).
+//   - With Rotated, a copytruncate of a file the source has read nothing of
+//     since it was made or last truncated: its copy cannot be told from any
+//     other rotated file, so the lines it holds are not read.
 //   - Lines a writer appends to a rotated-away file after it has been quiet
 //     for RotateWait and the source has moved on (with RotateWait 0, the
 //     default without Rotated: as soon as the source has read it to its
