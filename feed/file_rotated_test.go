@@ -380,3 +380,81 @@ func TestRotatedWithoutCreateWhilePathMissing(t *testing.T) {
 		t.Fatalf("the file made at the path later: %v", lines(g))
 	}
 }
+
+// TestRotatedEmptyFilesThenStoppedMidFile: while the source is caught up
+// and not polling, its file is rotated, two empty files are made and
+// rotated, and a file of lines is written and rotated; the source reads
+// part of that file and stops; the empty file at the path is rotated with
+// late writes and a new file made. The restart reads the rest of the file
+// it stopped in, then the late writes: the case the rotation model test
+// (torture) drives at random, reduced.
+func TestRotatedEmptyFilesThenStoppedMidFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "in.log")
+	cfg := Config{Rotated: "in.log.*", RotateWait: time.Millisecond}
+	shift := func() {
+		for i := 9; i >= 1; i-- {
+			os.Rename(fmt.Sprintf("%s.%d", p, i), fmt.Sprintf("%s.%d", p, i+1))
+		}
+		if err := os.Rename(p, p+".1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, p, genLines("A", 0, 50))
+	s := open(t, p, cfg)
+	s.batches(func([]got) {})
+	// paused: rotate A, E1, E2 (empty), then gen6 filled and rotated.
+	shift()
+	write(t, p, "")
+	shift()
+	write(t, p, "")
+	shift()
+	write(t, p, genLines("G6", 0, 267))
+	shift()
+	write(t, p, "")
+	// resumed: reads up to 128 lines of G6
+	var all []got
+	for len(all) < 128 {
+		g, err := s.poll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(g) == 0 {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if len(all)+len(g) > 128 {
+			g = g[:128-len(all)]
+		}
+		all = append(all, g...)
+		if err := s.Commit(g[len(g)-1].Epoch, g[len(g)-1].Position); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	// rotate the empty path with late writes, new file
+	shift()
+	appendTo(t, p+".1", genLines("G7", 0, 18))
+	write(t, p, "")
+	s = open(t, p, cfg)
+	var g []got
+	end := time.Now().Add(5 * time.Second)
+	for len(g) < 267-128+18 && time.Now().Before(end) {
+		b, err := s.poll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) == 0 {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		g = append(g, b...)
+		s.Commit(b[len(b)-1].Epoch, b[len(b)-1].Position)
+	}
+	if len(g) != 157 {
+		t.Fatalf("got %d lines: %v\n%s", len(g), lines(g), s.log)
+	}
+	if want := genLines("G6", 128, 139) + genLines("G7", 0, 18); strings.Join(lines(g), "\n")+"\n" != want {
+		t.Fatalf("after the restart: %v\n%s", lines(g), s.log)
+	}
+}
