@@ -148,30 +148,67 @@ func (s *Supervisor) sourceConfig(p int, token int64) natsfeed.Config {
 	return c
 }
 
+// joinRetry bounds how long Run keeps trying to join the job while the
+// database cannot be reached or fails (a restart of PostgreSQL, say)
+// before it gives up with the error.
+const joinRetry = 30 * time.Second
+
+// join connects to the database and registers this worker, trying again
+// for up to joinRetry while the database fails (each failure logged and
+// shown in Status.TableError); another live worker of the same name is
+// ErrWorkerExists at once, once the wait for a dead one's heartbeat is
+// over.
+func (s *Supervisor) join(ctx context.Context) (*members, error) {
+	deadline := time.Now().Add(joinRetry)
+	for {
+		mem, err := openMembers(ctx, s.cfg.Database, s.cfg.job(), s.cfg.Worker, s.cfg.Lease)
+		if err == nil {
+			// The process before this one of the same name, killed a
+			// moment ago, still has a live heartbeat: it runs out within
+			// the lease.
+			if err = mem.register(ctx, s.cfg.Lease+s.cfg.Interval); err == nil {
+				s.mu.Lock()
+				s.viewErr = ""
+				s.mu.Unlock()
+				return mem, nil
+			}
+			mem.close()
+		}
+		if errors.Is(err, ErrWorkerExists) || ctx.Err() != nil || time.Now().After(deadline) {
+			return nil, err
+		}
+		s.log.Warn("cannot join the job yet: trying again", "err", err, "until", deadline.Format(time.RFC3339))
+		s.mu.Lock()
+		s.viewErr = err.Error()
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // Run joins the job's workers and runs the partitions this worker holds
 // until ctx is done; then it stops them cleanly (each drains, flushes,
 // commits and releases its lease), leaves the table of workers and
 // returns nil. It returns early with an error only when the worker cannot
-// take part at all: the database unreachable at the start, or another live
-// worker of the same name ([ErrWorkerExists]; a worker of the same name
-// that died is waited for, up to the lease, until its heartbeat runs out). A partition's failure is
-// not Run's: the partition goes to standby and is tried again (see
-// [Supervisor.Status]). Run is called once.
+// take part at all: the database unreachable or failing for 30 s at the
+// start (each try is logged, and shown in Status.TableError), or another
+// live worker of the same name ([ErrWorkerExists]; a worker of the same
+// name that died is waited for, up to the lease, until its heartbeat runs
+// out). A partition's failure is not Run's: the partition goes to standby
+// and is tried again (see [Supervisor.Status]). Run is called once.
 func (s *Supervisor) Run(ctx context.Context) error {
 	if !s.runs.CompareAndSwap(false, true) {
 		return fmt.Errorf("cluster: Run called twice")
 	}
 	defer close(s.stopCh)
-	mem, err := openMembers(ctx, s.cfg.Database, s.cfg.job(), s.cfg.Worker, s.cfg.Lease)
+	mem, err := s.join(ctx)
 	if err != nil {
 		return err
 	}
 	defer mem.close()
-	// The process before this one of the same name, killed a moment ago,
-	// still has a live heartbeat: it runs out within the lease.
-	if err := mem.register(ctx, s.cfg.Lease+s.cfg.Interval); err != nil {
-		return err
-	}
 	s.log.Info("worker joined", "partitions", s.cfg.Partitions, "lease", s.cfg.Lease, "interval", s.cfg.Interval)
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark-go/tidemark/cluster"
 	"github.com/tidemark-go/tidemark/framework"
+	"github.com/tidemark-go/tidemark/internal/pgtest"
 )
 
 // TestOneWorkerRunsEveryPartition: a worker alone takes every partition,
@@ -229,6 +230,35 @@ func TestSameWorkerNameIsRefused(t *testing.T) {
 	if len(r.held()) != 1 {
 		t.Fatalf("the first worker holds %v", r.held())
 	}
+}
+
+// TestJoinWaitsForTheDatabase: a worker started while PostgreSQL is down
+// (a restart of the database, a worker restarted by its service manager
+// at the same time) keeps trying, says why in its status, and joins once
+// the database is back; every message is applied once.
+func TestJoinWaitsForTheDatabase(t *testing.T) {
+	e := newEnv(t, 1)
+	pg := pgtest.NewCluster(t)
+	if err := pg.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(0, 20)
+	cfg := e.config("w1", 2*time.Second)
+	cfg.Database = pg.DSN("postgres")
+	r := start(t, cfg)
+	waitFor(t, time.Minute, "the worker to say it cannot reach the database", func() bool { return r.s.Status().TableError != "" })
+	if err := pg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the worker to join and run its partition", func() bool { return len(r.held()) == 1 }, statusOf(r))
+	waitFor(t, time.Minute, "every message applied", func() bool {
+		ps := r.s.Status().PartitionStates
+		return len(ps) == 1 && ps[0].State == cluster.Running && ps[0].Applied >= 20
+	}, statusOf(r))
+	if st := r.s.Status(); st.TableError != "" {
+		t.Errorf("TableError %q once joined", st.TableError)
+	}
+	r.stop(t)
 }
 
 // TestHandler serves the status as JSON and the metrics, the JetStream
