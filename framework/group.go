@@ -57,6 +57,9 @@ type incarnation struct {
 
 	queues map[string]*queue // by feed name; under g.mu
 	qsnap  atomic.Pointer[[]*queue]
+
+	// skips is the log of the lines this incarnation skipped.
+	skips skipLog
 }
 
 func newIncarnation(base context.Context) *incarnation {
@@ -273,6 +276,7 @@ func (g *group) unsubscribe(inc *incarnation, p *procEntry, f *feedRunner) error
 // and hands each line to the subscribed processors.
 func (g *group) run(inc *incarnation) {
 	defer close(inc.done)
+	defer g.reportSkips(inc)
 	for {
 		did := false
 		for _, q := range *inc.qsnap.Load() {
@@ -532,8 +536,9 @@ func (g *group) deliver(inc *incarnation, q *queue, p *procEntry, d dedupe.Deliv
 		default:
 			q.skipped.Add(1)
 			q.f.skipped.Add(1)
-			g.log.Error("processor failed after its retries: line skipped",
-				"feed", d.Feed, "processor", p.name, "epoch", d.Epoch, "position", d.Position, "seq", d.Seq, "err", err)
+			reason := RejectReason(err)
+			q.skipReasons.add(reason)
+			g.skipped(inc, p, d, reason, err)
 			if g.policy.OnReject != nil {
 				g.reject(Rejection{Group: g.name, Processor: p.name, Delivery: d, Line: slices.Clone(line), Err: err})
 			}

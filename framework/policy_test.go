@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/stretchr/testify/require"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -372,4 +374,56 @@ func TestQuarantineLiftedByRestart(t *testing.T) {
 	idle.wait(t, 3)
 	require.Equal(t, src.pos(4), src.committedPos())
 	requireStalled(t, s, "a removed consumer left unprocessed items: A (6 items)")
+}
+
+// reasonErr names its reason for the skip counts.
+type reasonErr string
+
+func (e reasonErr) Error() string        { return "bad line: " + string(e) }
+func (e reasonErr) RejectReason() string { return string(e) }
+
+// A feed of bad lines is counted by reason and logged a few times, not
+// once a line: the first skip with its position and error, then one
+// record a second at most with the count since, and the rest at the stop.
+func TestSkipsAreCountedByReasonAndLogsBounded(t *testing.T) {
+	const n = 5000
+	src := newMemSource(n)
+	p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+		switch d.Seq % 3 {
+		case 0:
+			return framework.Permanent(reasonErr("malformed"))
+		case 1:
+			return framework.Permanent(errors.New("no reason given"))
+		}
+		panic("boom")
+	}}
+	var logs logBuf
+	cfg := failCfg(src, framework.FailurePolicy{Retries: framework.NoRetries}, grp("g", "p"))
+	cfg.Logger = logs.logger()
+	s := startServer(t, cfg, framework.Registry{"p": p})
+	settle(t, s, "orders")
+	st := status(t, s, "orders")
+	require.EqualValues(t, n, st.Skipped)
+	require.Equal(t, map[string]uint64{
+		"malformed":               n / 3,
+		framework.ReasonPermanent: n/3 + 1,
+		framework.ReasonPanic:     n/3 + 1,
+	}, st.Groups[0].SkippedByReason)
+	stopServer(t, s)
+
+	out := logs.String()
+	records := strings.Count(out, "line skipped")
+	require.GreaterOrEqual(t, records, 1, out)
+	require.Less(t, records, 100, "one record a second at most, not one a line")
+	require.Contains(t, out, `level=WARN msg="processor failed after its retries: line skipped" group=g feed=orders processor=p epoch=7`)
+	require.Contains(t, out, "reason=permanent")
+	// Every skip is in the log: the first of each report, plus the counts
+	// since the last report.
+	total := records
+	for _, m := range regexp.MustCompile(`skipped_since_last_report=(\d+)`).FindAllStringSubmatch(out, -1) {
+		k, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+		total += k
+	}
+	require.Equal(t, n, total, "every skip is reported:\n%s", out)
 }

@@ -117,6 +117,8 @@ type queue struct {
 	events   atomic.Uint64
 	failures atomic.Uint64
 	skipped  atomic.Uint64
+	// skipReasons counts the skipped lines by reason (RejectReason).
+	skipReasons skipCounts
 
 	// mu guards the batch being processed, so that progress can turn the
 	// finished count into a mark without a lock per line.

@@ -75,6 +75,9 @@ type QueueStatus struct {
 	Processed uint64
 	// Failures and Skipped count failed attempts and skipped lines.
 	Failures, Skipped uint64
+	// SkippedByReason counts the skipped lines by reason ([RejectReason]);
+	// nil when none was skipped.
+	SkippedByReason map[string]uint64
 	// Dropped counts lines dropped for this queue.
 	Dropped uint64
 	// Fenced is true when the group is quarantined or dead.
@@ -85,14 +88,15 @@ type QueueStatus struct {
 
 func queueStatus(q *queue) QueueStatus {
 	return QueueStatus{
-		Group:     q.g.name,
-		Depth:     q.depth(),
-		Processed: q.processed(),
-		Failures:  q.failures.Load(),
-		Skipped:   q.skipped.Load(),
-		Dropped:   q.dropped.Load(),
-		Fenced:    q.g.blocked(),
-		Removed:   q.removed.Load(),
+		Group:           q.g.name,
+		Depth:           q.depth(),
+		Processed:       q.processed(),
+		Failures:        q.failures.Load(),
+		Skipped:         q.skipped.Load(),
+		SkippedByReason: q.skipReasons.snapshot(),
+		Dropped:         q.dropped.Load(),
+		Fenced:          q.g.blocked(),
+		Removed:         q.removed.Load(),
 	}
 }
 

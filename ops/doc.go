@@ -130,7 +130,8 @@
 //	  dead, removed, restarting)
 //	per feed and group (labels feed, group)
 //	  tidemark_queue_depth, _lines_processed_total, _failures_total,
-//	  _lines_skipped_total, _lines_dropped_total, _fenced (0/1),
+//	  _lines_skipped_total, _lines_skipped_by_reason_total{reason}
+//	  (framework.RejectReason), _lines_dropped_total, _fenced (0/1),
 //	  _removed_held_items (removed queues that still hold the pointer)
 //	per store (label store; durable positions also by feed)
 //	  tidemark_store_batches_committed_total, _failed_commits_total,

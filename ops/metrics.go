@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"maps"
 	"reflect"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -153,6 +155,7 @@ var (
 	dProcessed  = desc("tidemark_queue_lines_processed_total", "Lines a group's queue finished (handled or skipped).", lFeedGroup)
 	dQFailures  = desc("tidemark_queue_failures_total", "Failed handling attempts of a group's queue.", lFeedGroup)
 	dQSkipped   = desc("tidemark_queue_lines_skipped_total", "Lines a group's queue skipped after its retries.", lFeedGroup)
+	dQByReason  = desc("tidemark_queue_lines_skipped_by_reason_total", "Lines a group's queue skipped after its retries, by reason (framework.RejectReason).", []string{"feed", "group", "reason"})
 	dQDropped   = desc("tidemark_queue_lines_dropped_total", "Lines dropped for a group's queue.", lFeedGroup)
 	dFenced     = desc("tidemark_queue_fenced", "1 when the group is quarantined or dead: its feeds pause.", lFeedGroup)
 	dHeld       = desc("tidemark_queue_removed_held_items", "Unfinished items of a removed queue of the group that still hold the feed's pointer (release them with POST /feeds/{feed}/release).", lFeedGroup)
@@ -174,7 +177,7 @@ var (
 	allDescs    = []*prometheus.Desc{
 		dReadPos, dPointerPos, dCommitPos, dEpoch, dFileSize, dBehind, dLinesRead, dDelivered, dDropped,
 		dFailed, dSkipped, dOversize, dPartDrop, dReleased, dPollErr, dCommitErr, dPending, dCommitLag, dConsumers,
-		dStalled, dSettled, dState, dReopens, dRewinds, dDepth, dProcessed, dQFailures, dQSkipped, dQDropped,
+		dStalled, dSettled, dState, dReopens, dRewinds, dDepth, dProcessed, dQFailures, dQSkipped, dQByReason, dQDropped,
 		dFenced, dHeld, dCommits, dFailedCmt, dStoreFail, dApplied, dRedeliv, dByLineage, dStaged,
 		dBackPress, dDurPos, dDurEpoch, dGroupState, dScrapeErr, dConns, dEvicted, dRefused,
 		dFReadPos, dFPtrPos, dFSize, dFBehind, dFLines, dFCaughtUp,
@@ -336,6 +339,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counter(dProcessed, q.Processed, name, q.Group)
 			counter(dQFailures, q.Failures, name, q.Group)
 			counter(dQSkipped, q.Skipped, name, q.Group)
+			for _, r := range slices.Sorted(maps.Keys(q.SkippedByReason)) {
+				counter(dQByReason, q.SkippedByReason[r], name, q.Group, r)
+			}
 			counter(dQDropped, q.Dropped, name, q.Group)
 			gauge(dFenced, b2f(q.Fenced), name, q.Group)
 		}

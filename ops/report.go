@@ -155,8 +155,11 @@ type QueueReport struct {
 	Processed uint64 `json:"processed"`
 	Failures  uint64 `json:"failures"`
 	Skipped   uint64 `json:"skipped"`
-	Dropped   uint64 `json:"dropped"`
-	Fenced    bool   `json:"fenced"`
+	// SkippedByReason counts the skipped lines by reason
+	// (framework.RejectReason); absent when none was skipped.
+	SkippedByReason map[string]uint64 `json:"skippedByReason,omitempty"`
+	Dropped         uint64            `json:"dropped"`
+	Fenced          bool              `json:"fenced"`
 	// Removed is true for a removed queue that still holds the pointer:
 	// POST /feeds/{feed}/release?consumer=<group> gives its hold up.
 	Removed bool `json:"removed"`
@@ -246,7 +249,7 @@ func NewFeedReport(st framework.FeedStatus) FeedReport {
 	for _, q := range st.Groups {
 		r.Groups = append(r.Groups, QueueReport{
 			Group: q.Group, Depth: q.Depth, Processed: q.Processed, Failures: q.Failures,
-			Skipped: q.Skipped, Dropped: q.Dropped, Fenced: q.Fenced, Removed: q.Removed,
+			Skipped: q.Skipped, SkippedByReason: q.SkippedByReason, Dropped: q.Dropped, Fenced: q.Fenced, Removed: q.Removed,
 		})
 	}
 	return r
