@@ -28,6 +28,9 @@ type Entry struct {
 // decimal integer that fits in 64 bits. Anything else is malformed: the error
 // wraps errMalformed and says why.
 func ParseLine(line []byte) (Entry, error) {
+	if len(line) == 0 {
+		return Entry{}, malformed("empty line")
+	}
 	i := bytes.IndexByte(line, ',')
 	if i < 0 {
 		return Entry{}, malformed("want 3 comma-separated fields, found 1")

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"sync"
 )
 
 // Files of a data folder.
@@ -24,74 +23,8 @@ type rejectKey struct {
 	pos   int64
 }
 
-// RejectLog is rejects.csv: one record `epoch,position,reason,line` per
-// malformed line. A line rejected again after a restart (a re-delivery) is
-// recognised by its epoch and position and not written twice. It is safe for
-// concurrent use.
-type RejectLog struct {
-	mu   sync.Mutex
-	f    *os.File
-	seen map[rejectKey]bool
-	w    *csv.Writer
-	n    int
-}
-
-// OpenRejectLog opens or creates the reject log at path. A record torn by a
-// crash (a last line without its newline) is cut off.
-func OpenRejectLog(path string) (*RejectLog, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	seen, end, err := readRejects(f, nil)
-	if err == nil {
-		err = f.Truncate(end)
-	}
-	if err == nil {
-		_, err = f.Seek(end, io.SeekStart)
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &RejectLog{f: f, seen: seen, w: csv.NewWriter(f), n: len(seen)}, nil
-}
-
-// Add records a rejected line unless it was recorded before. It reports
-// whether it wrote a record.
-func (l *RejectLog) Add(epoch uint64, pos int64, reason string, line []byte) (bool, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	k := rejectKey{epoch, pos}
-	if l.seen[k] {
-		return false, nil
-	}
-	l.seen[k] = true
-	l.n++
-	err := l.w.Write([]string{
-		strconv.FormatUint(epoch, 10), strconv.FormatInt(pos, 10), reason, string(line),
-	})
-	if err == nil {
-		l.w.Flush()
-		err = l.w.Error()
-	}
-	return true, err
-}
-
-// Len returns the number of distinct rejected lines recorded.
-func (l *RejectLog) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n
-}
-
-// Close closes the file.
-func (l *RejectLog) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.w.Flush()
-	return errors.Join(l.w.Error(), l.f.Close())
-}
+// rejects.csv is written by the store (rejectout.go): one record
+// `epoch,position,reason,line` per rejected line, exactly once.
 
 // Refused is a well-formed line in the reject log: a line the run could
 // not apply (its account too long for the store, say), as opposed to a
@@ -103,8 +36,9 @@ type Refused struct {
 	Reason   string
 }
 
-// CountRejects returns the number of distinct lines in the reject log at
-// path, and the well-formed ones among them; a missing log has none.
+// CountRejects returns the number of records in the reject log at path
+// (a line recorded twice counts twice: the store writes each once), and
+// the well-formed lines among them; a missing log has none.
 func CountRejects(path string) (int, []Refused, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -115,7 +49,7 @@ func CountRejects(path string) (int, []Refused, error) {
 	}
 	defer f.Close()
 	var refused []Refused
-	seen, _, err := readRejects(f, func(k rejectKey, reason, line string) {
+	_, records, _, err := readRejects(f, func(k rejectKey, reason, line string) {
 		if len(line) > maxLineBytes {
 			return
 		}
@@ -123,25 +57,26 @@ func CountRejects(path string) (int, []Refused, error) {
 			refused = append(refused, Refused{Entry: e, Epoch: k.epoch, Position: k.pos, Reason: reason})
 		}
 	})
-	return len(seen), refused, err
+	return records, refused, err
 }
 
-// readRejects reads the keys of the records of r and the length of its
-// complete lines. Each record is one physical line: a rejected line has no
+// readRejects reads the keys of the records of r, their number (a key
+// recorded twice counts twice), and the length of its complete lines. Each record is one physical line: a rejected line has no
 // "\n", and the CSV writer quotes a field with "\r". When each is not nil
 // it is called with the reason and the line of every record whose key was
 // not seen before.
-func readRejects(r io.Reader, each func(k rejectKey, reason, line string)) (map[rejectKey]bool, int64, error) {
+func readRejects(r io.Reader, each func(k rejectKey, reason, line string)) (map[rejectKey]bool, int, int64, error) {
 	seen := make(map[rejectKey]bool)
 	br := bufio.NewReader(r)
 	var end int64
+	records := 0
 	for {
 		rec, err := br.ReadBytes('\n')
 		if err == io.EOF {
-			return seen, end, nil
+			return seen, records, end, nil
 		}
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 		end += int64(len(rec))
 		fields := bytes.SplitN(rec, []byte{','}, 3)
@@ -153,6 +88,7 @@ func readRejects(r io.Reader, each func(k rejectKey, reason, line string)) (map[
 		if err1 != nil || err2 != nil {
 			continue
 		}
+		records++
 		k := rejectKey{epoch, pos}
 		if seen[k] {
 			continue

@@ -10,45 +10,15 @@ import (
 	"testing"
 )
 
-func TestRejectLog(t *testing.T) {
+// CountRejects counts every whole record: a torn last one does not count,
+// a line recorded twice counts twice.
+func TestCountRejects(t *testing.T) {
 	path := filepath.Join(t.TempDir(), rejectsFile)
-	l, err := OpenRejectLog(path)
-	if err != nil {
+	if err := os.WriteFile(path, []byte("7,10,bad,\"x,\"\"y\"\"\rz\"\n8,10,bad,other epoch\n8,10,bad,other epoch\n9,44,torn"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if wrote, err := l.Add(7, 10, "bad", []byte("x,\"y\"\rz")); !wrote || err != nil {
-		t.Fatalf("first add: %v %v", wrote, err)
-	}
-	if wrote, _ := l.Add(7, 10, "bad", []byte("again")); wrote {
-		t.Fatal("the same epoch and position written twice")
-	}
-	l.Add(8, 10, "bad", []byte("other epoch"))
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// A record torn by a crash is cut off on open; the others are known.
-	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	f.WriteString("9,44,torn")
-	f.Close()
-	if n, _, _ := CountRejects(path); n != 2 {
-		t.Fatalf("CountRejects with a torn record = %d, want 2 (a torn record does not count)", n)
-	}
-	l, err = OpenRejectLog(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Len() != 2 {
-		t.Fatalf("reopened log has %d records, want 2", l.Len())
-	}
-	if wrote, _ := l.Add(7, 10, "bad", nil); wrote {
-		t.Fatal("a record of the previous run written again")
-	}
-	if wrote, _ := l.Add(9, 44, "bad", []byte("whole")); !wrote {
-		t.Fatal("the torn record was not written again")
-	}
-	l.Close()
 	if n, _, err := CountRejects(path); n != 3 || err != nil {
-		t.Fatalf("CountRejects = %d, %v; want 3", n, err)
+		t.Fatalf("CountRejects = %d, %v; want 3 (the torn record does not count, the repeated one does)", n, err)
 	}
 	if n, _, err := CountRejects(filepath.Join(t.TempDir(), "none")); n != 0 || err != nil {
 		t.Fatalf("missing log: %d, %v", n, err)
@@ -76,7 +46,7 @@ func FuzzReadRejects(f *testing.F) {
 	f.Add([]byte("1,2,reason,line\n1,2,reason,line\n3,4,torn"), uint64(1), int64(2), []byte(""))
 	f.Add([]byte("\n\n,,\nx,y,z\n-1,5,r,l\n"), uint64(0), int64(-1), []byte("\xff\x00"))
 	f.Fuzz(func(t *testing.T, data []byte, epoch uint64, pos int64, line []byte) {
-		seen, end, err := readRejects(bytes.NewReader(data), func(rejectKey, string, string) {})
+		seen, _, end, err := readRejects(bytes.NewReader(data), func(rejectKey, string, string) {})
 		if err != nil {
 			t.Fatalf("readRejects(%q): %v", data, err)
 		}
@@ -97,7 +67,7 @@ func FuzzReadRejects(f *testing.F) {
 		again := append(slices.Clip(data[:end]), rec.Bytes()...)
 		k := rejectKey{epoch, pos}
 		var got []string
-		seen2, end2, err := readRejects(bytes.NewReader(again), func(rk rejectKey, reason, l string) {
+		seen2, _, end2, err := readRejects(bytes.NewReader(again), func(rk rejectKey, reason, l string) {
 			if rk == k {
 				got = []string{reason, l}
 			}

@@ -149,6 +149,8 @@ type ledger struct {
 	buf    []byte
 
 	applied, skipped, malformed atomic.Uint64
+	// rej is the ledger's side of the reject log (rejectout.go).
+	rej rejects
 }
 
 // Start takes the group's store (the framework opened it, binds it to the
@@ -158,8 +160,10 @@ func (l *ledger) Start(ctx context.Context, fc *framework.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := st.Output(outputFile); err != nil {
-		return err
+	for _, name := range []string{outputFile, rejectsFile} {
+		if _, err := st.Output(name); err != nil {
+			return err
+		}
 	}
 	l.st = st.Namespace(namespace)
 	return fc.Subscribe(feedName)
@@ -176,23 +180,27 @@ func (l *ledger) Handle(ctx context.Context, d dedupe.Delivery, line []byte) err
 	e, err := ParseLine(line)
 	if err != nil {
 		l.malformed.Add(1)
-		return framework.Permanent(err)
+		return l.reject(ctx, d, rejectReasonMalformed, err, line)
 	}
-	ad := d
-	if !l.dedupe {
-		// A delivery without positions is never taken for a re-delivery:
-		// the store applies it again. The ledger records the position
-		// itself (applyEntry), in the same transaction.
-		ad.Epoch, ad.Position, ad.Origin = 0, 0, nil
-	}
-	applied, err := l.st.Apply(ctx, ad, func(tx *state.Tx) error {
+	// Without de-duplication, a delivery without positions is never taken
+	// for a re-delivery: the store applies it again. The ledger records
+	// the position itself (applyEntry), in the same transaction.
+	n := 0
+	applied, err := l.st.Apply(ctx, l.applyDelivery(d), func(tx *state.Tx) error {
 		var err error
-		l.buf, err = applyEntry(tx, e, d, l.buf)
+		if l.buf, err = applyEntry(tx, e, d, l.buf); err != nil {
+			return err
+		}
+		n, err = l.rej.stage(tx, d)
 		return err
 	})
+	if errors.Is(err, state.ErrTooLarge) {
+		return l.reject(ctx, d, framework.ReasonTooLarge, err, line)
+	}
 	if err != nil {
 		return err
 	}
+	l.rej.done(d, applied, n)
 	if applied {
 		l.applied.Add(1)
 	} else {
@@ -256,17 +264,6 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 	if _, err := os.Stat(filepath.Join(o.Data, "STORE")); err == nil {
 		spec = o.Data
 	}
-	var rejects *RejectLog // opened once the store made the data folder
-	var rejected atomic.Uint64
-	addReject := func(epoch uint64, pos int64, reason string, line []byte) {
-		wrote, err := rejects.Add(epoch, pos, reason, line)
-		if err != nil {
-			logger.Error("ledger: cannot record a rejected line", "epoch", epoch, "position", pos, "err", err)
-		}
-		if wrote {
-			rejected.Add(1)
-		}
-	}
 	resume := framework.ResumeFromStore
 	if !o.Dedupe {
 		// Without de-duplication the store records no position: the feed
@@ -282,11 +279,7 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 				PointerDir:   o.PointerDir,
 				ReadStrategy: feed.Committed,
 				MaxLineBytes: maxLineBytes,
-				OnReject: func(r feed.Reject) {
-					if r.Reason == feed.RejectOversize {
-						addReject(r.Epoch, r.End, fmt.Sprintf("%s (%d bytes)", r.Reason, r.Length), nil)
-					}
-				},
+				OnReject:     proc.rej.skippedBySource,
 			},
 			AgentName: "ledger-feed-agent",
 			Overload:  framework.OverloadConfig{Policy: framework.Pause},
@@ -299,10 +292,7 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 			Resume:       resume,
 			Failure: framework.FailurePolicy{
 				Retries: framework.NoRetries, // a malformed line stays malformed
-				Action:  framework.Skip,
-				OnReject: func(r framework.Rejection) {
-					addReject(r.Delivery.Epoch, r.Delivery.Position, r.Err.Error(), r.Line)
-				},
+				Action:  framework.Skip,      // the ledger recorded it in rejects.csv
 			},
 		}},
 		Logger:       logger,
@@ -326,11 +316,6 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 		logger.Warn("ledger: the data folder has another backend; using it", "data", o.Data, "backend", st.Backend(), "flag", o.Store)
 	}
 	ns := st.Namespace(namespace)
-	rejects, err = OpenRejectLog(filepath.Join(o.Data, rejectsFile))
-	if err != nil {
-		return exitFailed, errors.Join(err, srv.Stop(context.Background()))
-	}
-	defer rejects.Close()
 	ctx, stopSignals := srv.SignalContext(ctx)
 	defer stopSignals()
 	if obs != nil {
@@ -400,7 +385,7 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 	stats := st.Stats()
 	if ev != nil {
 		fmt.Fprintf(stdout, "%s lines=%d applied=%d skipped=%d rejected=%d saves=%d\n", evDone,
-			fstat.Read, proc.applied.Load(), stats.Skipped, rejected.Load(), stats.Commits)
+			fstat.Read, proc.applied.Load(), stats.Skipped, proc.rej.written.Load(), stats.Commits)
 	}
 	verb := "settled"
 	if o.Follow || code == exitInterrupted {
