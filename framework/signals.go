@@ -34,7 +34,7 @@ func (s *Server) SignalContext(parent context.Context) (context.Context, context
 			case sig := <-ch:
 				if first == nil {
 					first = sig
-					s.log.Warn("signal received: stopping; the lines read are drained, saved and committed; a second signal exits at once",
+					s.log.Info("signal received: stopping; the lines read are drained, saved and committed; a second signal exits at once",
 						"signal", sig.String(), "draining_lines", s.uncommitted())
 					cancel()
 					continue

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/tidemark-go/tidemark/feed"
 )
 
 // Watcher reads the status of feeds and stores and logs one structured
@@ -13,7 +15,8 @@ import (
 //	feed stalled            (warn)  the feed holds its pointer; reason
 //	feed no longer stalled  (info)
 //	feed started a new epoch (info) previous_epoch, epoch
-//	feed reopened its input (warn)  reason, reopens (how many since the last check)
+//	feed reopened its input (info)  reason, reopens (how many since the last check);
+//	                        (warn)  for a rewrite in place (feed.ReasonRewritten)
 //	lines dropped           (warn)  group, dropped (since the last check)
 //	feed commit failed      (error) errors (since the last check), err
 //	store commit failed     (error) store, failed_commits, err
@@ -120,7 +123,13 @@ func (w *Watcher) Check() {
 		}
 		for _, reason := range sortedKeys(cur.reopens) {
 			if n := cur.reopens[reason] - prev.reopens[reason]; n > 0 {
-				w.log.Warn("feed reopened its input", append(at, "reason", reason, "reopens", n)...)
+				// A rotation or a truncation is what the source follows;
+				// a rewrite in place is a writer the operator must look at.
+				level := slog.LevelInfo
+				if reason == feed.ReasonRewritten {
+					level = slog.LevelWarn
+				}
+				w.log.Log(context.Background(), level, "feed reopened its input", append(at, "reason", reason, "reopens", n)...)
 			}
 		}
 		for _, q := range f.Groups {

@@ -99,8 +99,13 @@ func TestWatcherLogsEachEventOnce(t *testing.T) {
 	require.Contains(t, recs[0], "INFO feed started a new epoch")
 	require.Contains(t, recs[0], "previous_epoch=5")
 	require.Contains(t, recs[0], "epoch=6")
-	require.Contains(t, recs[1], "WARN feed reopened its input")
+	require.Contains(t, recs[1], "INFO feed reopened its input", "a truncation is followed: a note")
 	require.Contains(t, recs[1], "reason=input truncated")
+
+	st.Reopens = map[string]uint64{feed.ReasonTruncated: 1, feed.ReasonRewritten: 1}
+	fs.set(st)
+	w.Check()
+	requireOne(t, rec.take(), "WARN feed reopened its input", "reason=input rewritten in place")
 
 	st.CommitErrors = 2
 	st.Status.LastCommitError = "disk full"

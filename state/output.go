@@ -220,7 +220,7 @@ func (c *core) openOutput(name string, committed int64) (*Output, error) {
 		// The output is recorded, so every byte of it is the store's:
 		// those past the committed length belong to a batch whose state
 		// never committed, and the feed re-delivers their lines.
-		c.log.Warn("state: output file cut back to its committed length (the bytes past it belong to a batch whose state was never saved)",
+		c.log.Info("state: output file cut back to its committed length (the bytes past it belong to a batch whose state was never saved)",
 			"output", path, "size", size, "committed", committed)
 		err := f.Truncate(committed)
 		if err == nil {

@@ -668,7 +668,7 @@ func removeTemp(fsys vfs.FS, log *slog.Logger, tmp, path string) {
 		log.Warn("feed: cannot remove a leftover temporary file; it is ignored", "file", tmp, "of", path, "err", err)
 		return
 	}
-	log.Warn("feed: removed a leftover temporary file; it was ignored", "file", tmp, "of", path)
+	log.Info("feed: removed a leftover temporary file; it was ignored", "file", tmp, "of", path)
 }
 
 // prepare reads the write state from disk: which slot to keep, the write
