@@ -119,21 +119,9 @@ func TestRejectsExactlyOnceAcrossKills(t *testing.T) {
 			rejectsInput(t, input, n, 7)
 			base := []string{"--input", input, "--data", data, "--store", store, "--progress", "none", "--batch", "50"}
 			run := 0
-			for i, threshold := range []int64{500, 3000, 6500, 9000, 13500, 17000} {
+			for _, threshold := range []int64{500, 3000, 6500, 9000, 13500, 17000} {
 				run++
-				c, err := startChild(exe, base, filepath.Join(dir, fmt.Sprintf("run%d.log", run)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !c.waitApplied(threshold, childTimeout) {
-					err := c.wait(childTimeout)
-					t.Fatalf("kill %d: the run ended before %d lines were saved: %v", i, threshold, err)
-				}
-				c.kill()
-				if !c.killed() {
-					t.Fatalf("kill %d: the run was not killed: %v", i, c.err)
-				}
-				checkNotAhead(t, c, input, data, false)
+				killAfterSaved(t, exe, base, dir, run, threshold)
 			}
 			settle(t, exe, base, dir, &run)
 			r := checkExact(t, data, input)
