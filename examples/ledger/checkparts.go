@@ -261,7 +261,7 @@ func readPartition(dsn, name string) (LedgerState, *OutputSummary, int, []Refuse
 	// Every record counts: one written twice is a line rejected twice.
 	records := bytes.Count(outs[1].Bytes(), []byte{'\n'})
 	var refused []Refused
-	_, _, err = readRejects(&outs[1], func(k rejectKey, reason, line string) {
+	_, _, _, err = readRejects(&outs[1], func(k rejectKey, reason, line string) {
 		if e, err := ParseLine([]byte(line)); err == nil {
 			refused = append(refused, Refused{Entry: e, Epoch: k.epoch, Position: k.pos, Reason: reason})
 		}
