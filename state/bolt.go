@@ -1,9 +1,11 @@
 package state
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -67,7 +69,13 @@ func (e *boltEngine) scan(prefix []byte, fn func(k, v []byte) error) error {
 	})
 }
 
+// commit writes ws in key order: each Put searches the B+tree from its
+// root, and keys in order find the pages of the previous one in the CPU's
+// cache and touch each node once, in order (a batch of 10,000 changes in
+// the order of their first change spent a third of its commit searching).
+// The keys of ws are distinct, so their order changes nothing else.
 func (e *boltEngine) commit(ws []write) error {
+	slices.SortFunc(ws, func(a, b write) int { return bytes.Compare(a.key, b.key) })
 	return e.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(boltBucket)
 		for _, w := range ws {
