@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -102,6 +103,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Progress, "progress", "auto", "progress on stderr: auto, bar, lines or none")
 	fs.TextVar(&o.LogLevel, "log-level", slog.LevelWarn, "level of the logs on stderr")
 	fs.StringVar(&o.Ops, "ops", "", "serve /metrics, /status and a status page on this address while running (e.g. 127.0.0.1:9464; port 0 picks one)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof reads it)")
 	fs.Int64Var(&o.DieAfterSave, "die-after-save", 0, "kill this process with SIGKILL right after the durable save that holds this many lines, before the pointer moves past them (the demonstration's crash)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -133,6 +135,22 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stderr, "ledger run: --progress %q: want auto, bar, lines or none\n", o.Progress)
 		return exitUsage
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "ledger run: --cpuprofile:", err)
+			return exitFailed
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				fmt.Fprintln(stderr, "ledger run: --cpuprofile:", err)
+			}
+		}()
 	}
 	code, err := Run(context.Background(), o, stdout, stderr)
 	if err != nil {
