@@ -309,15 +309,19 @@ type core struct {
 	// recent is the last batch committed, kept as a cache of durable
 	// values: a line that reads a key its batch has not written yet finds
 	// it here rather than in the backend. nil after a failed commit.
-	recent   *batch
-	changed  chan struct{}
-	feeds    map[feedKey]*feedState
-	lastFeed *feedState // the one of the last Apply
-	seq      uint64     // of the last batch made
-	binds    []*checkpoint.Checkpoint
-	failed   error
-	closed   bool
-	stats    Stats
+	recent *batch
+	// committed are the batches committed since the last snapshot, in
+	// their order, for the holder of the token to fold into vc; only
+	// when vc is not nil.
+	committed []*batch
+	changed   chan struct{}
+	feeds     map[feedKey]*feedState
+	lastFeed  *feedState // the one of the last Apply
+	seq       uint64     // of the last batch made
+	binds     []*checkpoint.Checkpoint
+	failed    error
+	closed    bool
+	stats     Stats
 
 	wake     chan struct{}
 	stop     chan struct{}
@@ -334,6 +338,8 @@ type core struct {
 	txs     []Tx                      // transactions, used up to txi
 	txi     int                       // the next unused in txs
 	ts      txState                   // the running Apply or View
+	vc      *valueCache               // durable values read or committed; nil for none
+	fold    []*batch                  // committed batches to fold into vc
 	tw      txWrites                  // what the running Apply changed
 	// What the last Apply left (see leave); written under mu.
 	fastVer uint64
@@ -363,6 +369,7 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 		stopped:   make(chan struct{}),
 	}
 	c.stats.Backend, c.stats.Sync = kind, o.Sync
+	c.vc = newValueCache(o.valueCacheSize(kind))
 	c.maxKey, c.maxVal = eng.limits()
 	if c.maxKey <= 0 {
 		c.maxKey = math.MaxInt
@@ -639,6 +646,7 @@ func (c *core) enter(ctx context.Context, ns *nsStore, d *dedupe.Delivery) (fs *
 	tx = c.newTx(ns, d, false)
 	c.snapshot()
 	c.mu.Unlock()
+	c.foldCommitted()
 	return fs, tx, false, nil
 }
 
@@ -847,6 +855,25 @@ func (c *core) snapshot() {
 	if ts.recent != c.recent {
 		ts.recent = c.recent
 	}
+	if len(c.committed) > 0 {
+		c.fold = append(c.fold, c.committed...)
+		clear(c.committed)
+		c.committed = c.committed[:0]
+	}
+}
+
+// foldCommitted brings the value cache up to date with the batches
+// committed before the last snapshot, in their order. The caller holds
+// the token, and not c.mu: a batch of 10,000 changes takes a millisecond.
+func (c *core) foldCommitted() {
+	if len(c.fold) == 0 {
+		return
+	}
+	for _, b := range c.fold {
+		c.vc.fold(b)
+	}
+	clear(c.fold)
+	c.fold = c.fold[:0]
 }
 
 // bucket returns the name and key prefix of bucket b of namespace ns. The
@@ -1094,6 +1121,9 @@ func (c *core) commit(b *batch) {
 		// Its values are now those of the backend, until a later batch
 		// commits and takes its place.
 		c.recent = b
+		if c.vc != nil {
+			c.committed = append(c.committed, b)
+		}
 		// Its output bytes are in the files: the buffers serve again.
 		for name, p := range b.outputs {
 			if cap(p) <= maxOutputBuffer {
@@ -1296,6 +1326,7 @@ func (s *nsStore) View(fn func(tx *Tx) error) error {
 	closed := s.c.closed
 	s.c.snapshot()
 	s.c.mu.Unlock()
+	s.c.foldCommitted()
 	if closed {
 		tx.done = true
 		return ErrClosed

@@ -386,9 +386,20 @@ func (tx *Tx) getOlder(q *bkey) ([]byte, bool, error) {
 	// Not staged: the durable state holds the latest value. A batch that
 	// commits meanwhile held no change of the key, so cannot change it.
 	c.kbuf = q.appendTo(c.kbuf[:0])
+	if c.vc != nil {
+		// The batches committed before the snapshot first (leave takes
+		// a snapshot for the next Apply, which may not enter).
+		c.foldCommitted()
+		if v, ok := c.vc.get(c.kbuf); ok {
+			return v.val, v.ok, nil
+		}
+	}
 	v, ok, err := c.eng.get(c.kbuf)
 	if err != nil {
 		return nil, false, fmt.Errorf("read %s store %s: %w", c.kind, c.dir, err)
+	}
+	if c.vc != nil {
+		c.vc.put(c.kbuf, v, ok)
 	}
 	return v, ok, nil
 }

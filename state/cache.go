@@ -1,0 +1,139 @@
+package state
+
+import "unsafe"
+
+// DefaultCacheSize is the memory budget of a store's caches when
+// [Options].CacheSize is 0: 32 MiB.
+const DefaultCacheSize = 32 << 20
+
+// cacheSize returns the budget of the caches, 0 for none.
+func (o *Options) cacheSize() int64 {
+	switch {
+	case o.CacheSize < 0:
+		return 0
+	case o.CacheSize == 0:
+		return DefaultCacheSize
+	}
+	return o.CacheSize
+}
+
+// pebbleCacheShare is the part of the budget a Pebble store gives Pebble's
+// block cache (its index and filter blocks spare a read of a key that is
+// not in the value cache a search of the table's index); the value cache
+// gets the rest.
+const pebbleCacheShare = 4
+
+// minPebbleBlockCache is the least block cache a Pebble store opens with:
+// Pebble's own default.
+const minPebbleBlockCache = 8 << 20
+
+// pebbleBlockCache returns the size of Pebble's block cache.
+func (o *Options) pebbleBlockCache() int64 {
+	return max(o.cacheSize()/pebbleCacheShare, minPebbleBlockCache)
+}
+
+// valueCacheSize returns the budget of the value cache of a store of kind.
+func (o *Options) valueCacheSize(kind string) int64 {
+	n := o.cacheSize()
+	if kind == Pebble {
+		n -= n / pebbleCacheShare
+	}
+	return n
+}
+
+// valueCache keeps durable values (and the absence of keys) that the store
+// read from its backend or committed, so that reading the key again needs
+// no backend read: a bbolt read transaction and a B+tree search, or a
+// Pebble lookup through its memtables and tables. Without it a line whose
+// key was not changed by the last two batches read the backend on the
+// group's goroutine (at 10,000 accounts, most lines).
+//
+// Only the holder of the token (Apply and View) touches it. It holds
+// durable values only, and stays the backend's mirror for its keys: every
+// committed batch is folded into it (see core.foldCommitted) before the
+// next transaction reads it, and a key read from the backend is one that
+// no batch not yet folded holds, so no commit can change it meanwhile.
+//
+// Memory: each entry counts its key, its value and cacheEntryOverhead
+// bytes; above its budget, random entries (Go's map order) are dropped
+// until it is 7/8 full.
+type valueCache struct {
+	m      map[string]cachedValue
+	size   int64
+	budget int64
+}
+
+// cachedValue is a durable value, or the absence of its key (ok false).
+type cachedValue struct {
+	val []byte
+	ok  bool
+}
+
+// cacheEntryOverhead is what an entry costs besides its key and value:
+// the map's slot (a string and a cachedValue) and its share of the map's
+// growth, and the allocation's rounding.
+const cacheEntryOverhead = 80
+
+func newValueCache(budget int64) *valueCache {
+	if budget <= 0 {
+		return nil
+	}
+	return &valueCache{m: make(map[string]cachedValue), budget: budget}
+}
+
+// get returns the cached value of key.
+func (vc *valueCache) get(key []byte) (cachedValue, bool) {
+	v, ok := vc.m[string(key)]
+	return v, ok
+}
+
+// put records that key has the durable value val (ok), or is absent. Both
+// are copied. A value handed out before keeps its bytes unless put
+// replaces it with one of the same length (only fold does, between
+// transactions).
+func (vc *valueCache) put(key, val []byte, ok bool) {
+	if old, had := vc.m[string(key)]; had {
+		if old.ok == ok && len(old.val) == len(val) {
+			copy(old.val, val)
+			return
+		}
+		vc.size -= int64(len(key) + len(old.val) + cacheEntryOverhead)
+		delete(vc.m, string(key))
+	}
+	n := int64(len(key) + len(val) + cacheEntryOverhead)
+	if n > vc.budget/8 {
+		return // one entry never takes a large part of the budget
+	}
+	if vc.size+n > vc.budget {
+		vc.evict(vc.budget - vc.budget/8 - n)
+	}
+	// One allocation for the key and the value.
+	buf := make([]byte, len(key)+len(val))
+	copy(buf, key)
+	copy(buf[len(key):], val)
+	k := unsafe.String(unsafe.SliceData(buf), len(key))
+	v := buf[len(key):len(buf):len(buf)]
+	if !ok {
+		v = nil
+	}
+	vc.m[k] = cachedValue{val: v, ok: ok}
+	vc.size += n
+}
+
+// evict drops entries until the cache holds at most target bytes.
+func (vc *valueCache) evict(target int64) {
+	for k, v := range vc.m {
+		if vc.size <= target {
+			return
+		}
+		vc.size -= int64(len(k) + len(v.val) + cacheEntryOverhead)
+		delete(vc.m, k)
+	}
+}
+
+// fold records the values of a committed batch.
+func (vc *valueCache) fold(b *batch) {
+	for _, e := range b.writes {
+		vc.put(e.key, e.val, !e.del)
+	}
+}
