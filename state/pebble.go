@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -54,6 +55,15 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 		// synced records vouch for (an error) from a torn tail (the end).
 		FormatMajorVersion: pebble.FormatWALSyncChunks,
 	}
+	// The block cache (its part of Options.CacheSize) keeps index and
+	// filter blocks, and the data blocks read last. Bloom filters (10 bits
+	// a key, about 1 % false positives; L0's setting goes to every level)
+	// spare a read of a key that a table does not hold a search of that
+	// table: a new key, or one in a lower level.
+	cache := pebble.NewCache(opts.pebbleBlockCache())
+	defer cache.Unref() // the database holds its own reference
+	po.Cache = cache
+	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	var damage *walDamage
 	if !create {
 		// What Pebble would drop in silence (see pebble_wal.go).
