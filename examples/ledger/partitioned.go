@@ -175,7 +175,7 @@ func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer)
 	var mu sync.Mutex
 	procs := map[int]*partLedger{} // the running processor of each partition held
 	sopts := func() *state.Options {
-		return &state.Options{Sync: o.Sync, BatchSize: o.Batch, BatchInterval: o.BatchInterval}
+		return &state.Options{Sync: o.Sync, BatchSize: o.Batch, BatchInterval: o.BatchInterval, CacheSize: o.CacheSize}
 	}
 	var ev *partEvents
 	if o.Events {

@@ -38,8 +38,10 @@ type RunOptions struct {
 	Sync          bool
 	Batch         int
 	BatchInterval time.Duration
-	Follow        bool
-	Pace          time.Duration
+	// CacheSize is the store's cache budget in bytes (state.Options).
+	CacheSize int64
+	Follow    bool
+	Pace      time.Duration
 	// Events prints machine-readable events on stdout (see child.go).
 	Events bool
 	// Progress selects the progress display: "auto" (a live bar on a
@@ -80,9 +82,9 @@ const (
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", stderr, "usage: ledger run --input PATH --data DIR [--pointer-dir DIR] [--store bbolt|pebble] [--dedupe=true|false] [--sync]\n"+
-		"                  [--batch N] [--batch-interval D] [--follow] [--pace D] [--ops ADDR]\n"+
+		"                  [--batch N] [--batch-interval D] [--cache-size BYTES] [--follow] [--pace D] [--ops ADDR]\n"+
 		"       ledger run --source nats://HOST:PORT/STREAM --store postgres://USER@HOST:PORT/DB [--partitions N] [--worker NAME]\n"+
-		"                  [--lease D] [--job NAME] [--sync] [--batch N] [--batch-interval D] [--pace D] [--ops ADDR]")
+		"                  [--lease D] [--job NAME] [--sync] [--batch N] [--batch-interval D] [--cache-size BYTES] [--pace D] [--ops ADDR]")
 	var o RunOptions
 	fs.StringVar(&o.Input, "input", "", "the ledger file to read (required)")
 	fs.StringVar(&o.Data, "data", "", "the data folder: the store, output.csv and rejects.csv (required)")
@@ -97,6 +99,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Sync, "sync", false, "save each line durably before the next, instead of batched asynchronous saves")
 	fs.IntVar(&o.Batch, "batch", 0, fmt.Sprintf("lines per batched save (0: %d)", state.DefaultBatchSize))
 	fs.DurationVar(&o.BatchInterval, "batch-interval", 0, fmt.Sprintf("longest wait of a staged line for its save (0: %v)", state.DefaultBatchInterval))
+	fs.Int64Var(&o.CacheSize, "cache-size", 0, fmt.Sprintf("bytes of memory for the store's caches of balances and, with Pebble, of its blocks (0: %d MiB; -1: none); about 100 bytes an account keeps every balance in memory", state.DefaultCacheSize>>20))
 	fs.BoolVar(&o.Follow, "follow", false, "tail the input (appends, rotation, truncation) until SIGTERM or SIGINT")
 	fs.DurationVar(&o.Pace, "pace", 0, "sleep this long per line, for demonstrations")
 	fs.BoolVar(&o.Events, "events", false, "print machine-readable progress events on stdout, for a harness")
@@ -267,6 +270,7 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 		Sync:          o.Sync,
 		BatchSize:     o.Batch,
 		BatchInterval: o.BatchInterval,
+		CacheSize:     o.CacheSize,
 		Logger:        logger,
 		FS:            faultFS(),
 	}
