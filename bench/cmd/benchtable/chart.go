@@ -39,7 +39,7 @@ func drawChart(path string, points []ledgerPoint) error {
 	ratios.Y.Min = 0
 	for si, st := range stores {
 		c := storeColor(si)
-		var tm, mp, bd, rm, rb plotter.XYs
+		var tm, tc, mp, bd, rm, rb plotter.XYs
 		for _, p := range points {
 			if p.store != st {
 				continue
@@ -54,7 +54,15 @@ func drawChart(path string, points []ledgerPoint) error {
 			if p.haveBnd {
 				bd = append(bd, plotter.XY{X: x, Y: p.bounded})
 			}
-			if p.haveTidemark && p.haveMap {
+			if p.haveCached {
+				tc = append(tc, plotter.XY{X: x, Y: p.cached})
+			}
+			// Against the map: ledger run with a cache for every balance
+			// where that is more than the default budget.
+			switch {
+			case p.haveCached && p.haveMap:
+				rm = append(rm, plotter.XY{X: x, Y: p.cached / p.map_})
+			case p.haveTidemark && p.haveMap:
 				rm = append(rm, plotter.XY{X: x, Y: p.tidemark / p.map_})
 			}
 			if p.haveTidemark && p.haveBnd {
@@ -69,6 +77,7 @@ func drawChart(path string, points []ledgerPoint) error {
 			g    draw.GlyphDrawer
 		}{
 			{rates, tm, "ledger run, " + st, nil, draw.CircleGlyph{}},
+			{rates, tc, "ledger run, cache for every balance, " + st, []vg.Length{vg.Points(6), vg.Points(2)}, draw.RingGlyph{}},
 			{rates, mp, "naive map, " + st, []vg.Length{vg.Points(4), vg.Points(3)}, draw.BoxGlyph{}},
 			{rates, bd, "naive bounded, " + st, []vg.Length{vg.Points(1), vg.Points(2)}, draw.TriangleGlyph{}},
 			{ratios, rm, "/ naive map, " + st, []vg.Length{vg.Points(4), vg.Points(3)}, draw.BoxGlyph{}},

@@ -101,7 +101,9 @@ func measureCase(name string, a childArgs) (r result, err error) {
 	case "ledger-store":
 		r, err = caseLedgerStore(a)
 	case "fsync4k":
-		r, err = caseFsync(a, 4096, 4096)
+		r, err = caseFsync(a, 4096, 4096, 1)
+	case "fsync4k-twice":
+		r, err = caseFsync(a, 4096, 8192, 2)
 	case "fsync4k-append":
 		r, err = caseFsyncAppend(a, 4096)
 	case "pointer-ab":
@@ -545,8 +547,10 @@ func caseLedgerStore(a childArgs) (result, error) {
 
 // caseFsync writes size bytes at offset 0 of a file of fileSize bytes and
 // fdatasyncs it, a.ops times: the machine's durable write rate (rows 7
-// and 8).
-func caseFsync(a childArgs, size, fileSize int) (result, error) {
+// and 8). With syncs 2 an operation is two of them, at offsets 0 and size,
+// as a bbolt commit writes its pages and then its meta page, syncing each
+// (row 7's baseline for bbolt).
+func caseFsync(a childArgs, size, fileSize, syncs int) (result, error) {
 	f, err := os.CreateTemp(a.work, "fsync-")
 	if err != nil {
 		return result{}, err
@@ -563,12 +567,14 @@ func caseFsync(a childArgs, size, fileSize int) (result, error) {
 	fd := int(f.Fd())
 	start := time.Now()
 	for i := range a.ops {
-		buf[0] = byte(i)
-		if _, err := f.WriteAt(buf[:size], 0); err != nil {
-			return result{}, err
-		}
-		if err := syscall.Fdatasync(fd); err != nil {
-			return result{}, err
+		for j := range syncs {
+			buf[0] = byte(i)
+			if _, err := f.WriteAt(buf[:size], int64(j*size)); err != nil {
+				return result{}, err
+			}
+			if err := syscall.Fdatasync(fd); err != nil {
+				return result{}, err
+			}
 		}
 	}
 	return result{Lines: int64(a.ops), Seconds: time.Since(start).Seconds()}, nil

@@ -43,6 +43,7 @@ func TestCases(t *testing.T) {
 		{name: "ledger-store", edit: func(a *childArgs) { a.sync = true; a.file, a.lines = small, 20 }, lines: 20},
 		{name: "fsync4k", lines: 3},
 		{name: "fsync4k-append", lines: 3},
+		{name: "fsync4k-twice", lines: 3},
 		{name: "pointer-ab", lines: 10}, // ten rounds of at least one
 		{name: "idle"},
 		{name: "restart-setup", edit: func(a *childArgs) { a.lines = 1000 }},
@@ -114,14 +115,14 @@ func TestRunProcAndLedgerSummary(t *testing.T) {
 	}
 	r.naiveBin = script
 	l := &ledgerLine{input: filepath.Join(dir, "in.csv"), data: filepath.Join(dir, "d")}
-	if res, err := r.runLedger(variantMap, "bbolt", l, 7); err != nil || res.Lines != 7 {
+	if res, err := r.runLedger(variantMap, "bbolt", l, 7, 0); err != nil || res.Lines != 7 {
 		t.Fatalf("7 lines: %+v, %v", res, err)
 	}
-	if _, err := r.runLedger(variantMap, "bbolt", l, 8); err == nil {
+	if _, err := r.runLedger(variantMap, "bbolt", l, 8, 0); err == nil {
 		t.Fatal("7 lines read taken for the 8 wanted")
 	}
 	r.ledgerBin = script
-	if _, err := r.runLedger(variantTidemark, "bbolt", l, 7); err == nil {
+	if _, err := r.runLedger(variantTidemark, "bbolt", l, 7, 0); err == nil {
 		t.Fatal("ledger run without its summary taken for a run")
 	}
 }

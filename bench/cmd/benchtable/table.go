@@ -68,6 +68,10 @@ type ledgerPoint struct {
 	bounded          float64
 	haveMap, haveBnd bool
 	haveTidemark     bool
+	// cached is ledger run with a cache budget for every balance, when
+	// that is more than the default (set against the map).
+	cached     float64
+	haveCached bool
 }
 
 // table collects the rows, notes and chart points of a run.
@@ -146,10 +150,13 @@ func (t *table) rateUnit(id, what string, x, base *runs, baseName string, goal f
 	t.add(r)
 }
 
-func (t *table) ledgerPoint(store string, accounts int, tm, mp, bd *runs) {
+func (t *table) ledgerPoint(store string, accounts int, tm, tc, mp, bd *runs) {
 	p := ledgerPoint{store: store, accounts: accounts}
 	if tm.ok() {
 		p.tidemark, p.haveTidemark = tm.rate(), true
+	}
+	if tc.ok() {
+		p.cached, p.haveCached = tc.rate(), true
 	}
 	if mp.ok() {
 		p.map_, p.haveMap = mp.rate(), true
