@@ -111,6 +111,7 @@ type yamlStoreOptions struct {
 	BatchSize     int            `yaml:"batchSize"`
 	BatchInterval time.Duration  `yaml:"batchInterval"`
 	LockTimeout   time.Duration  `yaml:"lockTimeout"`
+	CacheSize     int            `yaml:"cacheSize"`
 	Line          int            `yaml:",line"`
 	Keys          map[string]int `yaml:",keys"`
 }
@@ -204,7 +205,7 @@ func parseName(v string, names []string, parse func([]byte) error) error {
 //	    processors: [ledger]
 //	    failure: {retries: 3, backoff: 10ms, maxBackoff: 1s, action: SKIP}  # or QUARANTINE
 //	    store: bbolt:data/orders  # or pebble:DIR; the group's store (see GroupConfig.Store)
-//	    storeOptions: {sync: false, batchSize: 1024, batchInterval: 5ms, lockTimeout: 5s}
+//	    storeOptions: {sync: false, batchSize: 1024, batchInterval: 5ms, lockTimeout: 5s, cacheSize: 268435456}
 //	    resume: STORE             # or POINTER (see ResumeMode)
 //
 // Values may name environment variables: ${VAR} is VAR's value, and an
@@ -413,7 +414,7 @@ func (d *yamlDecoder) config(y *yamlConfig) Config {
 				d.errorf(o.Line, at+".storeOptions", "store options without a store: set store (\"bbolt:DIR\" or \"pebble:DIR\")")
 			}
 			d.nonNegative(o.Keys["batchSize"], at+".storeOptions.batchSize", o.BatchSize)
-			gc.StoreOptions = &state.Options{Sync: o.Sync, BatchSize: o.BatchSize, BatchInterval: o.BatchInterval, LockTimeout: o.LockTimeout}
+			gc.StoreOptions = &state.Options{Sync: o.Sync, BatchSize: o.BatchSize, BatchInterval: o.BatchInterval, LockTimeout: o.LockTimeout, CacheSize: int64(o.CacheSize)}
 		}
 		cfg.Groups = append(cfg.Groups, gc)
 	}

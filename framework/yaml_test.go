@@ -84,6 +84,7 @@ func TestLoadConfigExample(t *testing.T) {
 			Store: "bbolt:data/orders",
 			StoreOptions: &state.Options{
 				BatchSize: state.DefaultBatchSize, BatchInterval: state.DefaultBatchInterval, LockTimeout: state.DefaultLockTimeout,
+				CacheSize: state.DefaultCacheSize,
 			},
 			Resume: framework.ResumeFromStore,
 		}},
@@ -219,7 +220,7 @@ processorGroups:
     processors: [p, q]
     failure: {retries: 5, backoff: 1ms, maxBackoff: 9ms, action: QUARANTINE}
     store: pebble:data/g
-    storeOptions: {sync: true, batchSize: 10, batchInterval: 1ms, lockTimeout: 1s}
+    storeOptions: {sync: true, batchSize: 10, batchInterval: 1ms, lockTimeout: 1s, cacheSize: 1048576}
     resume: POINTER
 `
 
@@ -274,7 +275,7 @@ func TestLoadConfigEveryKey(t *testing.T) {
 				Retries: 5, Backoff: time.Millisecond, MaxBackoff: 9 * time.Millisecond, Action: framework.Quarantine,
 			},
 			Store:        "pebble:data/g",
-			StoreOptions: &state.Options{Sync: true, BatchSize: 10, BatchInterval: time.Millisecond, LockTimeout: time.Second},
+			StoreOptions: &state.Options{Sync: true, BatchSize: 10, BatchInterval: time.Millisecond, LockTimeout: time.Second, CacheSize: 1 << 20},
 			Resume:       framework.ResumeFromPointer,
 		}},
 	}

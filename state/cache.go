@@ -32,13 +32,16 @@ func (o *Options) pebbleBlockCache() int64 {
 	return max(o.cacheSize()/pebbleCacheShare, minPebbleBlockCache)
 }
 
-// valueCacheSize returns the budget of the value cache of a store of kind.
+// valueCacheSize returns the budget of the value cache of a store of kind:
+// half its share of the budget, counted in live bytes, since the Go heap
+// grows to twice its live size between collections (GOGC=100), so that the
+// memory the cache takes stays within its share.
 func (o *Options) valueCacheSize(kind string) int64 {
 	n := o.cacheSize()
 	if kind == Pebble {
 		n -= n / pebbleCacheShare
 	}
-	return n
+	return n / 2
 }
 
 // valueCache keeps durable values (and the absence of keys) that the store

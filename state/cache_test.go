@@ -62,7 +62,7 @@ func TestValueCacheFollowsCommits(t *testing.T) {
 // read sees the last value written.
 func TestValueCacheModel(t *testing.T) {
 	forEachLocalBackend(t, func(t *testing.T, be backend) {
-		for _, size := range []int64{-1, 2 << 10, 1 << 20} {
+		for _, size := range []int64{-1, 4 << 10, 1 << 20} {
 			t.Run(fmt.Sprintf("cache=%d", size), func(t *testing.T) {
 				dir := t.TempDir()
 				ctx := context.Background()

@@ -128,7 +128,7 @@
 // durable values (and absent keys) read or committed, and every committed
 // batch is folded into it before the next read, so it never serves a value
 // older than the backend's. [Options].CacheSize is its budget (default
-// [DefaultCacheSize], 32 MiB; about 100 bytes a key of 20 bytes with an
+// [DefaultCacheSize], 32 MiB; about 300 bytes a key of 20 bytes with an
 // int64); above it, random entries are dropped. A Pebble store gives a
 // quarter of the budget to Pebble's block cache (index, filter and data
 // blocks) and writes a bloom filter of 10 bits a key into every table, so a

@@ -82,16 +82,18 @@ type Options struct {
 	// is called on the committer's goroutine and must not block.
 	Observer CommitObserver
 	// CacheSize is the memory budget, in bytes, of the store's caches of
-	// durable values: 0 means [DefaultCacheSize], a negative size no
-	// value cache (Pebble keeps a block cache of 8 MiB). A bbolt store gives it all to its value cache (values read or
-	// committed, kept so that the next read of the key does not go to
-	// bbolt; bbolt's pages are in the operating system's page cache, not
-	// counted here). A Pebble store gives a quarter (at least 8 MiB) to
-	// Pebble's block cache and the rest to its value cache. A store's
+	// durable values: 0 means [DefaultCacheSize], a negative size no value
+	// cache (Pebble keeps a block cache of 8 MiB). A bbolt store gives it
+	// all to its value cache (values read or committed, kept so that the
+	// next read of the key does not go to bbolt; bbolt's pages are in the
+	// operating system's page cache, not counted here). A Pebble store
+	// gives a quarter (at least 8 MiB) to Pebble's block cache and the rest
+	// to its value cache. The value cache counts its entries twice, for the
+	// heap the garbage collector lets grow between collections. A store's
 	// anonymous memory is about CacheSize plus its staged batches (at most
-	// two batches of BatchSize lines). Set it to what the state takes
-	// (about 100 bytes a key of 20 bytes with a value of 8) to serve every
-	// read from memory.
+	// two batches of BatchSize lines). Set it to what the state takes to
+	// serve every read from memory: about 300 bytes a key of 20 bytes with
+	// a value of 8.
 	CacheSize int64
 
 	// hooks are test seams; nil in production.

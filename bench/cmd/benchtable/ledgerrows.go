@@ -382,9 +382,9 @@ var (
 
 // cacheFor is a cache budget that holds every balance of accounts
 // accounts, and the values of Pebble's index and filter blocks (a quarter
-// of the budget): 128 bytes an account, the default at least.
+// of the budget): 320 bytes an account, the default at least.
 func cacheFor(accounts int) int64 {
-	return max(int64(accounts)*128, state.DefaultCacheSize)
+	return max(int64(accounts)*320, state.DefaultCacheSize)
 }
 
 // runLedger runs variant v over l's input into l's data folder and
