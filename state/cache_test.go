@@ -58,7 +58,7 @@ func TestValueCacheFollowsCommits(t *testing.T) {
 }
 
 // Random reads, writes and deletes over more keys than a small cache
-// holds, in batches of a few lines, with reopens, against a model: every
+// holds (4 KiB: about 20 entries), in batches of a few lines, with reopens, against a model: every
 // read sees the last value written.
 func TestValueCacheModel(t *testing.T) {
 	forEachLocalBackend(t, func(t *testing.T, be backend) {
@@ -70,13 +70,13 @@ func TestValueCacheModel(t *testing.T) {
 				model := map[string][]byte{}
 				o := func() *Options {
 					o := testOpts()
-					o.BatchSize = 1 + rng.IntN(8)
+					o.BatchSize = 1 + rng.IntN(16)
 					o.CacheSize = size
 					return o
 				}
 				s := mustOpen(t, be, dir, o())
-				for n := 1; n <= 3000; n++ {
-					k := fmt.Sprintf("key-%03d", rng.IntN(200))
+				for n := 1; n <= 800; n++ {
+					k := fmt.Sprintf("key-%03d", rng.IntN(100))
 					op := rng.IntN(10)
 					v := fmt.Appendf(nil, "%0*d", 1+rng.IntN(12), n)
 					_, err := s.Apply(ctx, del("f", 1, n), func(tx *Tx) error {
@@ -100,7 +100,7 @@ func TestValueCacheModel(t *testing.T) {
 					} else {
 						model[k] = v
 					}
-					switch rng.IntN(500) {
+					switch rng.IntN(200) {
 					case 0:
 						if err := s.Close(); err != nil {
 							t.Fatal(err)
@@ -113,7 +113,7 @@ func TestValueCacheModel(t *testing.T) {
 					}
 				}
 				err := s.View(func(tx *Tx) error {
-					for i := range 200 {
+					for i := range 100 {
 						k := fmt.Sprintf("key-%03d", i)
 						got, ok, err := tx.Get([]byte(k))
 						if err != nil {
