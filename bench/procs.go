@@ -160,9 +160,10 @@ var (
 // transaction, and the feed's pointer held until the batch is durable.
 type LedgerStore struct {
 	Feed  string
-	Store state.Store // the ledger's namespace
+	Store state.Namespace // the ledger's namespace
 	*Counter
 
+	st   state.Store // the whole store, which the hold is bound to
 	cp   *checkpoint.Checkpoint
 	cur  []byte
 	fn   func(*state.Tx) error
@@ -171,7 +172,7 @@ type LedgerStore struct {
 
 // NewLedgerStore returns the ledger over st's namespace LedgerNamespace.
 func NewLedgerStore(feed string, st state.Store, c *Counter) *LedgerStore {
-	l := &LedgerStore{Feed: feed, Store: st.Namespace(LedgerNamespace), Counter: c}
+	l := &LedgerStore{Feed: feed, Store: st.Namespace(LedgerNamespace), Counter: c, st: st}
 	l.fn = l.apply
 	return l
 }
@@ -179,7 +180,7 @@ func NewLedgerStore(feed string, st state.Store, c *Counter) *LedgerStore {
 // Start takes the checkpoint hold, binds it to the store, and subscribes.
 func (l *LedgerStore) Start(_ context.Context, fc *framework.Context) error {
 	l.cp = fc.Checkpoint(l.Feed)
-	if err := l.Store.Bind(l.Feed, l.cp); err != nil {
+	if err := l.st.Bind(l.Feed, l.cp); err != nil {
 		return err
 	}
 	return fc.Subscribe(l.Feed)

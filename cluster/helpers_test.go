@@ -130,7 +130,7 @@ func publishTo(t testing.TB, js jetstream.JetStream, from, to int) {
 // store: the processor a user writes for a file feed.
 type counter struct {
 	feed string
-	st   state.Store
+	st   state.Namespace
 }
 
 func (c *counter) Start(ctx context.Context, fc *framework.Context) error {

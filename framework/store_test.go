@@ -66,7 +66,7 @@ func (r *resumable) got() ([]feed.ResumePoint, int) {
 type counter struct {
 	feed string
 	ns   string
-	st   state.Store
+	st   state.Namespace
 	// fail, when set, decides an error for a line before it is applied.
 	fail    func(d dedupe.Delivery) error
 	handled atomic.Int64

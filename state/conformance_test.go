@@ -1053,7 +1053,6 @@ func TestAppliedAll(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(s, "f", 50, 30, 20)
-		check(s.Namespace("b"), "f", 50, 30, 20)
 		check(s, "g", 70)
 		check(s, "h")
 		// Newer positions, staged, then committing (held in the gate):

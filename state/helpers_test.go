@@ -129,7 +129,7 @@ func del(feed string, epoch uint64, n int) dedupe.Delivery {
 }
 
 // applyLine applies line n of feed f: it counts it and adds n to a sum.
-func applyLine(t testing.TB, s Store, d dedupe.Delivery) bool {
+func applyLine(t testing.TB, s Namespace, d dedupe.Delivery) bool {
 	t.Helper()
 	ok, err := s.Apply(context.Background(), d, func(tx *Tx) error {
 		if _, err := tx.AddInt64([]byte("count"), 1); err != nil {
@@ -144,7 +144,7 @@ func applyLine(t testing.TB, s Store, d dedupe.Delivery) bool {
 	return ok
 }
 
-func getInt(t testing.TB, s Store, key string) int64 {
+func getInt(t testing.TB, s Namespace, key string) int64 {
 	t.Helper()
 	var n int64
 	err := s.View(func(tx *Tx) error {

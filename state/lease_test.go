@@ -72,7 +72,4 @@ func TestLeaseOf(t *testing.T) {
 	if l, ok := LeaseOf(bolt); ok {
 		t.Fatalf("LeaseOf a bbolt store = %+v, true; want false", l)
 	}
-	if _, ok := LeaseOf(bolt.Namespace("x")); ok {
-		t.Fatal("LeaseOf a namespace of a bbolt store: true")
-	}
 }

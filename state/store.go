@@ -19,13 +19,16 @@ import (
 	"github.com/tidemark-go/tidemark/vfs"
 )
 
-// Store is a durable key/value store that applies every delivered line
-// once: it writes a processor's state change and the feed's (epoch,
-// position) in one transaction, and skips re-deliveries. See the package
-// documentation for the caveats and the durability modes.
+// Namespace is one namespace of a store: its own keys, buckets and applied
+// positions per feed, in the same store and the same transactions as the
+// other namespaces. A processor applies its lines to its namespace; what
+// acts on the whole store (Flush, Close, Bind, outputs, Stats) is on
+// [Store]. Get one with [Store.Namespace]; a Store is itself the namespace
+// "".
 //
-// A Store is safe for concurrent use. Apply and View calls are serialized.
-type Store interface {
+// A Namespace is safe for concurrent use. Apply and View calls are
+// serialized for the whole store.
+type Namespace interface {
 	// Apply applies one delivered line: it calls fn, whose reads see every
 	// change staged before, and stages fn's writes together with d's
 	// (epoch, position) for the feed, in this namespace. It returns
@@ -55,6 +58,20 @@ type Store interface {
 	// of files, each file has its own record (keyed by Delivery.File):
 	// Applied returns the one of file "", AppliedAll every file's.
 	Applied(feed string) (dedupe.Lineage, bool)
+}
+
+// Store is a durable key/value store that applies every delivered line
+// once: it writes a processor's state change and the feed's (epoch,
+// position) in one transaction, and skips re-deliveries. See the package
+// documentation for the caveats and the durability modes.
+//
+// A Store is the namespace "" of itself (its Apply, View and Applied act
+// there), and holds what belongs to the whole store: the bound checkpoints,
+// the outputs, the commits, the counters.
+//
+// A Store is safe for concurrent use. Apply and View calls are serialized.
+type Store interface {
+	Namespace
 	// AppliedAll returns every durable record of feed in the whole store,
 	// one per namespace (and, for a feed of a set of files, per file:
 	// Lineage.File names it) that holds one, in namespace then file order:
@@ -71,11 +88,10 @@ type Store interface {
 	// cp.Mark (so the framework's progress function) while it holds its
 	// lock: that function must not call the store.
 	Bind(feed string, cp *checkpoint.Checkpoint) error
-	// Namespace returns a view of the same store in the namespace name: its
-	// own keys and its own applied positions per feed. The store Open
-	// returns is the namespace "". Flush, Close, Stats, Bind and outputs
-	// belong to the whole store.
-	Namespace(name string) Store
+	// Namespace returns the namespace name of the store: its own keys and
+	// its own applied positions per feed. The store Open returns is the
+	// namespace "".
+	Namespace(name string) Namespace
 	// Output declares the append-only output file name in the store's
 	// directory and returns it. Writes to it are staged with
 	// [Tx.Output] and committed with the state. On open the file is cut
@@ -1365,7 +1381,7 @@ func (s *nsStore) AppliedAll(feed string) []dedupe.Lineage {
 }
 
 func (s *nsStore) Bind(feed string, cp *checkpoint.Checkpoint) error { return s.c.bind(feed, cp) }
-func (s *nsStore) Namespace(name string) Store                       { return newNS(s.c, name) }
+func (s *nsStore) Namespace(name string) Namespace                   { return newNS(s.c, name) }
 func (s *nsStore) Output(name string) (*Output, error)               { return s.c.output(name) }
 func (s *nsStore) Flush(ctx context.Context) error                   { return s.c.flush(ctx, false) }
 func (s *nsStore) Close() error                                      { return s.c.close() }

@@ -81,7 +81,7 @@ func storeShow(args []string, stdout io.Writer) error {
 	return errors.Join(err, st.Close())
 }
 
-func showStore(out io.Writer, st, view state.Store, ns string, feeds, buckets []string) error {
+func showStore(out io.Writer, st state.Store, view state.Namespace, ns string, feeds, buckets []string) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "store\t%s\n", st.Dir())
 	fmt.Fprintf(w, "backend\t%s\n", st.Backend())

@@ -50,7 +50,7 @@ func storeNameOf(job, stream string, p int) string { return job + "/" + stream +
 // partition moves.
 type partLedger struct {
 	part   int
-	st     state.Store // the ledger's namespace
+	st     state.Namespace // the ledger's namespace
 	root   state.Store
 	pace   time.Duration
 	buf    []byte

@@ -164,7 +164,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 
 // ledger is the processor: it applies each line to the group's store.
 type ledger struct {
-	st     state.Store // the ledger's namespace
+	st     state.Namespace // the ledger's namespace
 	dedupe bool
 	pace   time.Duration
 	buf    []byte
@@ -453,7 +453,7 @@ type eventPrinter struct {
 	once    sync.Once
 }
 
-func startEvents(w io.Writer, srv *framework.Server, st, ns state.Store, pointerPath string, appliedAtOpen int64, proc *ledger) *eventPrinter {
+func startEvents(w io.Writer, srv *framework.Server, st state.Store, ns state.Namespace, pointerPath string, appliedAtOpen int64, proc *ledger) *eventPrinter {
 	e := &eventPrinter{done: make(chan struct{}), stopped: make(chan struct{})}
 	go func() {
 		defer close(e.stopped)
@@ -517,7 +517,7 @@ func (e *eventPrinter) stop() {
 
 // durablePosition is the last position known durable: the store's record
 // when it de-duplicates, else the mark the store last declared durable.
-func durablePosition(ns state.Store, proc *ledger, cp *checkpoint.Checkpoint) (dedupe.Applied, bool) {
+func durablePosition(ns state.Namespace, proc *ledger, cp *checkpoint.Checkpoint) (dedupe.Applied, bool) {
 	if proc.dedupe {
 		l, ok := ns.Applied(feedName)
 		return l.Applied, ok

@@ -90,7 +90,7 @@ func ReadState(dir string) (LedgerState, error) {
 
 // readLedger reads the ledger's state as the store sees it (staged changes
 // included) and the last position the ledger recorded itself.
-func readLedger(ns state.Store) (st LedgerState, last dedupe.Applied, err error) {
+func readLedger(ns state.Namespace) (st LedgerState, last dedupe.Applied, err error) {
 	err = ns.View(func(tx *state.Tx) error {
 		var err error
 		st, last, err = readLedgerTx(tx)
