@@ -12,7 +12,7 @@ import (
 
 // Key space, shared by every backend (all integers big-endian or uvarint):
 //
-//	'v'                                    → "tidemark-state 1"  (format version)
+//	'v'                                    → "tidemark-state 2"  (format version)
 //	'd' uvarint(len ns) ns uvarint(len b) b key → value        (data)
 //	'a' uvarint(len ns) ns feed            → lineage record   (applied position)
 //	'o' name                               → uint64 length    (committed output length)
@@ -26,7 +26,9 @@ import (
 //	| 1 B  | 8 B     | 8 B      | 8 B | 8 B | 4 B   | 8 B    | 4 B     | 8 B      | 4 B    |
 //	+------+---------+----------+-----+-----+-------+--------+---------+----------+--------+
 //
-// The CRC-32C (Castagnoli) covers every byte before it.
+// The CRC-32C (Castagnoli) covers every byte before it. From format 2 on,
+// every value but the format version is followed by a checksum of its key
+// and bytes (see checksum.go).
 const (
 	tagVersion = 'v'
 	tagData    = 'd'
@@ -36,7 +38,11 @@ const (
 	// files (see outputsInEngine).
 	tagOutputData = 'O'
 
-	formatVersion = "tidemark-state 1"
+	// formatVersion is the format of a new store: every value carries
+	// a checksum (see sumEngine). formatV1 is the format before
+	// checksums, still read and written.
+	formatVersion = "tidemark-state 2"
+	formatV1      = "tidemark-state 1"
 	lineageV1     = 1
 	lineageLen    = 1 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 8 + 4
 )

@@ -33,7 +33,7 @@ func LeaseOf(st Store) (Lease, bool) {
 	if !ok {
 		return Lease{}, false
 	}
-	e, ok := ns.c.eng.(*pgEngine)
+	e, ok := ns.c.rawEngine().(*pgEngine)
 	if !ok {
 		return Lease{}, false
 	}

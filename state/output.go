@@ -170,7 +170,7 @@ func (c *core) output(name string) (*Output, error) {
 	if err != nil {
 		return nil, fmt.Errorf("declare output %q in store %s: %w", name, c.dir, err)
 	}
-	_, inEngine := c.eng.(interface{ outputsInEngine() })
+	_, inEngine := c.rawEngine().(interface{ outputsInEngine() })
 	path := filepath.Join(c.dir, name)
 	if fi, err := c.fsys.Stat(path); inEngine {
 		// No file: the engine keeps the output.
@@ -200,7 +200,7 @@ func (c *core) output(name string) (*Output, error) {
 
 // openOutput opens the output file and cuts it back to committed.
 func (c *core) openOutput(name string, committed int64) (*Output, error) {
-	if _, ok := c.eng.(interface{ outputsInEngine() }); ok {
+	if _, ok := c.rawEngine().(interface{ outputsInEngine() }); ok {
 		return &Output{name: name, c: c, committed: committed}, nil
 	}
 	path := filepath.Join(c.dir, name)

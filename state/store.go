@@ -370,7 +370,7 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 		bsize:     o.batchSize(),
 		maxBytes:  maxBatchBytes,
 		fsys:      fsys,
-		eng:       eng,
+		eng:       newSumEngine(kind, dir, eng),
 		log:       o.logger(),
 		outputs:   make(map[string]*Output),
 		outFree:   make(map[string][]byte),
@@ -386,7 +386,7 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 	}
 	c.stats.Backend, c.stats.Sync = kind, o.Sync
 	c.vc = newValueCache(o.valueCacheSize(kind))
-	c.maxKey, c.maxVal = eng.limits()
+	c.maxKey, c.maxVal = c.eng.limits()
 	if c.maxKey <= 0 {
 		c.maxKey = math.MaxInt
 	}
@@ -406,12 +406,20 @@ func (c *core) load() error {
 	if err != nil {
 		return fmt.Errorf("open store %s: read version: %w", c.dir, err)
 	}
-	if !ok {
+	sums := c.eng.(*sumEngine)
+	switch {
+	case !ok:
 		if err := c.eng.commit([]write{{key: []byte{tagVersion}, val: []byte(formatVersion)}}); err != nil {
 			return fmt.Errorf("open store %s: write version: %w", c.dir, err)
 		}
-	} else if string(v) != formatVersion {
-		return fmt.Errorf("open store %s: format %q, want %q: %w", c.dir, v, formatVersion, ErrCorrupt)
+		sums.sums = true
+	case string(v) == formatVersion:
+		sums.sums = true
+	case string(v) == formatV1:
+		c.log.Info("state: the store was created before values carried checksums (format 1): it is read and written as it is, and damage to its values cannot be detected; a store created anew has them",
+			"store", c.dir, "backend", c.kind)
+	default:
+		return fmt.Errorf("open store %s: format %q, want %q or %q: %w", c.dir, v, formatVersion, formatV1, ErrCorrupt)
 	}
 	err = c.eng.scan([]byte{tagApplied}, func(k, v []byte) error {
 		ns, feed, file, ok := parseAppliedKey(k)

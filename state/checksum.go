@@ -1,0 +1,227 @@
+package state
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"path/filepath"
+	"strconv"
+)
+
+// Value checksums. From format 2 on, every value the store writes to its
+// backend, except the format version itself, is followed by a CRC-32C
+// (Castagnoli) of its key and its bytes:
+//
+//	+-----------------+-----------------------------+
+//	| value (n bytes) | crc32c(key ‖ value), 4 B BE |
+//	+-----------------+-----------------------------+
+//
+// The key is covered so that a value found under another key (a page
+// pointer damaged) does not verify either. A store of format 1, written
+// before checksums, is read and written without them (see sumEngine).
+const sumLen = 4
+
+// sumEngine adds a checksum to every value written through it and
+// verifies and strips it from every value read, so that a damaged value of
+// any backend is an error rather than a wrong answer. With sums false
+// (a store of format 1) it passes everything through.
+type sumEngine struct {
+	engine
+	sums bool
+	// what names the store's data for errors: the backend, the folder and
+	// the file.
+	backend, dir, file string
+}
+
+func newSumEngine(kind, dir string, e engine) *sumEngine {
+	s := &sumEngine{engine: e, backend: kind, dir: dir}
+	switch kind {
+	case Bolt:
+		s.file = filepath.Join(dir, boltFile)
+	case Pebble:
+		s.file = filepath.Join(dir, pebbleDir)
+	}
+	return s
+}
+
+func isVersionKey(k []byte) bool { return len(k) == 1 && k[0] == tagVersion }
+
+func valueSum(key, val []byte) uint32 {
+	return crc32.Update(crc32.Update(0, crcTable, key), crcTable, val)
+}
+
+// verify returns v without its checksum, or a *CorruptError.
+func (s *sumEngine) verify(k, v []byte) ([]byte, error) {
+	if !s.sums || isVersionKey(k) {
+		return v, nil
+	}
+	if len(v) < sumLen {
+		return nil, s.corrupt(k, fmt.Sprintf("its value is %d bytes, shorter than its checksum", len(v)))
+	}
+	n := len(v) - sumLen
+	if got, want := valueSum(k, v[:n]), binary.BigEndian.Uint32(v[n:]); got != want {
+		return nil, s.corrupt(k, fmt.Sprintf("the checksum of its %d bytes is %08x, the one stored with it %08x", n, got, want))
+	}
+	return v[:n:n], nil
+}
+
+func (s *sumEngine) corrupt(k []byte, detail string) *CorruptError {
+	e := &CorruptError{Backend: s.backend, Dir: s.dir, File: s.file, Key: append([]byte{}, k...), Detail: detail}
+	e.Record, e.Namespace, e.Bucket = describeKey(k)
+	return e
+}
+
+func (s *sumEngine) get(key []byte) ([]byte, bool, error) {
+	v, ok, err := s.engine.get(key)
+	if err != nil || !ok {
+		return v, ok, err
+	}
+	v, err = s.verify(key, v)
+	if err != nil {
+		return nil, false, err
+	}
+	return v, true, nil
+}
+
+func (s *sumEngine) scan(prefix []byte, fn func(k, v []byte) error) error {
+	if !s.sums {
+		return s.engine.scan(prefix, fn)
+	}
+	return s.engine.scan(prefix, func(k, v []byte) error {
+		v, err := s.verify(k, v)
+		if err != nil {
+			return err
+		}
+		return fn(k, v)
+	})
+}
+
+func (s *sumEngine) commit(ws []write) error {
+	if !s.sums {
+		return s.engine.commit(ws)
+	}
+	size := 0
+	for i := range ws {
+		if !ws[i].del {
+			size += len(ws[i].val) + sumLen
+		}
+	}
+	// One buffer for the whole transaction; ws is the caller's, so the
+	// summed writes go to a copy.
+	buf := make([]byte, 0, size)
+	out := make([]write, len(ws))
+	for i, w := range ws {
+		out[i] = w
+		if w.del || isVersionKey(w.key) {
+			continue
+		}
+		n := len(buf)
+		buf = append(buf, w.val...)
+		buf = binary.BigEndian.AppendUint32(buf, valueSum(w.key, w.val))
+		out[i].val = buf[n:len(buf):len(buf)]
+	}
+	return s.engine.commit(out)
+}
+
+// limits leaves room for the checksum in the longest value (in either
+// format: it is asked before the format is known).
+func (s *sumEngine) limits() (maxKey, maxValue int) {
+	k, v := s.engine.limits()
+	if v > sumLen {
+		v -= sumLen
+	}
+	return k, v
+}
+
+// rawEngine returns the backend under the checksums of c.
+func (c *core) rawEngine() engine {
+	if s, ok := c.eng.(*sumEngine); ok {
+		return s.engine
+	}
+	return c.eng
+}
+
+// describeKey names the record of a backend key for an error: what it is,
+// and the namespace and bucket of a value.
+func describeKey(k []byte) (record, ns, bucket string) {
+	if len(k) == 0 {
+		return "an empty key", "", ""
+	}
+	switch k[0] {
+	case tagData:
+		if ns, rest, ok := cutName(k[1:]); ok {
+			if b, key, ok := cutName(rest); ok {
+				return fmt.Sprintf("the value of key %s in bucket %q of namespace %q", quoteKey(key), b, ns), ns, b
+			}
+		}
+	case tagApplied:
+		if ns, feed, file, ok := parseAppliedKey(k); ok {
+			if file != "" {
+				return fmt.Sprintf("the applied position of file %q of feed %q in namespace %q", file, feed, ns), ns, ""
+			}
+			return fmt.Sprintf("the applied position of feed %q in namespace %q", feed, ns), ns, ""
+		}
+	case tagOutput:
+		return fmt.Sprintf("the committed length of output %q", k[1:]), "", ""
+	case tagOutputData:
+		if name, off, ok := cutName(k[1:]); ok && len(off) == 8 {
+			return fmt.Sprintf("the bytes at offset %d of output %q", binary.BigEndian.Uint64(off), name), "", ""
+		}
+	}
+	return "the value of key " + quoteKey(k), "", ""
+}
+
+// cutName splits a uvarint-prefixed name off b.
+func cutName(b []byte) (name string, rest []byte, ok bool) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || uint64(len(b)-w) < n {
+		return "", nil, false
+	}
+	return string(b[w : w+int(n)]), b[w+int(n):], true
+}
+
+func quoteKey(k []byte) string {
+	const most = 64
+	if len(k) > most {
+		return strconv.Quote(string(k[:most])) + "…"
+	}
+	return strconv.Quote(string(k))
+}
+
+// CorruptError is the error of a record of a store that does not verify:
+// a value whose checksum does not match, a page of the backend's file
+// that its own checks refuse. It wraps [ErrCorrupt]. The store's data
+// cannot be trusted past it: restore the store from a backup, or remove
+// it to start over. A store decides where each feed resumes, so a store
+// started over has its feeds read their input again from the start.
+type CorruptError struct {
+	// Backend is the backend's name ([Bolt], [Pebble], [Postgres]); Dir
+	// the store's directory (for PostgreSQL, "postgres:NAME"); File the
+	// damaged file or database directory, "" when there is none.
+	Backend, Dir, File string
+	// Record names what failed to verify, as in "the value of key "alice"
+	// in bucket "balances" of namespace """; Namespace and Bucket are
+	// those of the value, when the record is one. Key is the backend's
+	// key, nil when the damage is not in one record.
+	Record            string
+	Namespace, Bucket string
+	Key               []byte
+	// Detail says what was found.
+	Detail string
+}
+
+// Error says what is damaged, where, and what to do.
+func (e *CorruptError) Error() string {
+	where := e.Dir
+	if e.File != "" {
+		where = e.File
+	}
+	fix := fmt.Sprintf("restore the store's folder from a backup, or remove the whole folder %s to start over (the store decides where each feed resumes, so its feeds then read their input again)", e.Dir)
+	if e.Backend == Postgres {
+		fix = fmt.Sprintf("restore the database from a backup, or delete store %s to start over (its feeds then read their input again)", e.Dir)
+	}
+	return fmt.Sprintf("state: %s store %s is damaged: %s in %s does not verify: %s; %s", e.Backend, e.Dir, e.Record, where, e.Detail, fix)
+}
+
+// Unwrap returns [ErrCorrupt].
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
