@@ -86,9 +86,10 @@ func isPermanent(err error) bool {
 // that is gone, a broken invariant): the group stops at the line, which
 // stays unfinished and is read again at the next start, and the server
 // stops (without draining) and reports err from [Server.Run] and
-// [Server.Err]. A store's failed commit (state.ErrFailed) and a batched
-// Apply on a store no checkpoint is bound to (state.ErrNotBound) are fatal
-// without being marked. Fatal(nil) is nil.
+// [Server.Err]. A store's failed commit (state.ErrFailed), a batched
+// Apply on a store no checkpoint is bound to (state.ErrNotBound) and a
+// damaged store (state.ErrCorrupt: no retry heals it, and skipping the
+// line would lose it) are fatal without being marked. Fatal(nil) is nil.
 func Fatal(err error) error {
 	if err == nil {
 		return nil
@@ -104,5 +105,6 @@ func (e *fatalError) Unwrap() error { return e.err }
 // isFatal reports whether a processor's err must stop the server.
 func isFatal(err error) bool {
 	var f *fatalError
-	return errors.As(err, &f) || errors.Is(err, state.ErrFailed) || errors.Is(err, state.ErrNotBound)
+	return errors.As(err, &f) || errors.Is(err, state.ErrFailed) || errors.Is(err, state.ErrNotBound) ||
+		errors.Is(err, state.ErrCorrupt)
 }

@@ -353,6 +353,28 @@ func TestFatalErrorStopsRun(t *testing.T) {
 	require.Equal(t, int64(50), c.handled.Load(), "no line is handled after the fatal one")
 }
 
+// A damaged store (a value that fails its checksum, a backend page its
+// own checks refuse: state.ErrCorrupt) is fatal: no retry can heal it, and
+// skipping the line would lose it. Run returns the store's error, the
+// failure policy sees nothing.
+func TestCorruptStoreIsFatal(t *testing.T) {
+	src := newMemSource(100)
+	cfg := storeCfg(&resumable{memSource: src}, "bbolt:"+filepath.Join(t.TempDir(), "state"))
+	cfg.UntilSettled = false
+	var rejected atomic.Int64
+	cfg.Groups[0].Failure = framework.FailurePolicy{Retries: 2, Backoff: time.Millisecond, OnReject: func(framework.Rejection) { rejected.Add(1) }}
+	c := &counter{feed: "orders", fail: func(d dedupe.Delivery) error {
+		if d.Position == src.pos(20) {
+			return fmt.Errorf("read balance: %w", &state.CorruptError{Backend: state.Bolt, Dir: "x", Record: "the value", Detail: "bad"})
+		}
+		return nil
+	}}
+	err := run(t, cfg, framework.Registry{"c": c})
+	require.ErrorIs(t, err, state.ErrCorrupt)
+	require.Zero(t, rejected.Load(), "a damaged store is no line's fault")
+	require.Less(t, src.committedPos(), src.pos(20), "the failed line is never committed")
+}
+
 // A Permanent error skips the line at once, without the retries.
 func TestPermanentErrorIsNotRetried(t *testing.T) {
 	src := newMemSource(10)

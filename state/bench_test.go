@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -250,6 +251,42 @@ func BenchmarkChecksum(b *testing.B) {
 				})
 				if err != nil {
 					b.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkOpenVerify measures the check of a bbolt store's whole file at
+// open (see Options.NoVerify): an open of a store of 10,000 and 1,000,000
+// values, with and without it.
+func BenchmarkOpenVerify(b *testing.B) {
+	for _, n := range []int{10000, 1000000} {
+		dir := b.TempDir()
+		s := openFormat(b, backend{name: Bolt, open: OpenBolt}, dir, &Options{}, true)
+		c := s.(*nsStore).c
+		for i := 0; i < n; i += 50000 {
+			ws := make([]write, 0, 50000)
+			for j := i; j < min(n, i+50000); j++ {
+				ws = append(ws, write{key: append(dataPrefix("ledger", "balances"), fmt.Sprintf("account-holder-%08d", j)...), val: encodeInt64(int64(j))})
+			}
+			if err := c.eng.commit(ws); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		for _, verify := range []bool{false, true} {
+			b.Run(fmt.Sprintf("values=%d/verify=%v", n, verify), func(b *testing.B) {
+				for b.Loop() {
+					s, err := OpenBolt(dir, &Options{Logger: quietLogger(), VerifyMaxBytes: map[bool]int64{false: -1, true: math.MaxInt64}[verify]})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := s.Close(); err != nil {
+						b.Fatal(err)
+					}
 				}
 			})
 		}

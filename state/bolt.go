@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -18,14 +23,74 @@ const boltFile = "state.bolt"
 var boltBucket = []byte("tidemark")
 
 type boltEngine struct {
-	db *bolt.DB
+	db        *bolt.DB
+	dir, path string
+	// broken is the error of a panic or fault inside bbolt: the file is
+	// damaged, and every later call returns it.
+	broken atomic.Pointer[CorruptError]
 }
 
-func openBolt(dir string, opts *Options) (*boltEngine, error) {
+// guard runs in a deferred call of every method that calls into bbolt,
+// with the fault setting it replaced: bbolt reads its pages from memory
+// mapped from the file, trusts what it finds there, and panics (an
+// assertion, an invalid freelist page) or faults (a page past the end of a
+// truncated file) on a damaged one. The panic or fault of this goroutine
+// becomes *err, a *CorruptError naming the file. bbolt rolls back the
+// transaction of the panic first (View and Update do), so its locks are
+// free again.
+func (e *boltEngine) guard(oldFault bool, r any, err *error) {
+	debug.SetPanicOnFault(oldFault)
+	if r == nil {
+		return
+	}
+	ce := boltDamaged(e.dir, e.path, r)
+	e.broken.CompareAndSwap(nil, ce)
+	*err = ce
+}
+
+// boltDamaged is the error of a panic or fault r inside bbolt on file path.
+func boltDamaged(dir, path string, r any) *CorruptError {
+	what := fmt.Sprint(r)
+	if re, ok := r.(runtime.Error); ok && strings.Contains(re.Error(), "fault") {
+		what = "a read of its memory-mapped pages faulted (" + re.Error() + "): the file is shorter than its pages say, or damaged"
+	} else {
+		what = "bbolt stopped on a page it cannot read (" + what + ")"
+	}
+	return &CorruptError{Backend: Bolt, Dir: dir, File: path, Record: "the bbolt database", Detail: what}
+}
+
+func (e *boltEngine) check() error {
+	if ce := e.broken.Load(); ce != nil {
+		return ce
+	}
+	return nil
+}
+
+func openBolt(dir string, opts *Options) (_ *boltEngine, err error) {
 	path := filepath.Join(dir, boltFile)
+	// bbolt leaves its file open (and locked) after a panic in Open:
+	// the file is kept here to be closed.
+	var file *os.File
+	openFile := opts.boltOpenFile
+	if openFile == nil {
+		openFile = os.OpenFile
+	}
+	defer func(old bool) {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			if file != nil {
+				_ = file.Close()
+			}
+			err = boltDamaged(dir, path, r)
+		}
+	}(debug.SetPanicOnFault(true))
 	bo := &bolt.Options{
-		Timeout:  opts.lockTimeout(),
-		OpenFile: opts.boltOpenFile,
+		Timeout: opts.lockTimeout(),
+		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			f, err := openFile(name, flag, perm)
+			file = f
+			return f, err
+		},
 		// NoSync stays false: every commit writes and syncs the data
 		// pages, then the meta page.
 	}
@@ -33,6 +98,14 @@ func openBolt(dir string, opts *Options) (*boltEngine, error) {
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("open bbolt %s: another process holds it (waited %v): %w", path, bo.Timeout, ErrLocked)
+		}
+		if errors.Is(err, bolterrors.ErrInvalid) || errors.Is(err, bolterrors.ErrChecksum) ||
+			errors.Is(err, bolterrors.ErrVersionMismatch) || errors.Is(err, bolterrors.ErrInvalidMapping) ||
+			// bbolt has no sentinel for these (v1.4): a file cut shorter
+			// than its meta pages, sizes that make no sense.
+			strings.HasPrefix(err.Error(), "file size too small") || err.Error() == "mmap too large" {
+			return nil, &CorruptError{Backend: Bolt, Dir: dir, File: path, Record: "the bbolt database",
+				Detail: "bbolt refuses its meta pages (" + err.Error() + ")"}
 		}
 		return nil, fmt.Errorf("open bbolt %s: %w", path, err)
 	}
@@ -43,10 +116,14 @@ func openBolt(dir string, opts *Options) (*boltEngine, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("open bbolt %s: create bucket: %w", path, err), db.Close())
 	}
-	return &boltEngine{db: db}, nil
+	return &boltEngine{db: db, dir: dir, path: path}, nil
 }
 
 func (e *boltEngine) get(key []byte) (val []byte, ok bool, err error) {
+	if err := e.check(); err != nil {
+		return nil, false, err
+	}
+	defer func(old bool) { e.guard(old, recover(), &err) }(debug.SetPanicOnFault(true))
 	err = e.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(boltBucket).Get(key)
 		if v != nil {
@@ -57,7 +134,11 @@ func (e *boltEngine) get(key []byte) (val []byte, ok bool, err error) {
 	return val, ok, err
 }
 
-func (e *boltEngine) scan(prefix []byte, fn func(k, v []byte) error) error {
+func (e *boltEngine) scan(prefix []byte, fn func(k, v []byte) error) (err error) {
+	if err := e.check(); err != nil {
+		return err
+	}
+	defer func(old bool) { e.guard(old, recover(), &err) }(debug.SetPanicOnFault(true))
 	return e.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(boltBucket).Cursor()
 		for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
@@ -74,7 +155,11 @@ func (e *boltEngine) scan(prefix []byte, fn func(k, v []byte) error) error {
 // cache and touch each node once, in order (a batch of 10,000 changes in
 // the order of their first change spent a third of its commit searching).
 // The keys of ws are distinct, so their order changes nothing else.
-func (e *boltEngine) commit(ws []write) error {
+func (e *boltEngine) commit(ws []write) (err error) {
+	if err := e.check(); err != nil {
+		return err
+	}
+	defer func(old bool) { e.guard(old, recover(), &err) }(debug.SetPanicOnFault(true))
 	slices.SortFunc(ws, func(a, b write) int { return bytes.Compare(a.key, b.key) })
 	return e.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(boltBucket)
@@ -93,7 +178,10 @@ func (e *boltEngine) commit(ws []write) error {
 	})
 }
 
-func (e *boltEngine) close() error { return e.db.Close() }
+func (e *boltEngine) close() (err error) {
+	defer func(old bool) { e.guard(old, recover(), &err) }(debug.SetPanicOnFault(true))
+	return e.db.Close()
+}
 
 // limits are bbolt's: its Put refuses a longer key or value, and so would
 // fail the whole batch's commit.
@@ -105,4 +193,52 @@ func (o *Options) lockTimeout() time.Duration {
 		return o.LockTimeout
 	}
 	return DefaultLockTimeout
+}
+
+// size returns the length of the database file.
+func (e *boltEngine) size() int64 {
+	var n int64
+	_ = e.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
+	return n
+}
+
+// verify reads the whole tree of the database and calls fn for every key
+// and value: each key must come after the one before it and be found
+// again by a lookup from the root (a damaged branch page sends a lookup
+// astray, where a scan still finds the key), and no value may be a nested
+// bucket (the store makes none). A panic or fault on a damaged page is
+// caught as in every other call.
+func (e *boltEngine) verify(fn func(k, v []byte) error) (err error) {
+	if err := e.check(); err != nil {
+		return err
+	}
+	defer func(old bool) { e.guard(old, recover(), &err) }(debug.SetPanicOnFault(true))
+	return e.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(boltBucket)
+		if b == nil {
+			return &CorruptError{Backend: Bolt, Dir: e.dir, File: e.path, Record: "the bbolt database", Detail: "its bucket is missing"}
+		}
+		var prev []byte
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			bad := ""
+			switch {
+			case prev != nil && bytes.Compare(prev, k) >= 0:
+				bad = fmt.Sprintf("it comes after key %s in the file, out of order", quoteKey(prev))
+			case v == nil:
+				bad = "it holds a nested bucket, which the store never writes"
+			case !bytes.Equal(b.Get(k), v):
+				bad = "a lookup from the root does not find it: a page on its path is damaged"
+			}
+			if bad != "" {
+				rec, ns, bk := describeKey(k)
+				return &CorruptError{Backend: Bolt, Dir: e.dir, File: e.path, Record: rec, Namespace: ns, Bucket: bk, Key: bytes.Clone(k), Detail: bad}
+			}
+			if err := fn(k, v); err != nil {
+				return err
+			}
+			prev = append(prev[:0], k...)
+		}
+		return nil
+	})
 }

@@ -3,6 +3,9 @@ package state
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -71,7 +74,14 @@ func TestValueChecksumDetectsDamage(t *testing.T) {
 					t.Fatal(err)
 				}
 
-				s = mustOpen(t, be, dir, testOpts())
+				if be.name == Bolt {
+					// bbolt's file is checked whole at open.
+					_, err := be.open(dir, testOpts())
+					checkCorrupt(t, err, s, "ns", "balances", `"alice"`)
+				}
+				o := testOpts()
+				o.VerifyMaxBytes = -1 // the reads' own checks
+				s = mustOpen(t, be, dir, o)
 				ns = s.Namespace("ns")
 				_, err := ns.Apply(t.Context(), del("orders", 1, 2), func(tx *Tx) error {
 					_, err := tx.Bucket("balances").AddInt64([]byte("alice"), 1)
@@ -181,5 +191,84 @@ func TestFormat1StoreOpens(t *testing.T) {
 		if got := getInt(t, s, "sum"); got != 1+2+3 {
 			t.Fatalf("sum %d, want 6", got)
 		}
+	})
+}
+
+// TestOutputDamageIsDetected changes one byte of a committed output file
+// (its first, one in the middle, its last): the open fails with a
+// *CorruptError naming the file. An output recorded before the checksum
+// (a length of 8 bytes) opens unchecked, and is checked from then on.
+func TestOutputDamageIsDetected(t *testing.T) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
+		writeLines := func(t *testing.T, dir string, from, to int) {
+			s := mustOpen(t, be, dir, testOpts())
+			for n := from; n <= to; n++ {
+				if _, err := s.Apply(t.Context(), del("f", 1, n), func(tx *Tx) error {
+					_, err := fmt.Fprintf(tx.Output("out.csv"), "line %d\n", n)
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if n%7 == 0 {
+					if err := s.Flush(t.Context()); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, at := range []int{0, 50, -1} {
+			t.Run(fmt.Sprint("byte ", at), func(t *testing.T) {
+				dir := t.TempDir()
+				writeLines(t, dir, 1, 20)
+				path := filepath.Join(dir, "out.csv")
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if at < 0 {
+					at += len(b)
+				}
+				b[at] ^= 0x01
+				if err := os.WriteFile(path, b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				_, err = be.open(dir, testOpts())
+				var ce *CorruptError
+				if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "backup") {
+					t.Fatalf("open with a byte of out.csv changed: %v; want a *CorruptError naming %s", err, path)
+				}
+			})
+		}
+		t.Run("record without checksum", func(t *testing.T) {
+			dir := t.TempDir()
+			writeLines(t, dir, 1, 5)
+			s := mustOpen(t, be, dir, testOpts())
+			o, err := s.Output("out.csv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.(*nsStore).c.eng.commit([]write{{key: outputKey("out.csv"), val: encodeInt64(o.Committed())}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			writeLines(t, dir, 6, 10) // opens unchecked, then records the checksum
+			path := filepath.Join(dir, "out.csv")
+			b, _ := os.ReadFile(path)
+			if !strings.HasPrefix(string(b), "line 1\n") || !strings.HasSuffix(string(b), "line 10\n") {
+				t.Fatalf("out.csv = %q", b)
+			}
+			b[0] = 'L'
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := be.open(dir, testOpts()); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("open: %v; want ErrCorrupt", err)
+			}
+		})
 	})
 }

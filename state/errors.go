@@ -93,7 +93,8 @@ var (
 // The limits, counting the key with the store's prefix of namespace and
 // bucket (a few bytes plus their names):
 //
-//	bbolt    key ≤ 32768 bytes (bbolt.MaxKeySize), value ≤ 2147483646 bytes (bbolt.MaxValueSize)
+//	bbolt    key ≤ 32768 bytes (bbolt.MaxKeySize), value ≤ 2147483642 bytes (bbolt.MaxValueSize
+//	         less the value's checksum)
 //	Pebble   key ≤ 16 MiB, value ≤ 64 MiB (the store's own limits: Pebble's is a batch
 //	         of 4 GiB, and the store commits a whole batch as one; it also cuts a
 //	         batch once it holds 1 GiB)

@@ -132,7 +132,7 @@ func TestBackendLimitsAreTheBackends(t *testing.T) {
 		dir := t.TempDir()
 		s := mustOpen(t, be, dir, testOpts())
 		c := s.(*nsStore).c
-		maxKey, maxVal := c.eng.limits()
+		maxKey, maxVal := c.rawEngine().limits()
 		switch be.name {
 		case Bolt:
 			if maxKey != bolt.MaxKeySize || maxVal != bolt.MaxValueSize {
@@ -140,7 +140,7 @@ func TestBackendLimitsAreTheBackends(t *testing.T) {
 			}
 			// bbolt itself refuses the longer key: the commit would fail.
 			long := bytes.Repeat([]byte("k"), maxKey+1)
-			if err := c.eng.commit([]write{{key: long, val: []byte("v")}}); err == nil {
+			if err := c.rawEngine().commit([]write{{key: long, val: []byte("v")}}); err == nil {
 				t.Fatal("bbolt took a key longer than its limit: the limit is wrong")
 			}
 		case Pebble:

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -33,6 +34,10 @@ type Output struct {
 
 	mu        sync.Mutex
 	committed int64
+	// sum is the CRC-32C of the committed bytes of a file output, and
+	// pending that of the bytes of the batch being committed (the
+	// committer's alone).
+	sum, pending uint32
 }
 
 // Name returns the output's name.
@@ -53,6 +58,7 @@ func (o *Output) Committed() int64 {
 func (o *Output) setCommitted(n int64) {
 	o.mu.Lock()
 	o.committed = n
+	o.sum = o.pending
 	o.mu.Unlock()
 }
 
@@ -119,6 +125,11 @@ func (o *Output) stage(p []byte, ws []write) ([]write, int64, error) {
 		if n, err = o.append(p); err != nil {
 			return ws, 0, err
 		}
+		o.mu.Lock()
+		o.pending = crc32.Update(o.sum, crcTable, p)
+		sum := o.pending
+		o.mu.Unlock()
+		return append(ws, write{key: outputKey(o.name), val: encodeOutputLen(n, sum, true)}), n, nil
 	} else {
 		off := o.Committed()
 		for i := 0; i < len(p); i += outputChunk {
@@ -126,7 +137,33 @@ func (o *Output) stage(p []byte, ws []write) ([]write, int64, error) {
 		}
 		n = off + int64(len(p))
 	}
-	return append(ws, write{key: outputKey(o.name), val: encodeInt64(n)}), n, nil
+	return append(ws, write{key: outputKey(o.name), val: encodeOutputLen(n, 0, false)}), n, nil
+}
+
+// The record of an output's committed length: the length, and for a file
+// output the CRC-32C of its bytes up to it, checked when the store opens
+// (a record of 8 bytes, from before the checksum, has none).
+//
+//	+------------------+------------------------------------------+
+//	| length, 8 B (BE) | crc32c of the file's first length bytes, 4 B |
+//	+------------------+------------------------------------------+
+func encodeOutputLen(n int64, sum uint32, withSum bool) []byte {
+	b := encodeInt64(n)
+	if withSum {
+		b = binary.BigEndian.AppendUint32(b, sum)
+	}
+	return b
+}
+
+func decodeOutputLen(b []byte) (n int64, sum uint32, hasSum, ok bool) {
+	switch len(b) {
+	case 8:
+		n, ok = decodeInt64(b)
+	case 12:
+		n, ok = decodeInt64(b[:8])
+		sum, hasSum = binary.BigEndian.Uint32(b[8:]), true
+	}
+	return n, sum, hasSum, ok && n >= 0
 }
 
 // append writes p at the committed length (over the bytes of an earlier
@@ -180,10 +217,10 @@ func (c *core) output(name string) (*Output, error) {
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("declare output %q in store %s: %w", name, c.dir, err)
 	}
-	if err := c.eng.commit([]write{{key: outputKey(name), val: encodeInt64(0)}}); err != nil {
+	if err := c.eng.commit([]write{{key: outputKey(name), val: encodeOutputLen(0, 0, !inEngine)}}); err != nil {
 		return nil, fmt.Errorf("declare output %q in %s store %s: %w", name, c.kind, c.dir, err)
 	}
-	o, err := c.openOutput(name, 0)
+	o, err := c.openOutput(name, 0, 0, !inEngine)
 	if err != nil {
 		return nil, err
 	}
@@ -198,8 +235,9 @@ func (c *core) output(name string) (*Output, error) {
 	return o, nil
 }
 
-// openOutput opens the output file and cuts it back to committed.
-func (c *core) openOutput(name string, committed int64) (*Output, error) {
+// openOutput opens the output file, cuts it back to committed, and checks
+// its bytes against sum when the record has one (hasSum).
+func (c *core) openOutput(name string, committed int64, sum uint32, hasSum bool) (*Output, error) {
 	if _, ok := c.rawEngine().(interface{ outputsInEngine() }); ok {
 		return &Output{name: name, c: c, committed: committed}, nil
 	}
@@ -230,7 +268,17 @@ func (c *core) openOutput(name string, committed int64) (*Output, error) {
 			return nil, errors.Join(fmt.Errorf("cut output %s back to %d bytes: %w", path, committed, err), f.Close())
 		}
 	}
-	return &Output{name: name, path: path, f: f, c: c, committed: committed}, nil
+	// The whole file is read: a byte changed anywhere is found now,
+	// before a line more is applied.
+	h := crc32.New(crcTable)
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, committed)); err != nil {
+		return nil, errors.Join(fmt.Errorf("read output %s to check it: %w", path, err), f.Close())
+	}
+	if hasSum && h.Sum32() != sum {
+		return nil, errors.Join(&CorruptError{Backend: c.kind, Dir: c.dir, File: path, Record: fmt.Sprintf("output %q", name),
+			Detail: fmt.Sprintf("the checksum of its %d committed bytes is %08x, the store recorded %08x with them: the file was changed outside the store or damaged", committed, h.Sum32(), sum)}, f.Close())
+	}
+	return &Output{name: name, path: path, f: f, c: c, committed: committed, sum: h.Sum32(), pending: h.Sum32()}, nil
 }
 
 func (c *core) closeOutputs() error {

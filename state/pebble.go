@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -27,6 +28,26 @@ type pebbleEngine struct {
 	// fatal is set once Pebble reported a fatal error: the database must
 	// not be used again.
 	fatal atomic.Bool
+	// dir is the store's folder, path the database's.
+	dir, path string
+}
+
+// damaged returns err as a *CorruptError when Pebble says it found
+// damage (a block's checksum, a missing file), else err.
+func (e *pebbleEngine) damaged(err error) error {
+	if err == nil || !pebble.IsCorruptionError(err) {
+		return err
+	}
+	return errors.Join(&CorruptError{Backend: Pebble, Dir: e.dir, File: e.path, Record: "the Pebble database",
+		Detail: "Pebble found damaged data (" + firstLine(err.Error()) + ")"}, err)
+}
+
+// firstLine is s up to its first line break.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
 
 // openPebble opens the Pebble database of the store in dir; create says
@@ -37,7 +58,7 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 	if fs == nil {
 		fs = pebblevfs.Default
 	}
-	e := &pebbleEngine{log: opts.logger(), bgErr: make(chan error, 1)}
+	e := &pebbleEngine{log: opts.logger(), bgErr: make(chan error, 1), dir: dir, path: path}
 	logger := pebbleLogger{log: opts.logger()}
 	po := &pebble.Options{
 		FS:     fs,
@@ -76,6 +97,11 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 		}
 		damage = d
 	}
+	if !create {
+		if err := e.check(fs, po, opts.verifyMaxBytes()); err != nil {
+			return nil, err
+		}
+	}
 	// Pebble does not wait for another holder of its lock: retry until
 	// the lock timeout, as bbolt does.
 	deadline := time.Now().Add(opts.lockTimeout())
@@ -102,13 +128,76 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 				path, where, dir, ErrCorrupt, err)
 		}
 		if !pebbleLocked(err) {
-			return nil, fmt.Errorf("open pebble %s: %w", path, err)
+			switch {
+			case create || errors.Is(err, iofs.ErrPermission):
+				return nil, fmt.Errorf("open pebble %s: %w", path, err)
+			case errors.Is(err, iofs.ErrNotExist) || strings.Contains(err.Error(), "does not exist"):
+				// A table, the MANIFEST or CURRENT deleted: Pebble cannot
+				// find what its own records name.
+				return nil, errors.Join(&CorruptError{Backend: Pebble, Dir: dir, File: path, Record: "the Pebble database",
+					Detail: "a file it records is missing (" + firstLine(err.Error()) + ")"}, err)
+			default:
+				// A table of another size than the MANIFEST says, a
+				// MANIFEST that does not add up: Pebble has no sentinel for
+				// these.
+				return nil, errors.Join(&CorruptError{Backend: Pebble, Dir: dir, File: path, Record: "the Pebble database",
+					Detail: "Pebble cannot open it (" + firstLine(err.Error()) + ")"}, err)
+			}
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("open pebble %s: another process holds it (waited %v): %w: %w", path, opts.lockTimeout(), ErrLocked, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// check opens the database read-only, without compactions, and checks
+// every level (db.CheckLevels: every key in order, every block read and
+// its checksum checked), when the database is at most maxBytes. Pebble
+// panics on some damage (a key out of order in a damaged MANIFEST) in its
+// own compaction goroutines, where no recover reaches: the read-only open
+// starts none, and its panics on this goroutine become errors. An open
+// that fails for another reason (the lock) is left to the real open.
+func (e *pebbleEngine) check(fs pebblevfs.FS, po *pebble.Options, maxBytes int64) (err error) {
+	if maxBytes < 0 {
+		return nil
+	}
+	var size int64
+	if names, err := fs.List(e.path); err == nil {
+		for _, n := range names {
+			if fi, err := fs.Stat(fs.PathJoin(e.path, n)); err == nil && !fi.IsDir() {
+				size += fi.Size()
+			}
+		}
+	}
+	if size > maxBytes {
+		e.log.Info("state: the Pebble database is larger than the check at open covers: its blocks are checked as they are read",
+			"store", e.dir, "path", e.path, "bytes", size, "verify_max_bytes", maxBytes)
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = &CorruptError{Backend: Pebble, Dir: e.dir, File: e.path, Record: "the Pebble database",
+				Detail: fmt.Sprintf("Pebble stopped with a panic (%v) checking its levels, most likely on damaged data", r)}
+		}
+	}()
+	ro := *po
+	ro.ReadOnly = true
+	ro.DisableAutomaticCompactions = true
+	ro.EventListener = nil
+	db, err := pebble.Open(e.path, &ro)
+	if err != nil {
+		return nil
+	}
+	cerr := db.CheckLevels(nil)
+	if err := db.Close(); err != nil && cerr == nil {
+		cerr = err
+	}
+	if cerr != nil {
+		return errors.Join(&CorruptError{Backend: Pebble, Dir: e.dir, File: e.path, Record: "the Pebble database",
+			Detail: "its levels do not check (" + firstLine(cerr.Error()) + ")"}, cerr)
+	}
+	return nil
 }
 
 // pebbleLocked reports whether Open failed on Pebble's LOCK file: held by
@@ -128,7 +217,7 @@ func (e *pebbleEngine) get(key []byte) (_ []byte, _ bool, err error) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, err
+		return nil, false, e.damaged(err)
 	}
 	val := append([]byte{}, v...)
 	return val, true, closer.Close()
@@ -141,18 +230,18 @@ func (e *pebbleEngine) scan(prefix []byte, fn func(k, v []byte) error) (err erro
 	defer e.recoverFatal(&err)
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
-		return err
+		return e.damaged(err)
 	}
 	for it.First(); it.Valid(); it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return errors.Join(err, it.Close())
+			return e.damaged(errors.Join(err, it.Close()))
 		}
 		if err := fn(it.Key(), v); err != nil {
 			return errors.Join(err, it.Close())
 		}
 	}
-	return it.Close()
+	return e.damaged(it.Close())
 }
 
 func (e *pebbleEngine) commit(ws []write) (err error) {
@@ -254,7 +343,8 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 type pebbleFatal struct{ err error }
 
 // recoverFatal turns a Pebble fatal error into *err, and marks the engine
-// unusable; a batch too large for Pebble into *err. Other panics go on.
+// unusable; a batch too large for Pebble into *err; any other panic into a
+// *CorruptError, the engine unusable.
 func (e *pebbleEngine) recoverFatal(err *error) {
 	if r := recover(); r != nil {
 		if e, ok := r.(error); ok && errors.Is(e, pebble.ErrBatchTooLarge) {
@@ -263,11 +353,15 @@ func (e *pebbleEngine) recoverFatal(err *error) {
 			*err = e
 			return
 		}
+		e.fatal.Store(true)
 		f, ok := r.(pebbleFatal)
 		if !ok {
-			panic(r)
+			// Pebble panics on some damage it meets (and on its own
+			// state after it, at Close): an error, never a crash.
+			*err = &CorruptError{Backend: Pebble, Dir: e.dir, File: e.path, Record: "the Pebble database",
+				Detail: fmt.Sprintf("Pebble stopped with a panic (%v), most likely on damaged data", r)}
+			return
 		}
-		e.fatal.Store(true)
 		*err = f.err
 	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // pgEngineOf returns the engine of a PostgreSQL store.
-func pgEngineOf(s Store) *pgEngine { return s.(*nsStore).c.eng.(*pgEngine) }
+func pgEngineOf(s Store) *pgEngine { return s.(*nsStore).c.rawEngine().(*pgEngine) }
 
 // waitLeaseExpired waits until the lease of the store of dir has run out
 // by the server's clock.

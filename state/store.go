@@ -408,6 +408,10 @@ func (c *core) load() error {
 	}
 	sums := c.eng.(*sumEngine)
 	switch {
+	case !ok && c.opts.existing:
+		// STORE is written once the version is: its data is gone.
+		return &CorruptError{Backend: c.kind, Dir: c.dir, File: sums.file, Record: "the store's format record",
+			Detail: "it is missing, though the folder's STORE file says the store was made: the backend lost its data (a damaged or replaced file)"}
 	case !ok:
 		if err := c.eng.commit([]write{{key: []byte{tagVersion}, val: []byte(formatVersion)}}); err != nil {
 			return fmt.Errorf("open store %s: write version: %w", c.dir, err)
@@ -420,6 +424,9 @@ func (c *core) load() error {
 			"store", c.dir, "backend", c.kind)
 	default:
 		return fmt.Errorf("open store %s: format %q, want %q or %q: %w", c.dir, v, formatVersion, formatV1, ErrCorrupt)
+	}
+	if err := sums.verifyAll(c.opts.verifyMaxBytes(), c.log); err != nil {
+		return err
 	}
 	err = c.eng.scan([]byte{tagApplied}, func(k, v []byte) error {
 		ns, feed, file, ok := parseAppliedKey(k)
@@ -437,22 +444,28 @@ func (c *core) load() error {
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", c.dir, err)
 	}
+	type outRec struct {
+		n      int64
+		sum    uint32
+		hasSum bool
+	}
 	var names []string
-	lens := make(map[string]int64)
+	lens := make(map[string]outRec)
 	err = c.eng.scan([]byte{tagOutput}, func(k, v []byte) error {
-		n, ok := decodeInt64(v)
-		if !ok || n < 0 {
+		n, sum, hasSum, ok := decodeOutputLen(v)
+		if !ok {
 			return fmt.Errorf("committed length of output %q: %w", k[1:], ErrCorrupt)
 		}
 		names = append(names, string(k[1:]))
-		lens[string(k[1:])] = n
+		lens[string(k[1:])] = outRec{n, sum, hasSum}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", c.dir, err)
 	}
 	for _, name := range names {
-		o, err := c.openOutput(name, lens[name])
+		r := lens[name]
+		o, err := c.openOutput(name, r.n, r.sum, r.hasSum)
 		if err != nil {
 			c.closeOutputs()
 			return err
