@@ -272,7 +272,12 @@ func open(kind, dir string, opts *Options) (_ Store, err error) {
 	case kind != "" && kind != recorded:
 		return nil, fmt.Errorf("open store %s as %s: it was created by %s; open it as %q: %w", dir, kind, recorded, dir, ErrBackendMismatch)
 	case recorded != Bolt && recorded != Pebble:
-		return nil, fmt.Errorf("open store %s: %s names backend %q: %w", dir, storeFile, recorded, ErrUnknownBackend)
+		holds := "no backend's data"
+		if len(disk) == 1 {
+			holds = "a " + describe(disk[0])
+		}
+		return nil, fmt.Errorf("open store %s: %s names backend %q: it is damaged, or was written by another version of tidemark; the folder holds %s: put back \"backend bbolt\" or \"backend pebble\" to match, or restore the folder from a backup: %w",
+			dir, storeFile, recorded, holds, ErrUnknownBackend)
 	case len(disk) == 0:
 		return nil, fmt.Errorf("open store %s: its %s file names a %s store, but %s is missing (the folder holds %s): the store's data was deleted or moved, and a new, empty store would stand behind the feeds' pointers; "+
 			"restore the folder from a backup, or remove the whole folder to start over (its feeds then read their input again): %w",
