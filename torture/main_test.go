@@ -42,8 +42,11 @@ var long = os.Getenv("TIDEMARK_TORTURE") == "1"
 // ledgerExe is the ledger program, built once by TestMain.
 var ledgerExe string
 
-// childTimeout bounds one child run: a safety net, never the condition a
-// test waits for.
+// childTimeout bounds how long a child may run without saving anything: a
+// safety net against a hung child, never the condition a test waits for.
+// It is measured from the child's last durable event, not from its start,
+// so a slow child on a loaded machine (a --batch 1 run syncs every line) is
+// never taken for a hung one.
 const childTimeout = 4 * time.Minute
 
 // figures are the totals printed at the end of the run, for RELIABILITY.md.
@@ -371,6 +374,7 @@ func (c *child) waitFor(cond func(durable map[string]int64, aheads int) bool) bo
 		case <-deadline.C:
 			return false
 		case <-changed:
+			deadline.Reset(childTimeout) // progress: the child is not hung
 		}
 	}
 }
@@ -410,15 +414,25 @@ func (c *child) stop() error {
 	return c.wait()
 }
 
-// wait waits for the child to exit (at most childTimeout, then kills it).
+// wait waits for the child to exit; one that saves nothing for
+// childTimeout is killed.
 func (c *child) wait() error {
-	select {
-	case <-c.exited:
-		return c.err
-	case <-time.After(childTimeout):
-		c.cmd.Process.Kill()
-		<-c.exited
-		return fmt.Errorf("ledger run did not exit within %v: killed", childTimeout)
+	deadline := time.NewTimer(childTimeout)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		changed := c.changed
+		c.mu.Unlock()
+		select {
+		case <-c.exited:
+			return c.err
+		case <-changed:
+			deadline.Reset(childTimeout)
+		case <-deadline.C:
+			c.cmd.Process.Kill()
+			<-c.exited
+			return fmt.Errorf("ledger run saved nothing for %v and did not exit: killed", childTimeout)
+		}
 	}
 }
 
