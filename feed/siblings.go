@@ -103,10 +103,66 @@ func older(a, b *sibling) bool {
 // temporary files, and for a compressed file whose uncompressed original
 // is still there (gzip writes name.gz beside name, and removes name only
 // once name.gz is complete: until then the original is the one read).
-// Each name is stat'ed once; no folder size is too large. Files renamed
-// while being listed may be missed or seen twice (by identity: once);
-// the next listing sees them.
+//
+// A listing is one read of the folder's names, then one stat per name: a
+// rotation between the two (logrotate renames every rotated file one
+// number up, .3 to .4, .2 to .3, …) can hide a file, listed under a name
+// it no longer has, and not under the one it has now. A file missing from
+// the list would be taken for gone, and its unread lines skipped (the
+// source would start on, or move to, a newer file). So the folder is
+// listed until two listings in a row name the same files under the same
+// names; when rotations go on for maxListings listings, the error wraps
+// errUnsettled, and the caller stays where it is until the next poll.
 func (s *stream) siblings() ([]sibling, error) {
+	prev, err := s.listSiblings()
+	if err != nil {
+		return nil, err
+	}
+	for range maxListings - 1 {
+		cur, err := s.listSiblings()
+		if err != nil {
+			return nil, err
+		}
+		if sameListing(prev, cur) {
+			return cur, nil
+		}
+		prev = cur
+	}
+	return nil, fmt.Errorf("feed: the rotated files %s of input %s changed in each of %d listings in a row: %w; the next poll lists them again",
+		s.rotated, s.path, maxListings, errUnsettled)
+}
+
+// maxListings bounds the listings of one call of siblings.
+const maxListings = 8
+
+// errUnsettled is the error of a listing of the rotated files that kept
+// changing: the caller waits for the next poll rather than decide on it.
+var errUnsettled = errors.New("rotations went on while the folder was listed")
+
+// sameListing reports whether a and b name the same files (by identity,
+// where the platform has one) under the same names. Sizes and times may
+// differ (a rotated file still written to).
+func sameListing(a, b []sibling) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	byName := make(map[string]sibling, len(a))
+	for _, sb := range a {
+		byName[sb.name] = sb
+	}
+	for _, sb := range b {
+		o, ok := byName[sb.name]
+		if !ok || o.live != sb.live || o.hasID != sb.hasID || o.id != sb.id {
+			return false
+		}
+	}
+	return true
+}
+
+// listSiblings is one listing of siblings: one read of the names, one
+// stat per name. Files renamed while being listed may be missed or seen
+// twice (by identity: once); siblings lists until two listings agree.
+func (s *stream) listSiblings() ([]sibling, error) {
 	names, err := filepath.Glob(s.rotated)
 	if err != nil {
 		return nil, fmt.Errorf("feed: list the rotated files %s of input %s: %w", s.rotated, s.path, err)
@@ -266,12 +322,19 @@ func (s *stream) findGeneration(p pointer.Record) (*renamedInput, error) {
 // source has not delivered), else nil. A copy shorter than the offset read
 // holds nothing the source has not read (it read past the copy, up to the
 // truncation).
-func (s *stream) findCopy(c *continuation) *renamedInput {
+//
+// A listing that kept changing (errUnsettled) is returned: the caller
+// waits for the next poll rather than read the truncated input without
+// the copy's lines.
+func (s *stream) findCopy(c *continuation) (*renamedInput, error) {
 	p := pointer.Record{Epoch: s.epoch, Position: s.fr.off, Fingerprint: s.fp, TailLen: s.seenLen, TailHash: HashBytes(s.seen[:s.seenLen])}
 	list, err := s.siblings()
+	if errors.Is(err, errUnsettled) {
+		return nil, err
+	}
 	if err != nil {
 		s.log.Warn("feed: cannot list the rotated files to look for a copy of the truncated input", "path", s.path, "err", err)
-		return nil
+		return nil, nil
 	}
 	for i := len(list) - 1; i >= 0; i-- { // the newest copy first
 		sb := list[i]
@@ -287,12 +350,12 @@ func (s *stream) findCopy(c *continuation) *renamedInput {
 			continue
 		}
 		if r.size > c.pos {
-			return r
+			return r, nil
 		}
 		closeQuietly(s, r.in)
-		return nil
+		return nil, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // openGeneration opens name and checks that it holds the content p

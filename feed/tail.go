@@ -219,7 +219,14 @@ func (s *stream) reopen() error {
 	if c.forceNew && s.rotated != "" {
 		// logrotate's copytruncate: the lines after the offset read may be
 		// in the copy it made before the truncation.
-		if cp := s.findCopy(c); cp != nil {
+		cp, err := s.findCopy(c)
+		if err != nil {
+			// Rotations went on while the folder was listed: the copy may
+			// be there under a name the listing missed. Wait.
+			s.setState(StateBehind, reason+": waiting for the rotated files to stop changing to look for a copy of the input")
+			return nil
+		}
+		if cp != nil {
 			return s.continueInCopy(c, cp, reason)
 		}
 	}
@@ -232,6 +239,12 @@ func (s *stream) reopen() error {
 	var terr error
 	if !c.forceNew {
 		target, tf, tfi, terr = s.openNext()
+		if errors.Is(terr, errUnsettled) {
+			// The next file may be one the listing missed: moving to the
+			// path could skip it. The open file is read on meanwhile.
+			s.setState(StateBehind, reason+": waiting for the rotated files to stop changing")
+			return nil
+		}
 		if errors.Is(terr, errIncomplete) {
 			// The next file is a compressed one still being written: the
 			// open file is read on (late writes) until it is complete.
@@ -262,6 +275,10 @@ func (s *stream) reopen() error {
 			return nil
 		}
 		target, tf, tfi, terr = s.openNext()
+		if errors.Is(terr, errUnsettled) {
+			s.setState(StateBehind, reason+": waiting for the rotated files to stop changing")
+			return nil
+		}
 		if errors.Is(terr, errIncomplete) {
 			s.setState(StateBehind, reason+": waiting for "+target+" to be complete")
 			return nil
@@ -298,11 +315,20 @@ func (s *stream) reopen() error {
 // (renamed or compressed since the open file was created: it holds lines
 // written after the open file's and before the path's), else the file at
 // the path. A rotated file renamed again between the listing and its open
-// is looked for once more; then the path is opened. The result is that of
-// openInput.
+// (gone from its name, or another file under it) is looked for again, up
+// to three times; then the error wraps errUnsettled and the caller waits:
+// moving to the path would skip it. The result is that of openInput.
 func (s *stream) openNext() (string, vfs.File, fs.FileInfo, error) {
-	for try := 0; s.rotated != "" && try < 3; try++ {
+	for try := 0; s.rotated != ""; try++ {
+		if try == 3 {
+			// The next file was renamed each time it was opened: rotations
+			// are going on. Wait rather than move to the path past it.
+			return "", nil, nil, fmt.Errorf("feed: the next rotated file of input %s was renamed each time it was opened: %w", s.path, errUnsettled)
+		}
 		list, err := s.siblings()
+		if errors.Is(err, errUnsettled) {
+			return "", nil, nil, err
+		}
 		if err != nil {
 			s.log.Warn("feed: cannot list the rotated files: moving to the file at the path", "path", s.path, "err", err)
 			break
@@ -314,6 +340,17 @@ func (s *stream) openNext() (string, vfs.File, fs.FileInfo, error) {
 		f, fi, err := s.openInput(next.name)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
+		}
+		if err == nil && next.hasID {
+			// Renamed between the listing and the open, and another file
+			// took the name (the next rotation's shift): reading it would
+			// skip the file listed. Look again.
+			if id, ok := fileIdentity(fi); ok && id != next.id {
+				if cerr := f.Close(); cerr != nil {
+					s.log.Warn("feed: closing a rotated file failed", "path", s.path, "file", next.name, "err", cerr)
+				}
+				continue
+			}
 		}
 		return next.name, f, fi, err
 	}

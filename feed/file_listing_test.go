@@ -1,0 +1,119 @@
+package feed
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark-go/tidemark/vfs"
+)
+
+// logrotate shifts the rotated files of p one number up (.2 to .3, .1 to
+// .2), renames p to .1 and makes an empty p: logrotate's create.
+func logrotate(t *testing.T, p string) {
+	t.Helper()
+	for i := 9; i >= 1; i-- {
+		from := fmt.Sprintf("%s.%d", p, i)
+		if _, err := os.Stat(from); err == nil {
+			if err := os.Rename(from, fmt.Sprintf("%s.%d", p, i+1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.Rename(p, p+".1"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, p, "")
+}
+
+// rotateOnce returns an injector that runs rotate once, just before the
+// first operation op on name (so, between the source's read of the
+// folder's names and its stat of name, or between its listing and its
+// open of name): a rotation at the worst moment, without timing.
+func rotateOnce(op vfs.Op, name string, rotate func()) vfs.Injector {
+	done := false
+	return func(o vfs.Op, path string) error {
+		if !done && o == op && filepath.Clean(path) == filepath.Clean(name) {
+			done = true
+			rotate()
+		}
+		return nil
+	}
+}
+
+// TestRotatedListingRacedAtStart is the rotation model's loss (issue 16)
+// as a sequence of file operations. The source stops part way through A;
+// A is rotated to .2 and B, written meanwhile, to .1. At the restart the
+// source lists the rotated files to find A, and logrotate shifts them
+// between the listing's read of the names and its stat of in.log.1: A is
+// in.log.3 by then, a name the listing never read, and in.log.2 is B. A
+// listing that took this for the whole folder found no file with A's
+// content, and the source started on the empty file at the path under a
+// new epoch: the rest of A and all of B were never read. Now the folder is
+// listed until two listings agree: the restart reads the rest of A, then
+// B.
+func TestRotatedListingRacedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "in.log")
+	cfg := Config{Rotated: "in.log.*", RotateWait: time.Millisecond}
+	write(t, p, genLines("A", 0, 100))
+	s := open(t, p, cfg)
+	if g := s.takeCommit(40); len(g) < 40 {
+		t.Fatalf("got %d lines", len(g))
+	}
+	committed := s.Status().CommittedPosition
+	s.Close()
+	read := int(committed) / len(genLines("A", 0, 1))
+
+	logrotate(t, p) // A is in.log.1
+	appendTo(t, p, genLines("B", 0, 10))
+	logrotate(t, p) // A is in.log.2, B in.log.1, in.log empty
+
+	cfg.FS = vfs.Inject(vfs.Default(), rotateOnce(vfs.OpStat, p+".1", func() { logrotate(t, p) }))
+	s = open(t, p, cfg)
+	want := genLines("A", read, 100-read) + genLines("B", 0, 10)
+	g := s.takeCommit(100 - read + 10)
+	if got := strings.Join(lines(g), "\n") + "\n"; got != want {
+		t.Fatalf("after the restart, got %d lines:\n%s\nwant the rest of A, then B\nlog:\n%s", len(g), got, s.log)
+	}
+	if more := s.collect(); len(more) != 0 {
+		t.Fatalf("more lines than written: %v\nlog:\n%s", lines(more), s.log)
+	}
+}
+
+// TestRotatedOpenRacedWhileRunning: the source is at the end of A, which
+// was rotated twice (A in.log.2, B in.log.1, an empty file at the path).
+// It lists the rotated files, finds B next, and logrotate shifts them
+// between that listing and its open of in.log.1: the name now holds the
+// file that was at the path. Opening the name alone read that file
+// instead of B, under a new epoch, and B was never read. The source now
+// checks that the file it opened is the one listed (its identity), and
+// lists again when it is not: A's rest, then B.
+func TestRotatedOpenRacedWhileRunning(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "in.log")
+	write(t, p, genLines("A", 0, 50))
+	inj := func(vfs.Op, string) error { return nil }
+	cfg := Config{Rotated: "in.log.*", RotateWait: time.Millisecond,
+		FS: vfs.Inject(vfs.Default(), func(op vfs.Op, path string) error { return inj(op, path) })}
+	s := open(t, p, cfg)
+	if g := s.takeCommit(50); len(g) != 50 {
+		t.Fatalf("got %d lines of A", len(g))
+	}
+	appendTo(t, p, genLines("A", 50, 5))
+	logrotate(t, p) // A is in.log.1
+	appendTo(t, p, genLines("B", 0, 10))
+	logrotate(t, p) // A is in.log.2, B in.log.1
+	inj = rotateOnce(vfs.OpOpen, p+".1", func() { logrotate(t, p) })
+	want := genLines("A", 50, 5) + genLines("B", 0, 10)
+	g := s.takeCommit(15)
+	if got := strings.Join(lines(g), "\n") + "\n"; got != want {
+		t.Fatalf("got %d lines:\n%s\nwant the rest of A, then B\nlog:\n%s", len(g), got, s.log)
+	}
+	if more := s.collect(); len(more) != 0 {
+		t.Fatalf("more lines than written: %v\nlog:\n%s", lines(more), s.log)
+	}
+}
