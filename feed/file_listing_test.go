@@ -117,3 +117,88 @@ func TestRotatedOpenRacedWhileRunning(t *testing.T) {
 		t.Fatalf("more lines than written: %v\nlog:\n%s", lines(more), s.log)
 	}
 }
+
+// TestRotatedNoFileAtPathKeepsTheFileOpen: the source stopped at the end
+// of A, which was then rotated to .1 with no new file (nocreate). At the
+// restart it finds A read to its end, and no file follows it. It waits;
+// meanwhile B is made, written and rotated away, and C is made at the
+// path. A source that had left A to wait for the path read C next, under a
+// new epoch, and B was never read. It now keeps A open while no file
+// follows it: B (found after A by A's identity), then C.
+func TestRotatedNoFileAtPathKeepsTheFileOpen(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "in.log")
+	cfg := Config{Rotated: "in.log.*", RotateWait: time.Nanosecond}
+	write(t, p, genLines("A", 0, 20))
+	s := open(t, p, cfg)
+	if g := s.takeCommit(20); len(g) != 20 {
+		t.Fatalf("got %d lines of A", len(g))
+	}
+	s.Close()
+	if err := os.Rename(p, p+".1"); err != nil { // nocreate
+		t.Fatal(err)
+	}
+	s = open(t, p, cfg)
+	for i := 0; ; i++ {
+		g, err := s.poll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(g) != 0 {
+			t.Fatalf("A again: %v", lines(g))
+		}
+		if st := s.Status(); st.State == StateWaiting || st.State == StateCaughtUp {
+			break
+		}
+		if i == 1000 {
+			t.Fatalf("the source does not settle: %+v\nlog:\n%s", s.Status(), s.log)
+		}
+	}
+	write(t, p, genLines("B", 0, 10))
+	logrotate(t, p) // B is in.log.1, A in.log.2, an empty file at the path
+	appendTo(t, p, genLines("C", 0, 5))
+	want := genLines("B", 0, 10) + genLines("C", 0, 5)
+	g := s.takeCommit(15)
+	if got := strings.Join(lines(g), "\n") + "\n"; got != want {
+		t.Fatalf("got %d lines:\n%s\nwant B, then C\nlog:\n%s", len(g), got, s.log)
+	}
+	if more := s.collect(); len(more) != 0 {
+		t.Fatalf("more lines than written: %v\nlog:\n%s", lines(more), s.log)
+	}
+}
+
+// TestRotatedOpenRacedAtStart: as TestRotatedListingRacedAtStart, but
+// logrotate shifts the files after the listing, between it and the open
+// of in.log.2, A's name when listed: the name holds B by then. The file
+// opened under the name was taken for "not the pointer's" and A, under a
+// name the listing never gave it, was not looked for: the rest of A and B
+// were lost. A file renamed between the listing and its open now makes
+// the source list again.
+func TestRotatedOpenRacedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "in.log")
+	cfg := Config{Rotated: "in.log.*", RotateWait: time.Millisecond}
+	write(t, p, genLines("A", 0, 100))
+	s := open(t, p, cfg)
+	if g := s.takeCommit(40); len(g) < 40 {
+		t.Fatalf("got %d lines", len(g))
+	}
+	committed := s.Status().CommittedPosition
+	s.Close()
+	read := int(committed) / len(genLines("A", 0, 1))
+
+	logrotate(t, p) // A is in.log.1
+	appendTo(t, p, genLines("B", 0, 10))
+	logrotate(t, p) // A is in.log.2, B in.log.1, in.log empty
+
+	cfg.FS = vfs.Inject(vfs.Default(), rotateOnce(vfs.OpOpen, p+".2", func() { logrotate(t, p) }))
+	s = open(t, p, cfg)
+	want := genLines("A", read, 100-read) + genLines("B", 0, 10)
+	g := s.takeCommit(100 - read + 10)
+	if got := strings.Join(lines(g), "\n") + "\n"; got != want {
+		t.Fatalf("after the restart, got %d lines:\n%s\nwant the rest of A, then B\nlog:\n%s", len(g), got, s.log)
+	}
+	if more := s.collect(); len(more) != 0 {
+		t.Fatalf("more lines than written: %v\nlog:\n%s", lines(more), s.log)
+	}
+}

@@ -283,9 +283,26 @@ func (s *stream) nextAfter(list []sibling) *sibling {
 // file with p's content. It returns nil when no file is p's, and an error
 // when a candidate cannot be read.
 func (s *stream) findGeneration(p pointer.Record) (*renamedInput, error) {
+	for range 3 {
+		r, moved, err := s.findGenerationOnce(p)
+		if err != nil || !moved {
+			return r, err
+		}
+		// A file was renamed between the listing and its open (the next
+		// rotation's shift): the file p names may now be under a name the
+		// listing did not give it. List again.
+	}
+	return nil, fmt.Errorf("feed: looking for the file the pointer of input %s names (epoch %d, position %d): rotated files were renamed under each listing: %w",
+		s.path, p.Epoch, p.Position, errUnsettled)
+}
+
+// findGenerationOnce is findGeneration over one listing; moved reports
+// that a listed file had been renamed by the time it was opened (the
+// result is then not to be trusted: nil, and the caller lists again).
+func (s *stream) findGenerationOnce(p pointer.Record) (r *renamedInput, moved bool, err error) {
 	list, err := s.siblings()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var byContent *renamedInput
 	for _, sb := range list {
@@ -296,9 +313,18 @@ func (s *stream) findGeneration(p pointer.Record) (*renamedInput, error) {
 		if !idMatch && byContent != nil {
 			continue // an older file with p's content was found already
 		}
-		r, _, err := s.openGeneration(sb.name, p, idMatch)
+		r, why, err := s.openGeneration(sb, p, idMatch)
 		if err != nil {
-			return nil, err
+			if byContent != nil {
+				closeQuietly(s, byContent.in)
+			}
+			return nil, false, err
+		}
+		if why == whyMoved {
+			if byContent != nil {
+				closeQuietly(s, byContent.in)
+			}
+			return nil, true, nil
 		}
 		if r == nil {
 			continue
@@ -307,11 +333,11 @@ func (s *stream) findGeneration(p pointer.Record) (*renamedInput, error) {
 			if byContent != nil {
 				closeQuietly(s, byContent.in)
 			}
-			return r, nil
+			return r, false, nil
 		}
 		byContent = r
 	}
-	return byContent, nil
+	return byContent, false, nil
 }
 
 // findCopy looks among the rotated files for a copy of the open file's
@@ -341,10 +367,15 @@ func (s *stream) findCopy(c *continuation) (*renamedInput, error) {
 		if sb.live || (sb.hasID && s.in.hasID && sb.id == s.in.id) || (sb.size < s.fr.off && !isCompressed(sb.name)) {
 			continue
 		}
-		r, _, err := s.openGeneration(sb.name, p, false)
+		r, why, err := s.openGeneration(sb, p, false)
 		if err != nil {
 			s.log.Warn("feed: cannot read a rotated file to compare it with the truncated input", "path", s.path, "file", sb.name, "err", err)
 			continue
+		}
+		if why == whyMoved {
+			// Renamed since the listing: the copy may be under another
+			// name now. The caller waits and looks again.
+			return nil, fmt.Errorf("feed: looking for a copy of the truncated input %s: %s was renamed since it was listed: %w", s.path, sb.name, errUnsettled)
 		}
 		if r == nil {
 			continue
@@ -358,11 +389,12 @@ func (s *stream) findCopy(c *continuation) (*renamedInput, error) {
 	return nil, nil
 }
 
-// openGeneration opens name and checks that it holds the content p
+// openGeneration opens sb.name and checks that it holds the content p
 // describes (and, with needID, that it has p's identity). It returns nil
 // and why not otherwise, and an error when the file cannot be opened or
 // read.
-func (s *stream) openGeneration(name string, p pointer.Record, needID bool) (*renamedInput, string, error) {
+func (s *stream) openGeneration(sb sibling, p pointer.Record, needID bool) (*renamedInput, string, error) {
+	name := sb.name
 	if isCompressed(name) && p.Fingerprint.Len > 0 {
 		// A cheap look first: decompressing a whole file to compare it is
 		// done only for one that starts with the bytes p describes.
@@ -372,8 +404,11 @@ func (s *stream) openGeneration(name string, p pointer.Record, needID bool) (*re
 	}
 	f, fi, err := s.openInput(name)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrNotRegular) {
-			return nil, "renamed again while being opened", nil
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, whyMoved, nil
+		}
+		if errors.Is(err, ErrNotRegular) {
+			return nil, "not a regular file", nil
 		}
 		if errors.Is(err, errIncomplete) {
 			return nil, "a compressed file not complete yet", nil
@@ -382,8 +417,12 @@ func (s *stream) openGeneration(name string, p pointer.Record, needID bool) (*re
 	}
 	h := &inputFile{f: f, name: name}
 	h.id, h.hasID = fileIdentity(fi)
+	if sb.hasID && (!h.hasID || h.id != sb.id) {
+		// Another file has the name now.
+		return nil, whyMoved, f.Close()
+	}
 	if needID && (!h.hasID || h.id != p.Identity) {
-		return nil, "renamed again while being opened", f.Close()
+		return nil, whyMoved, f.Close()
 	}
 	size := fi.Size()
 	head, err := s.readHead(h, size)
@@ -396,6 +435,10 @@ func (s *stream) openGeneration(name string, p pointer.Record, needID bool) (*re
 	}
 	return &renamedInput{in: h, size: size, fp: fp}, "", nil
 }
+
+// whyMoved is openGeneration's reason for a file renamed between the
+// listing and its open: the caller lists again.
+const whyMoved = "renamed since it was listed"
 
 // closeQuietly closes h, logging a failure.
 func closeQuietly(s *stream, h *inputFile) {

@@ -252,6 +252,18 @@ func (s *stream) reopen() error {
 			return nil
 		}
 	}
+	if s.rotated != "" && !c.forceNew && target == s.path && errors.Is(terr, fs.ErrNotExist) {
+		// No rotated file follows the open one, and the path names no
+		// file. The open file stays open: leaving it, the source would
+		// open only the path once a file is there, and a file made and
+		// rotated away meanwhile (before this source looks again) would be
+		// skipped. Kept open, it is placed in the rotation order by its
+		// identity when a file appears, at the path or among the rotated
+		// files (see check), and the files after it are read in order.
+		s.reopenReason = ""
+		s.setState(StateWaiting, "waiting for "+s.path+" or a rotated file newer than "+s.in.name)
+		return nil
+	}
 	if s.pf != nil && !c.forceNew && (s.unprocessed() || unwritten) && s.startsNewEpoch(c, tf, tfi, terr) {
 		// The file to move to would start a new epoch, stored at once,
 		// while lines delivered from the file left are not committed: were
