@@ -47,40 +47,57 @@ func rotateOnce(op vfs.Op, name string, rotate func()) vfs.Injector {
 // TestRotatedListingRacedAtStart is the rotation model's loss (issue 16)
 // as a sequence of file operations. The source stops part way through A;
 // A is rotated to .2 and B, written meanwhile, to .1. At the restart the
-// source lists the rotated files to find A, and logrotate shifts them
-// between the listing's read of the names and its stat of in.log.1: A is
-// in.log.3 by then, a name the listing never read, and in.log.2 is B. A
-// listing that took this for the whole folder found no file with A's
-// content, and the source started on the empty file at the path under a
-// new epoch: the rest of A and all of B were never read. Now the folder is
-// listed until two listings agree: the restart reads the rest of A, then
-// B.
+// source lists the rotated files to find A, and logrotate shifts them at
+// the worst moment:
+//
+//   - between the listing's read of the names and its stat of in.log.1: A
+//     is in.log.3 by then, a name the listing never read, and in.log.2 is
+//     B. A listing taken for the whole folder had no file with A's content;
+//   - after the listing, between it and the open of in.log.2, A's name when
+//     listed: the name holds B by then, which was taken for "not the
+//     pointer's", and A was not looked for under its new name.
+//
+// Either way the source started on the empty file at the path under a new
+// epoch: the rest of A and all of B were never read. Now the folder is
+// listed until two listings agree, and a file renamed between the listing
+// and its open makes the source list again: the rest of A, then B.
 func TestRotatedListingRacedAtStart(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "in.log")
-	cfg := Config{Rotated: "in.log.*", RotateWait: time.Millisecond}
-	write(t, p, genLines("A", 0, 100))
-	s := open(t, p, cfg)
-	if g := s.takeCommit(40); len(g) < 40 {
-		t.Fatalf("got %d lines", len(g))
-	}
-	committed := s.Status().CommittedPosition
-	s.Close()
-	read := int(committed) / len(genLines("A", 0, 1))
+	for _, tc := range []struct {
+		name string
+		op   vfs.Op
+		file string // the rotation runs before the first op on it
+	}{
+		{"between names and stat", vfs.OpStat, ".1"},
+		{"between listing and open", vfs.OpOpen, ".2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, "in.log")
+			cfg := Config{Rotated: "in.log.*", RotateWait: time.Millisecond}
+			write(t, p, genLines("A", 0, 100))
+			s := open(t, p, cfg)
+			if g := s.takeCommit(40); len(g) < 40 {
+				t.Fatalf("got %d lines", len(g))
+			}
+			committed := s.Status().CommittedPosition
+			s.Close()
+			read := int(committed) / len(genLines("A", 0, 1))
 
-	logrotate(t, p) // A is in.log.1
-	appendTo(t, p, genLines("B", 0, 10))
-	logrotate(t, p) // A is in.log.2, B in.log.1, in.log empty
+			logrotate(t, p) // A is in.log.1
+			appendTo(t, p, genLines("B", 0, 10))
+			logrotate(t, p) // A is in.log.2, B in.log.1, in.log empty
 
-	cfg.FS = vfs.Inject(vfs.Default(), rotateOnce(vfs.OpStat, p+".1", func() { logrotate(t, p) }))
-	s = open(t, p, cfg)
-	want := genLines("A", read, 100-read) + genLines("B", 0, 10)
-	g := s.takeCommit(100 - read + 10)
-	if got := strings.Join(lines(g), "\n") + "\n"; got != want {
-		t.Fatalf("after the restart, got %d lines:\n%s\nwant the rest of A, then B\nlog:\n%s", len(g), got, s.log)
-	}
-	if more := s.collect(); len(more) != 0 {
-		t.Fatalf("more lines than written: %v\nlog:\n%s", lines(more), s.log)
+			cfg.FS = vfs.Inject(vfs.Default(), rotateOnce(tc.op, p+tc.file, func() { logrotate(t, p) }))
+			s = open(t, p, cfg)
+			want := genLines("A", read, 100-read) + genLines("B", 0, 10)
+			g := s.takeCommit(100 - read + 10)
+			if got := strings.Join(lines(g), "\n") + "\n"; got != want {
+				t.Fatalf("after the restart, got %d lines:\n%s\nwant the rest of A, then B\nlog:\n%s", len(g), got, s.log)
+			}
+			if more := s.collect(); len(more) != 0 {
+				t.Fatalf("more lines than written: %v\nlog:\n%s", lines(more), s.log)
+			}
+		})
 	}
 }
 
@@ -161,42 +178,6 @@ func TestRotatedNoFileAtPathKeepsTheFileOpen(t *testing.T) {
 	g := s.takeCommit(15)
 	if got := strings.Join(lines(g), "\n") + "\n"; got != want {
 		t.Fatalf("got %d lines:\n%s\nwant B, then C\nlog:\n%s", len(g), got, s.log)
-	}
-	if more := s.collect(); len(more) != 0 {
-		t.Fatalf("more lines than written: %v\nlog:\n%s", lines(more), s.log)
-	}
-}
-
-// TestRotatedOpenRacedAtStart: as TestRotatedListingRacedAtStart, but
-// logrotate shifts the files after the listing, between it and the open
-// of in.log.2, A's name when listed: the name holds B by then. The file
-// opened under the name was taken for "not the pointer's" and A, under a
-// name the listing never gave it, was not looked for: the rest of A and B
-// were lost. A file renamed between the listing and its open now makes
-// the source list again.
-func TestRotatedOpenRacedAtStart(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "in.log")
-	cfg := Config{Rotated: "in.log.*", RotateWait: time.Millisecond}
-	write(t, p, genLines("A", 0, 100))
-	s := open(t, p, cfg)
-	if g := s.takeCommit(40); len(g) < 40 {
-		t.Fatalf("got %d lines", len(g))
-	}
-	committed := s.Status().CommittedPosition
-	s.Close()
-	read := int(committed) / len(genLines("A", 0, 1))
-
-	logrotate(t, p) // A is in.log.1
-	appendTo(t, p, genLines("B", 0, 10))
-	logrotate(t, p) // A is in.log.2, B in.log.1, in.log empty
-
-	cfg.FS = vfs.Inject(vfs.Default(), rotateOnce(vfs.OpOpen, p+".2", func() { logrotate(t, p) }))
-	s = open(t, p, cfg)
-	want := genLines("A", read, 100-read) + genLines("B", 0, 10)
-	g := s.takeCommit(100 - read + 10)
-	if got := strings.Join(lines(g), "\n") + "\n"; got != want {
-		t.Fatalf("after the restart, got %d lines:\n%s\nwant the rest of A, then B\nlog:\n%s", len(g), got, s.log)
 	}
 	if more := s.collect(); len(more) != 0 {
 		t.Fatalf("more lines than written: %v\nlog:\n%s", lines(more), s.log)
