@@ -102,36 +102,49 @@ func TestRotatedListingRacedAtStart(t *testing.T) {
 }
 
 // TestRotatedOpenRacedWhileRunning: the source is at the end of A, which
-// was rotated twice (A in.log.2, B in.log.1, an empty file at the path).
-// It lists the rotated files, finds B next, and logrotate shifts them
-// between that listing and its open of in.log.1: the name now holds the
-// file that was at the path. Opening the name alone read that file
-// instead of B, under a new epoch, and B was never read. The source now
-// checks that the file it opened is the one listed (its identity), and
-// lists again when it is not: A's rest, then B.
+// was rotated (A in.log.1, B at the path, or rotated too). It lists the
+// files, finds B next, and logrotate shifts them between that listing and
+// its open of B's name: the name holds a newer file by then. Opening the
+// name alone read that file instead of B, under a new epoch, and B was
+// never read. The source now checks that the file it opened is the one
+// listed (its identity), or that the path still names none when none was
+// listed there, and lists again when it is not: A's rest, then B.
 func TestRotatedOpenRacedWhileRunning(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "in.log")
-	write(t, p, genLines("A", 0, 50))
-	inj := func(vfs.Op, string) error { return nil }
-	cfg := Config{Rotated: "in.log.*", RotateWait: time.Millisecond,
-		FS: vfs.Inject(vfs.Default(), func(op vfs.Op, path string) error { return inj(op, path) })}
-	s := open(t, p, cfg)
-	if g := s.takeCommit(50); len(g) != 50 {
-		t.Fatalf("got %d lines of A", len(g))
-	}
-	appendTo(t, p, genLines("A", 50, 5))
-	logrotate(t, p) // A is in.log.1
-	appendTo(t, p, genLines("B", 0, 10))
-	logrotate(t, p) // A is in.log.2, B in.log.1
-	inj = rotateOnce(vfs.OpOpen, p+".1", func() { logrotate(t, p) })
-	want := genLines("A", 50, 5) + genLines("B", 0, 10)
-	g := s.takeCommit(15)
-	if got := strings.Join(lines(g), "\n") + "\n"; got != want {
-		t.Fatalf("got %d lines:\n%s\nwant the rest of A, then B\nlog:\n%s", len(g), got, s.log)
-	}
-	if more := s.collect(); len(more) != 0 {
-		t.Fatalf("more lines than written: %v\nlog:\n%s", lines(more), s.log)
+	for _, tc := range []struct {
+		name     string
+		rotateB  bool   // B is rotated to .1 before the source looks
+		openName string // the rotation runs before the first open of it
+	}{
+		{"next is a rotated file", true, ".1"},
+		{"next is the path", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, "in.log")
+			write(t, p, genLines("A", 0, 50))
+			var inj vfs.Injector = func(vfs.Op, string) error { return nil }
+			cfg := Config{Rotated: "in.log.*", RotateWait: time.Millisecond,
+				FS: vfs.Inject(vfs.Default(), func(op vfs.Op, path string) error { return inj(op, path) })}
+			s := open(t, p, cfg)
+			if g := s.takeCommit(50); len(g) != 50 {
+				t.Fatalf("got %d lines of A", len(g))
+			}
+			appendTo(t, p, genLines("A", 50, 5))
+			logrotate(t, p) // A is in.log.1
+			appendTo(t, p, genLines("B", 0, 10))
+			if tc.rotateB {
+				logrotate(t, p) // A is in.log.2, B in.log.1
+			}
+			inj = rotateOnce(vfs.OpOpen, p+tc.openName, func() { logrotate(t, p) })
+			want := genLines("A", 50, 5) + genLines("B", 0, 10)
+			g := s.takeCommit(15)
+			if got := strings.Join(lines(g), "\n") + "\n"; got != want {
+				t.Fatalf("got %d lines:\n%s\nwant the rest of A, then B\nlog:\n%s", len(g), got, s.log)
+			}
+			if more := s.collect(); len(more) != 0 {
+				t.Fatalf("more lines than written: %v\nlog:\n%s", lines(more), s.log)
+			}
+		})
 	}
 }
 

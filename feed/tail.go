@@ -329,7 +329,9 @@ func (s *stream) reopen() error {
 // the path. A rotated file renamed again between the listing and its open
 // (gone from its name, or another file under it) is looked for again, up
 // to three times; then the error wraps errUnsettled and the caller waits:
-// moving to the path would skip it. The result is that of openInput.
+// moving to the path would skip it. So is a path that no longer names the
+// file the listing saw there (or names one where the listing saw none). The
+// result is that of openInput.
 func (s *stream) openNext() (string, vfs.File, fs.FileInfo, error) {
 	for try := 0; s.rotated != ""; try++ {
 		if try == 3 {
@@ -347,7 +349,31 @@ func (s *stream) openNext() (string, vfs.File, fs.FileInfo, error) {
 		}
 		next := s.nextAfter(list)
 		if next == nil || next.live {
-			break
+			// The path is next. The file there must be the one listed (or
+			// none, as listed): a file made at the path and rotated away
+			// since the listing, another file at the path now, would be
+			// skipped.
+			f, fi, err := s.openInput(s.path)
+			if err == nil && next == nil {
+				if id, ok := fileIdentity(fi); !ok || !s.in.hasID || id != s.in.id {
+					err = errAppeared
+				}
+			} else if err == nil && next.hasID {
+				if id, ok := fileIdentity(fi); ok && id != next.id {
+					err = errAppeared
+				}
+			} else if errors.Is(err, fs.ErrNotExist) && next != nil {
+				err = errAppeared
+			}
+			if errors.Is(err, errAppeared) {
+				if f != nil {
+					if cerr := f.Close(); cerr != nil {
+						s.log.Warn("feed: closing the input failed", "path", s.path, "err", cerr)
+					}
+				}
+				continue
+			}
+			return s.path, f, fi, err
 		}
 		f, fi, err := s.openInput(next.name)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -369,6 +395,10 @@ func (s *stream) openNext() (string, vfs.File, fs.FileInfo, error) {
 	f, fi, err := s.openInput(s.path)
 	return s.path, f, fi, err
 }
+
+// errAppeared is openNext's note that the file at the path is not the one
+// its listing saw there: it lists again.
+var errAppeared = errors.New("the file at the path changed since the listing")
 
 // continueInCopy goes on reading the epoch in cp, the copy of the open
 // file made before its truncation (copytruncate), from c.pos: the lines
