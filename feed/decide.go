@@ -31,6 +31,10 @@ type renamedInput struct {
 	in   *inputFile
 	size int64
 	fp   dedupe.Fingerprint
+	// fromStart: the file has the pointer's identity but not its content
+	// (truncated or rewritten, then rotated away): read from 0 under a
+	// new epoch.
+	fromStart bool
 }
 
 // open opens the input at the path and decides where to read it. When the
@@ -336,6 +340,11 @@ func (s *stream) decideRenamed(p pointer.Record, why string, missing bool) (deci
 	}
 	if err != nil || r == nil {
 		return decision{}, false, err
+	}
+	if r.fromStart {
+		s.log.Warn("feed: the file the pointer names was truncated or rewritten, then rotated away, while the source was stopped: reading it from 0 under a new epoch, then the newer rotated files and the file at the path",
+			"path", s.path, "file", r.in.name, "pointer", s.pf.Path(), "epoch", p.Epoch, "position", p.Position, "size", r.size, "reason", why)
+		return decision{newEpoch: true, prev: p.Epoch, store: true, renamed: r}, true, nil
 	}
 	d := decision{start: p.Position, committed: p.Position, renamed: r}
 	if err := s.applyFloor(&d, p.Epoch, p.Position, r.in, r.size); err != nil {

@@ -196,3 +196,37 @@ func TestRotatedNoFileAtPathKeepsTheFileOpen(t *testing.T) {
 		t.Fatalf("more lines than written: %v\nlog:\n%s", lines(more), s.log)
 	}
 }
+
+// TestRotatedTruncatedThenRotatedWhileStopped: the source stopped at the
+// end of A; while it was stopped A was truncated in place (a log reset),
+// rotated away empty, and written after the rename (late writes, B), and a
+// new file C was made at the path. The file the pointer names (by
+// identity) no longer holds its content: it holds B. A source that found
+// no file with the pointer's content read C only, and B was lost. It now
+// reads the pointer's file from 0 under a new epoch (B), then C.
+func TestRotatedTruncatedThenRotatedWhileStopped(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "in.log")
+	cfg := Config{Rotated: "in.log.*", RotateWait: time.Millisecond}
+	write(t, p, genLines("A", 0, 30))
+	s := open(t, p, cfg)
+	if g := s.takeCommit(30); len(g) != 30 {
+		t.Fatalf("got %d lines of A", len(g))
+	}
+	s.Close()
+	if err := os.Truncate(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	logrotate(t, p) // the emptied A is in.log.1, C (empty) at the path
+	appendTo(t, p+".1", genLines("B", 0, 10))
+	appendTo(t, p, genLines("C", 0, 5))
+	s = open(t, p, cfg)
+	want := genLines("B", 0, 10) + genLines("C", 0, 5)
+	g := s.takeCommit(15)
+	if got := strings.Join(lines(g), "\n") + "\n"; got != want {
+		t.Fatalf("got %d lines:\n%s\nwant B, then C\nlog:\n%s", len(g), got, s.log)
+	}
+	if more := s.collect(); len(more) != 0 {
+		t.Fatalf("more lines than written: %v\nlog:\n%s", lines(more), s.log)
+	}
+}

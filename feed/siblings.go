@@ -305,6 +305,7 @@ func (s *stream) findGenerationOnce(p pointer.Record) (r *renamedInput, moved bo
 		return nil, false, err
 	}
 	var byContent *renamedInput
+	var rewritten *sibling // p's identity, not p's content
 	for _, sb := range list {
 		if sb.live {
 			continue
@@ -327,6 +328,9 @@ func (s *stream) findGenerationOnce(p pointer.Record) (r *renamedInput, moved bo
 			return nil, true, nil
 		}
 		if r == nil {
+			if idMatch {
+				rewritten = &sb
+			}
 			continue
 		}
 		if idMatch {
@@ -336,6 +340,30 @@ func (s *stream) findGenerationOnce(p pointer.Record) (r *renamedInput, moved bo
 			return r, false, nil
 		}
 		byContent = r
+	}
+	if byContent == nil && rewritten != nil {
+		// The file p names, truncated (or rewritten) and then rotated
+		// away while the source was stopped: what it holds now was
+		// written since the truncation. It is read from 0 under a new
+		// epoch, then the files after it; reading the path alone would
+		// skip it.
+		f, fi, err := s.openInput(rewritten.name)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, true, nil
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("feed: open %s, a rotated file of input %s: %w; the next poll retries", rewritten.name, s.path, err)
+		}
+		h := &inputFile{f: f, name: rewritten.name}
+		h.id, h.hasID = fileIdentity(fi)
+		if !h.hasID || h.id != p.Identity {
+			return nil, true, f.Close()
+		}
+		head, err := s.readHead(h, fi.Size())
+		if err != nil {
+			return nil, false, errors.Join(err, f.Close())
+		}
+		return &renamedInput{in: h, size: fi.Size(), fp: dedupe.Fingerprint{Len: len(head), Hash: HashBytes(head)}, fromStart: true}, false, nil
 	}
 	return byContent, false, nil
 }
