@@ -148,6 +148,22 @@ func TestRotatedOpenRacedWhileRunning(t *testing.T) {
 	}
 }
 
+// readAllOfA writes n lines of A to in.log in a new folder, reads and
+// commits them all with a source following it with Rotated, and stops the
+// source. It returns the path and the source's Config.
+func readAllOfA(t *testing.T, n int, rotateWait time.Duration) (string, Config) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "in.log")
+	cfg := Config{Rotated: "in.log.*", RotateWait: rotateWait}
+	write(t, p, genLines("A", 0, n))
+	s := open(t, p, cfg)
+	if g := s.takeCommit(n); len(g) != n {
+		t.Fatalf("got %d lines of A", len(g))
+	}
+	s.Close()
+	return p, cfg
+}
+
 // TestRotatedNoFileAtPathKeepsTheFileOpen: the source stopped at the end
 // of A, which was then rotated to .1 with no new file (nocreate). At the
 // restart it finds A read to its end, and no file follows it. It waits;
@@ -156,19 +172,11 @@ func TestRotatedOpenRacedWhileRunning(t *testing.T) {
 // new epoch, and B was never read. It now keeps A open while no file
 // follows it: B (found after A by A's identity), then C.
 func TestRotatedNoFileAtPathKeepsTheFileOpen(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "in.log")
-	cfg := Config{Rotated: "in.log.*", RotateWait: time.Nanosecond}
-	write(t, p, genLines("A", 0, 20))
-	s := open(t, p, cfg)
-	if g := s.takeCommit(20); len(g) != 20 {
-		t.Fatalf("got %d lines of A", len(g))
-	}
-	s.Close()
+	p, cfg := readAllOfA(t, 20, time.Nanosecond)
 	if err := os.Rename(p, p+".1"); err != nil { // nocreate
 		t.Fatal(err)
 	}
-	s = open(t, p, cfg)
+	s := open(t, p, cfg)
 	for i := 0; ; i++ {
 		g, err := s.poll()
 		if err != nil {
@@ -205,22 +213,14 @@ func TestRotatedNoFileAtPathKeepsTheFileOpen(t *testing.T) {
 // no file with the pointer's content read C only, and B was lost. It now
 // reads the pointer's file from 0 under a new epoch (B), then C.
 func TestRotatedTruncatedThenRotatedWhileStopped(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "in.log")
-	cfg := Config{Rotated: "in.log.*", RotateWait: time.Millisecond}
-	write(t, p, genLines("A", 0, 30))
-	s := open(t, p, cfg)
-	if g := s.takeCommit(30); len(g) != 30 {
-		t.Fatalf("got %d lines of A", len(g))
-	}
-	s.Close()
+	p, cfg := readAllOfA(t, 30, time.Millisecond)
 	if err := os.Truncate(p, 0); err != nil {
 		t.Fatal(err)
 	}
 	logrotate(t, p) // the emptied A is in.log.1, C (empty) at the path
 	appendTo(t, p+".1", genLines("B", 0, 10))
 	appendTo(t, p, genLines("C", 0, 5))
-	s = open(t, p, cfg)
+	s := open(t, p, cfg)
 	want := genLines("B", 0, 10) + genLines("C", 0, 5)
 	g := s.takeCommit(15)
 	if got := strings.Join(lines(g), "\n") + "\n"; got != want {
