@@ -41,15 +41,6 @@ import (
 // Short mode (make test): a few sequences, seconds. TIDEMARK_TORTURE=1
 // (make torture): thousands.
 func TestRotationModel(t *testing.T) {
-	if !long {
-		// Four causes of the loss of issue 16 are fixed (rotations racing
-		// the feed's listing of the rotated files, or its open of the next
-		// file; a file finished while the path names none; the pointer's
-		// file truncated and rotated away while stopped), but about one
-		// long sequence in a hundred still loses lines (open, issue 16):
-		// until it is fixed this test runs in make torture only.
-		t.Skip("open defect of issue 16 (lines lost after kills amid rotations; see RELIABILITY.md): run with TIDEMARK_TORTURE=1")
-	}
 	track(t)
 	rng := newRand(t)
 	sequences := pick(3, 1000)
