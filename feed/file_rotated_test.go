@@ -225,9 +225,6 @@ func TestRotatedToAnotherFolder(t *testing.T) {
 // TestRotatedInALargeFolder: a folder of more than 4096 entries (the limit
 // of the scan without Rotated) loses nothing with the pattern.
 func TestRotatedInALargeFolder(t *testing.T) {
-	if testing.Short() {
-		t.Skip("makes 4200 files")
-	}
 	a, b, c := genLines("a", 0, 60), genLines("b", 0, 70), genLines("c", 0, 80)
 	p := input(t, a)
 	stopAfter(t, p, 10)
