@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/bench"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
@@ -70,8 +70,8 @@ func BenchmarkFraming(b *testing.B) {
 
 // BenchmarkPointerEncode encodes one pointer record.
 func BenchmarkPointerEncode(b *testing.B) {
-	p := pointer.Record{Epoch: 1764000000000000000, Position: 1 << 30, Identity: dedupe.Identity{Dev: 2049, Ino: 123456},
-		Fingerprint: dedupe.Fingerprint{Len: 4096, Hash: 0x1234}, TailLen: 64, TailHash: 0x5678}
+	p := pointer.Record{Epoch: 1764000000000000000, Position: 1 << 30, Identity: tidemark.Identity{Dev: 2049, Ino: 123456},
+		Fingerprint: tidemark.Fingerprint{Len: 4096, Hash: 0x1234}, TailLen: 64, TailHash: 0x5678}
 	buf := make([]byte, 0, pointer.RecordSize)
 	for b.Loop() {
 		buf = pointer.Encode(buf[:0], p)
@@ -96,7 +96,7 @@ func BenchmarkQueueHandoff(b *testing.B) {
 			Groups: []framework.GroupConfig{{Name: "g", Processors: []string{"nop"}}},
 			Logger: quiet,
 		}
-		s, err := framework.New(cfg, framework.Registry{"nop": &bench.Nop{Feed: "ledger", Counter: c}})
+		s, err := framework.New(cfg, framework.Processors{"nop": &bench.Nop{Feed: "ledger", Counter: c}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -131,7 +131,7 @@ func BenchmarkApply(b *testing.B) {
 			ns := st.Namespace(bench.LedgerNamespace)
 			ctx := context.Background()
 			account := []byte(bench.AccountName(7))
-			d := dedupe.Delivery{Feed: "ledger", Epoch: 1}
+			d := tidemark.Delivery{Feed: "ledger", Epoch: 1}
 			fn := func(tx *state.Tx) error {
 				if _, err := tx.Bucket(bench.BalancesBucket).AddInt64(account, 125); err != nil {
 					return err
@@ -176,8 +176,8 @@ func BenchmarkParseLedgerLine(b *testing.B) {
 
 // BenchmarkTracker checks and records one new delivery.
 func BenchmarkTracker(b *testing.B) {
-	var tr dedupe.Tracker
-	d := dedupe.Delivery{Feed: "ledger", Epoch: 1}
+	var tr tidemark.Tracker
+	d := tidemark.Delivery{Feed: "ledger", Epoch: 1}
 	for b.Loop() {
 		d.Position += 36
 		if tr.Seen(d) {
@@ -258,7 +258,7 @@ func TestLedgerStoreApplies(t *testing.T) {
 		Groups: []framework.GroupConfig{{Name: "g", Processors: []string{"ledger"}}},
 		Logger: quiet,
 	}
-	s, err := framework.New(cfg, framework.Registry{"ledger": l})
+	s, err := framework.New(cfg, framework.Processors{"ledger": l})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/checkpoint"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
 )
@@ -84,19 +84,19 @@ type Nop struct {
 func (p *Nop) Start(_ context.Context, fc *framework.Context) error { return fc.Subscribe(p.Feed) }
 
 // Handle counts the line.
-func (p *Nop) Handle(context.Context, dedupe.Delivery, []byte) error {
+func (p *Nop) Handle(context.Context, tidemark.Delivery, []byte) error {
 	p.Count()
 	return nil
 }
 
 // LedgerMem is the ledger with its state in memory: balances per account,
 // the count of lines applied and the total, de-duplicated by a
-// dedupe.Tracker.
+// tidemark.Tracker.
 type LedgerMem struct {
 	Feed string
 	*Counter
 
-	Tracker  dedupe.Tracker
+	Tracker  tidemark.Tracker
 	Balances map[string]*int64
 	Applied  int64
 	Total    int64
@@ -115,7 +115,7 @@ func (l *LedgerMem) Start(_ context.Context, fc *framework.Context) error {
 }
 
 // Handle applies the line unless it is a re-delivery.
-func (l *LedgerMem) Handle(_ context.Context, d dedupe.Delivery, line []byte) error {
+func (l *LedgerMem) Handle(_ context.Context, d tidemark.Delivery, line []byte) error {
 	defer l.Count()
 	if l.Tracker.Seen(d) {
 		return nil
@@ -187,7 +187,7 @@ func (l *LedgerStore) Start(_ context.Context, fc *framework.Context) error {
 }
 
 // Handle applies the line in the store.
-func (l *LedgerStore) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (l *LedgerStore) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	l.cur = line
 	_, err := l.Store.Apply(ctx, d, l.fn)
 	l.cur = nil

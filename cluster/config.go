@@ -96,7 +96,7 @@ type Config struct {
 	// must move with it: use namespaces for several processors);
 	// UntilSettled is false. The supervisor sets the store's LockTimeout
 	// and, when nil, the Logger of the config and of the store.
-	Partition func(p Partition) (framework.Config, framework.Registry, error)
+	Partition func(p Partition) (framework.Config, framework.Processors, error)
 	// OnEvent, when set, is told of each change of a partition here (see
 	// [Event]). It is called from the supervisor's goroutines, one event
 	// at a time, and must not block.

@@ -71,11 +71,11 @@
 //		Name: "ledger", JetStream: js, Stream: "ORDERS", Partitions: 6,
 //		FilterSubject: func(p int) string { return fmt.Sprintf("orders.%d.>", p) },
 //		Database:      "postgres://app@db:5432/app?sslmode=verify-full",
-//		Partition: func(p cluster.Partition) (framework.Config, framework.Registry, error) {
+//		Partition: func(p cluster.Partition) (framework.Config, framework.Processors, error) {
 //			return framework.Config{
 //				Feeds:  []framework.FeedConfig{p.Feed},
 //				Groups: []framework.GroupConfig{{Name: "ledger", Processors: []string{"ledger"}, Store: p.Store}},
-//			}, framework.Registry{"ledger": newLedger(p.Feed.Name)}, nil
+//			}, framework.Processors{"ledger": newLedger(p.Feed.Name)}, nil
 //		},
 //	})
 //	...

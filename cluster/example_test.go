@@ -48,12 +48,12 @@ func Example() {
 		Database:      db,
 		FeedName:      "orders",
 		Interval:      200 * time.Millisecond, // looks for partitions to take; the default is 2 s
-		Partition: func(p cluster.Partition) (framework.Config, framework.Registry, error) {
+		Partition: func(p cluster.Partition) (framework.Config, framework.Processors, error) {
 			return framework.Config{
 				Feeds:  []framework.FeedConfig{p.Feed},
 				Groups: []framework.GroupConfig{{Name: "counters", Processors: []string{"count"}, Store: p.Store}},
 				Logger: quiet(),
-			}, framework.Registry{"count": &counter{feed: p.Feed.Name}}, nil
+			}, framework.Processors{"count": &counter{feed: p.Feed.Name}}, nil
 		},
 		Logger: quiet(),
 	})

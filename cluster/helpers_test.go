@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/cluster"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/internal/natstest"
 	"github.com/tidemark-go/tidemark/internal/pgtest"
@@ -142,7 +142,7 @@ func (c *counter) Start(ctx context.Context, fc *framework.Context) error {
 	return fc.Subscribe(c.feed)
 }
 
-func (c *counter) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (c *counter) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	_, err := c.st.Apply(ctx, d, func(tx *state.Tx) error {
 		_, err := tx.Bucket("m").AddInt64(line, 1)
 		return err
@@ -152,8 +152,8 @@ func (c *counter) Handle(ctx context.Context, d dedupe.Delivery, line []byte) er
 
 // counterServer is the Partition factory of the tests: one group, the
 // counter, in the partition's store.
-func counterServer(batchInterval time.Duration) func(p cluster.Partition) (framework.Config, framework.Registry, error) {
-	return func(p cluster.Partition) (framework.Config, framework.Registry, error) {
+func counterServer(batchInterval time.Duration) func(p cluster.Partition) (framework.Config, framework.Processors, error) {
+	return func(p cluster.Partition) (framework.Config, framework.Processors, error) {
 		return framework.Config{
 				Feeds: []framework.FeedConfig{p.Feed},
 				Groups: []framework.GroupConfig{{
@@ -161,7 +161,7 @@ func counterServer(batchInterval time.Duration) func(p cluster.Partition) (frame
 					StoreOptions: &state.Options{BatchInterval: batchInterval},
 				}},
 			},
-			framework.Registry{"count": &counter{feed: p.Feed.Name}},
+			framework.Processors{"count": &counter{feed: p.Feed.Name}},
 			nil
 	}
 }

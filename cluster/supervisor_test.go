@@ -157,8 +157,8 @@ func TestPartitionConfigRules(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := e.config("w-"+strings.ReplaceAll(c.name, " ", "-"), time.Second)
 			cfg.Name = "rules" + fmt.Sprint(len(c.name))
-			cfg.Partition = func(p cluster.Partition) (framework.Config, framework.Registry, error) {
-				return c.make(p), framework.Registry{"count": &counter{feed: p.Feed.Name}}, nil
+			cfg.Partition = func(p cluster.Partition) (framework.Config, framework.Processors, error) {
+				return c.make(p), framework.Processors{"count": &counter{feed: p.Feed.Name}}, nil
 			}
 			r := start(t, cfg)
 			var ps cluster.PartitionStatus

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
@@ -34,7 +34,7 @@ func (s *stream) store(position int64) error {
 		if known := max(s.size, s.fr.off); known > int64(s.fp.Len) {
 			b := s.head[:min(int64(len(s.head)), known)]
 			if n, err := s.in.f.ReadAt(b, 0); n == len(b) && (err == nil || errors.Is(err, io.EOF)) {
-				p.Fingerprint = dedupe.Fingerprint{Len: n, Hash: HashBytes(b)}
+				p.Fingerprint = tidemark.Fingerprint{Len: n, Hash: pointer.HashBytes(b)}
 				fromFile = true
 			}
 		}
@@ -43,11 +43,11 @@ func (s *stream) store(position int64) error {
 		if b, ok := s.readBytes(position-int64(n), n); ok {
 			// The bytes as they were read: no read, and no rewrite since
 			// can slip into the tail hash.
-			p.TailLen, p.TailHash = n, HashBytes(b)
+			p.TailLen, p.TailHash = n, pointer.HashBytes(b)
 		} else {
 			b := s.tail[:n]
 			if m, err := s.in.f.ReadAt(b, position-int64(n)); m == n && (err == nil || errors.Is(err, io.EOF)) {
-				p.TailLen, p.TailHash = n, HashBytes(b)
+				p.TailLen, p.TailHash = n, pointer.HashBytes(b)
 				fromFile = true
 			}
 			// Else the file shrank under us: store no tail; the truncation

@@ -6,7 +6,7 @@ import (
 	"io"
 	"io/fs"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/vfs"
 )
@@ -30,7 +30,7 @@ type decision struct {
 type renamedInput struct {
 	in   *inputFile
 	size int64
-	fp   dedupe.Fingerprint
+	fp   tidemark.Fingerprint
 	// fromStart: the file has the pointer's identity but not its content
 	// (truncated or rewritten, then rotated away): read from 0 under a
 	// new epoch.
@@ -89,7 +89,7 @@ func (s *stream) opened(first bool, name string, f vfs.File, fi fs.FileInfo, err
 	if err != nil {
 		return errors.Join(err, f.Close())
 	}
-	fp := dedupe.Fingerprint{Len: len(head), Hash: HashBytes(head)}
+	fp := tidemark.Fingerprint{Len: len(head), Hash: pointer.HashBytes(head)}
 
 	var d decision
 	switch {
@@ -121,7 +121,7 @@ func (s *stream) opened(first bool, name string, f vfs.File, fi fs.FileInfo, err
 }
 
 // begin makes h the open input, read from where d says.
-func (s *stream) begin(h *inputFile, size int64, fp dedupe.Fingerprint, d decision) error {
+func (s *stream) begin(h *inputFile, size int64, fp tidemark.Fingerprint, d decision) error {
 	f := h.f
 	first := !s.started
 	if _, err := f.Seek(d.start, io.SeekStart); err != nil {
@@ -155,7 +155,7 @@ func (s *stream) begin(h *inputFile, size int64, fp dedupe.Fingerprint, d decisi
 		return nil
 	}
 	if d.newEpoch {
-		s.epoch = NewEpoch(d.prev, s.now())
+		s.epoch = pointer.NewEpoch(d.prev, s.now())
 		s.committed = 0
 		s.setWritten(0)
 		s.storedFP = 0
@@ -176,7 +176,7 @@ func (s *stream) begin(h *inputFile, size int64, fp dedupe.Fingerprint, d decisi
 			s.ef.set(nil)
 		}
 		s.ef = &epochFile{in: h}
-		s.origin = &dedupe.Origin{Identity: h.id, Fingerprint: fp, TailHash: s.ef.tailHash}
+		s.origin = &tidemark.Origin{Identity: h.id, Fingerprint: fp, TailHash: s.ef.tailHash}
 	} else {
 		// The same epoch on a copy of the file: one Origin per epoch,
 		// reading the file the epoch is read from now.
@@ -193,13 +193,13 @@ func (s *stream) begin(h *inputFile, size int64, fp dedupe.Fingerprint, d decisi
 // sameContent compares the file with what is known of the file read before
 // (the pointer, or the file left by a reopen). It returns "" when the file
 // may be read on at pos, else why not.
-func (s *stream) sameContent(h *inputFile, size int64, head []byte, pos int64, fp dedupe.Fingerprint, tailLen int, tailHash uint64) string {
+func (s *stream) sameContent(h *inputFile, size int64, head []byte, pos int64, fp tidemark.Fingerprint, tailLen int, tailHash uint64) string {
 	switch {
 	case size < pos:
 		return fmt.Sprintf("the input (%d bytes) is shorter than the position %d: truncated", size, pos)
 	case size < int64(fp.Len):
 		return fmt.Sprintf("the input (%d bytes) is shorter than its fingerprinted first %d bytes: truncated", size, fp.Len)
-	case HashBytes(head[:fp.Len]) != fp.Hash:
+	case pointer.HashBytes(head[:fp.Len]) != fp.Hash:
 		return fmt.Sprintf("the first %d bytes of the input differ: replaced or rewritten", fp.Len)
 	}
 	if tailLen > 0 {
@@ -215,7 +215,7 @@ func (s *stream) sameContent(h *inputFile, size int64, head []byte, pos int64, f
 }
 
 // decidePointer is the open-time decision of Committed at the first open.
-func (s *stream) decidePointer(h *inputFile, size int64, fp dedupe.Fingerprint) (decision, error) {
+func (s *stream) decidePointer(h *inputFile, size int64, fp tidemark.Fingerprint) (decision, error) {
 	res, err := s.pf.Load()
 	if err != nil {
 		return decision{}, err
@@ -265,7 +265,7 @@ func (s *stream) decidePointer(h *inputFile, size int64, fp dedupe.Fingerprint) 
 	p := res.Record
 	fresh.prev = p.Epoch
 	why := s.sameContent(h, size, s.head[:fp.Len], p.Position, p.Fingerprint, p.TailLen, p.TailHash)
-	if (h.hasID && p.Identity != (dedupe.Identity{}) && p.Identity != h.id) || (s.rotated != "" && why != "") {
+	if (h.hasID && p.Identity != (tidemark.Identity{}) && p.Identity != h.id) || (s.rotated != "" && why != "") {
 		// The path names another file (or, with Rotated, a file that is
 		// not the one the pointer describes: logrotate's copytruncate
 		// leaves the input's identity at the path and the content in a
@@ -287,7 +287,7 @@ func (s *stream) decidePointer(h *inputFile, size int64, fp dedupe.Fingerprint) 
 			"path", s.path, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position, "reason", why)
 		return fresh, nil
 	}
-	if h.hasID && p.Identity != (dedupe.Identity{}) && p.Identity != h.id {
+	if h.hasID && p.Identity != (tidemark.Identity{}) && p.Identity != h.id {
 		s.log.Warn("feed: the input is another file (identity changed) with the same leading bytes and not shorter: position and epoch kept",
 			"path", s.path, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position,
 			"old_dev", p.Identity.Dev, "old_ino", p.Identity.Ino, "dev", h.id.Dev, "ino", h.id.Ino)
@@ -311,7 +311,7 @@ func (s *stream) decideMissing() (decision, error) {
 	}
 	s.renamedTried = true
 	p := res.Record
-	if !res.Found || res.Legacy || p.Identity == (dedupe.Identity{}) {
+	if !res.Found || res.Legacy || p.Identity == (tidemark.Identity{}) {
 		return decision{}, nil
 	}
 	d, _, err := s.decideRenamed(p, "", true)
@@ -382,7 +382,7 @@ func (s *stream) decideRenamed(p pointer.Record, why string, missing bool) (deci
 // rotation: it is read on in the same epoch only when it continues the
 // file left (a copy of every byte read, renamed over the path; see
 // continues).
-func (s *stream) decideReopen(h *inputFile, size int64, fp dedupe.Fingerprint) (decision, error) {
+func (s *stream) decideReopen(h *inputFile, size int64, fp tidemark.Fingerprint) (decision, error) {
 	fresh := decision{newEpoch: true, prev: s.epoch, store: true}
 	c := s.cont
 	if c == nil {

@@ -8,7 +8,7 @@
 //     buffer: it is valid until the next Poll. Copy what you keep.
 //   - Delivery is at least once. After a crash, everything after the pointer
 //     is delivered again; a processor whose state cannot absorb duplicates
-//     records (epoch, position) with its state (see package dedupe).
+//     records (epoch, position) with its state (see the root package tidemark).
 //   - Only the Committed strategy keeps a pointer file. The others never
 //     open it, so they re-read or skip on every run.
 //   - A Committed source locks its pointer file from NewFileSource until
@@ -105,7 +105,7 @@
 //
 //   - the epoch and the position;
 //   - the identity of the input (device and inode on Unix);
-//   - a fingerprint: the hash ([HashBytes]) of the input's first Len bytes,
+//   - a fingerprint: the hash ([pointer.HashBytes]) of the input's first Len bytes,
 //     Len = min(4096, size of the file when it was fingerprinted);
 //   - a tail hash: the hash of the (up to 64) bytes just before the
 //     position.
@@ -247,7 +247,7 @@
 // # Epochs
 //
 // An epoch names a position space: an offset means something only within
-// its epoch. A new epoch is [NewEpoch] of the largest epoch known and the
+// its epoch. A new epoch is [pointer.NewEpoch] of the largest epoch known and the
 // clock: time based (nanoseconds since 1970), and larger than the epoch of
 // the record it replaces and of every epoch of this run. (The epochs of a
 // pointer file that holds no valid record are unknown: the clock decides.)
@@ -566,7 +566,7 @@
 // with its own epoch, positions, status (Status.Files) and record, and
 // every rule above applies to it alone. Its items name it ([Item.File], the
 // path as matched), so a store keeps one applied record per file (see
-// dedupe.Delivery.File) and a restart resumes each file from its own. A
+// tidemark.Delivery.File) and a restart resumes each file from its own. A
 // Commit of one item commits every file up to the last of its lines handed
 // out before that item.
 //
@@ -628,7 +628,7 @@
 //     committed: their positions in the new file are those of the old
 //     lines, in the same epoch, so a store that applied the old ones skips
 //     the new ones. Commit often; a store can check its own tail hash
-//     against [dedupe.Origin.TailHash].
+//     against [tidemark.Origin.TailHash].
 //   - While the file is open, a rewrite in place (or a truncation followed by
 //     growth) to at least the length already read that keeps the 64 bytes
 //     before the offset read: only those bytes, the size and the identity

@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed"
 )
 
@@ -113,7 +113,7 @@ func ExampleFileSource_ResumeFrom() {
 	err := src.ResumeFrom([]feed.ResumePoint{{
 		Holder:  "group ledger, store bbolt:data",
 		Found:   true,
-		Lineage: dedupe.Lineage{Applied: dedupe.Applied{Epoch: epoch, Position: 2}},
+		Lineage: tidemark.Lineage{Applied: tidemark.Applied{Epoch: epoch, Position: 2}},
 	}})
 	if err != nil {
 		log.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/vfs"
 )
@@ -251,7 +251,7 @@ func TestFingerprintCoversPrefixFingerprinted(t *testing.T) {
 	}
 	b, _ := os.ReadFile(p)
 	res := loadPointer(t, p)
-	if res.Record.Fingerprint.Len != pointer.MaxFingerprintLen || res.Record.Fingerprint.Hash != HashBytes(b[:pointer.MaxFingerprintLen]) {
+	if res.Record.Fingerprint.Len != pointer.MaxFingerprintLen || res.Record.Fingerprint.Hash != pointer.HashBytes(b[:pointer.MaxFingerprintLen]) {
 		t.Fatalf("fingerprint not extended: %+v", res.Record.Fingerprint)
 	}
 }
@@ -309,7 +309,7 @@ func TestFingerprintStoredBeforeDelivery(t *testing.T) {
 		t.Fatalf("%+v", g)
 	}
 	res := loadPointer(t, p)
-	if res.Record.Fingerprint != (dedupe.Fingerprint{Len: 4, Hash: HashBytes([]byte("a\nb\n"))}) || res.Record.Position != 0 || res.Record.Epoch != epoch {
+	if res.Record.Fingerprint != (tidemark.Fingerprint{Len: 4, Hash: pointer.HashBytes([]byte("a\nb\n"))}) || res.Record.Position != 0 || res.Record.Epoch != epoch {
 		t.Fatalf("pointer %+v", res.Record)
 	}
 	s.Close() // no commit: as after a crash

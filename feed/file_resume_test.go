@@ -9,14 +9,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 // lineageOf is the record a store keeps after applying path's lines up to
 // pos in epoch: the file's fingerprint (its first min(4096, size) bytes)
 // and the hash of the up to 64 bytes before pos.
-func lineageOf(t *testing.T, path string, epoch uint64, pos int64) dedupe.Lineage {
+func lineageOf(t *testing.T, path string, epoch uint64, pos int64) tidemark.Lineage {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -24,18 +24,18 @@ func lineageOf(t *testing.T, path string, epoch uint64, pos int64) dedupe.Lineag
 	}
 	fp := data[:min(len(data), pointer.MaxFingerprintLen)]
 	n := int(min(pos, pointer.MaxTailLen))
-	return dedupe.Lineage{
-		Applied:     dedupe.Applied{Epoch: epoch, Position: pos},
-		Fingerprint: dedupe.Fingerprint{Len: len(fp), Hash: HashBytes(fp)},
+	return tidemark.Lineage{
+		Applied:     tidemark.Applied{Epoch: epoch, Position: pos},
+		Fingerprint: tidemark.Fingerprint{Len: len(fp), Hash: pointer.HashBytes(fp)},
 		TailLen:     n,
-		TailHash:    HashBytes(data[pos-int64(n) : pos]),
+		TailHash:    pointer.HashBytes(data[pos-int64(n) : pos]),
 	}
 }
 
 // inEpoch is a found point of epoch at pos without lineage: in the
 // pointer's epoch, the position alone counts.
 func inEpoch(holder string, epoch uint64, pos int64) ResumePoint {
-	return ResumePoint{Holder: holder, Found: true, Lineage: dedupe.Lineage{Applied: dedupe.Applied{Epoch: epoch, Position: pos}}}
+	return ResumePoint{Holder: holder, Found: true, Lineage: tidemark.Lineage{Applied: tidemark.Applied{Epoch: epoch, Position: pos}}}
 }
 
 // TestResumeFromDecision is the table of the floor: a Committed source
@@ -100,7 +100,7 @@ func TestResumeFromDecision(t *testing.T) {
 			// Applied when the file was 100 bytes long: its fingerprint
 			// covers those 100 bytes, and is compared on them.
 			l := lineageOf(t, p, otherEpoch, 30*32)
-			l.Fingerprint = dedupe.Fingerprint{Len: 100, Hash: HashBytes([]byte(content[:100]))}
+			l.Fingerprint = tidemark.Fingerprint{Len: 100, Hash: pointer.HashBytes([]byte(content[:100]))}
 			return []ResumePoint{{Holder: "g1", Found: true, Lineage: l}}
 		}, start: 30 * 32, rewind: true, reason: "holds the bytes"},
 		{name: "other epoch without a tail hash", points: func(t *testing.T, p string, e uint64) []ResumePoint {
@@ -470,7 +470,7 @@ func TestResumeFromFingerprintExtended(t *testing.T) {
 	wantLines(t, "from 0", s.drain(), short+more, 0)
 	res := loadPointer(t, p)
 	if res.Record.Epoch != e || res.Record.Position != 64 || res.Record.Fingerprint.Len != pointer.MaxFingerprintLen ||
-		res.Record.Fingerprint.Hash != HashBytes([]byte((short + more)[:pointer.MaxFingerprintLen])) {
+		res.Record.Fingerprint.Hash != pointer.HashBytes([]byte((short + more)[:pointer.MaxFingerprintLen])) {
 		t.Fatalf("pointer %+v", res.Record)
 	}
 }

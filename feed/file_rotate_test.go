@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/vfs"
 )
 
@@ -443,7 +444,7 @@ func TestReopenSameContentKeepsEpochAndOrigin(t *testing.T) {
 	if s.items[0].Origin != o1 || s.items[0].Epoch != e1 {
 		t.Fatal("a copy must keep the epoch and its Origin")
 	}
-	if h, err := o1.TailHash(6, 2); err != nil || h != HashBytes([]byte("c\n")) {
+	if h, err := o1.TailHash(6, 2); err != nil || h != pointer.HashBytes([]byte("c\n")) {
 		t.Fatalf("the Origin must read the copy: %x %v", h, err)
 	}
 	if err := s.Commit(e1, 6); err != nil {
@@ -536,7 +537,7 @@ func TestOriginConcurrentWithRotation(t *testing.T) {
 	if err := s.Commit(s.items[0].Epoch, s.items[0].Position); err != nil {
 		t.Fatal(err)
 	}
-	var origins atomic.Pointer[dedupe.Origin]
+	var origins atomic.Pointer[tidemark.Origin]
 	origins.Store(s.items[0].Origin)
 	stop := make(chan struct{})
 	done := make(chan struct{})

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
@@ -370,7 +370,7 @@ func TestSetResumeFromStores(t *testing.T) {
 	s := openSet(t, dir, Config{}, "*.log")
 	first := s.collectSet()
 	s.Close()
-	l := func(path string, pos int64) dedupe.Lineage {
+	l := func(path string, pos int64) tidemark.Lineage {
 		l := lineageOf(t, path, first[path][0].Epoch, pos)
 		l.File = path
 		return l

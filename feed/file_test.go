@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/vfs"
 )
@@ -298,8 +298,8 @@ func TestCommittedStartsAtZeroAndCreatesPointer(t *testing.T) {
 	res = loadPointer(t, p)
 	id := identityOf(t, p)
 	want := pointer.Record{Epoch: g[0].Epoch, Position: 4, Identity: id,
-		Fingerprint: dedupe.Fingerprint{Len: 4, Hash: HashBytes([]byte("a\nb\n"))},
-		TailLen:     4, TailHash: HashBytes([]byte("a\nb\n"))}
+		Fingerprint: tidemark.Fingerprint{Len: 4, Hash: pointer.HashBytes([]byte("a\nb\n"))},
+		TailLen:     4, TailHash: pointer.HashBytes([]byte("a\nb\n"))}
 	if res.Record != want {
 		t.Fatalf("pointer %+v\nwant    %+v", res.Record, want)
 	}
@@ -308,7 +308,7 @@ func TestCommittedStartsAtZeroAndCreatesPointer(t *testing.T) {
 	}
 }
 
-func identityOf(t *testing.T, path string) dedupe.Identity {
+func identityOf(t *testing.T, path string) tidemark.Identity {
 	t.Helper()
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -654,11 +654,11 @@ func TestOriginTailHash(t *testing.T) {
 	}
 	o := s.items[1].Origin
 	if o == nil || o != s.items[0].Origin || o.Identity != identityOf(t, p) ||
-		o.Fingerprint != (dedupe.Fingerprint{Len: 12, Hash: HashBytes([]byte("hello\nworld\n"))}) {
+		o.Fingerprint != (tidemark.Fingerprint{Len: 12, Hash: pointer.HashBytes([]byte("hello\nworld\n"))}) {
 		t.Fatalf("origin %+v", o)
 	}
 	h, err := o.TailHash(12, 6)
-	if err != nil || h != HashBytes([]byte("world\n")) {
+	if err != nil || h != pointer.HashBytes([]byte("world\n")) {
 		t.Fatalf("tail hash %x %v", h, err)
 	}
 	if _, err := o.TailHash(13, 2); err == nil {

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
 // applyFloor lowers d's start to the floor of the resume points (see
@@ -93,7 +94,7 @@ func (s *stream) covers(pt ResumePoint, epoch uint64, h *inputFile, size int64) 
 // applied from ("" when it does): its first l.Fingerprint.Len bytes and the
 // l.TailLen bytes before l.Position, which end a line. A record without a
 // tail hash never matches.
-func lineageDiffers(h *inputFile, size int64, l dedupe.Lineage) (string, error) {
+func lineageDiffers(h *inputFile, size int64, l tidemark.Lineage) (string, error) {
 	switch {
 	case size < l.Position:
 		return fmt.Sprintf("the input (%d bytes) is shorter than the position %d", size, l.Position), nil
@@ -106,14 +107,14 @@ func lineageDiffers(h *inputFile, size int64, l dedupe.Lineage) (string, error) 
 	if _, err := h.f.ReadAt(head, 0); err != nil && !errors.Is(err, io.EOF) {
 		return "", err
 	}
-	if HashBytes(head) != l.Fingerprint.Hash {
+	if pointer.HashBytes(head) != l.Fingerprint.Hash {
 		return fmt.Sprintf("the first %d bytes differ", l.Fingerprint.Len), nil
 	}
 	tail := make([]byte, l.TailLen)
 	if _, err := h.f.ReadAt(tail, l.Position-int64(l.TailLen)); err != nil && !errors.Is(err, io.EOF) {
 		return "", err
 	}
-	if HashBytes(tail) != l.TailHash {
+	if pointer.HashBytes(tail) != l.TailHash {
 		return fmt.Sprintf("the %d bytes before position %d differ", l.TailLen, l.Position), nil
 	}
 	if tail[len(tail)-1] != '\n' {

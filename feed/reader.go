@@ -9,7 +9,8 @@ import (
 	"os"
 	"sync"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/vfs"
 )
 
@@ -49,7 +50,7 @@ type inputFile struct {
 	mu    sync.RWMutex
 	f     vfs.File // nil once closed
 	name  string
-	id    dedupe.Identity
+	id    tidemark.Identity
 	hasID bool
 }
 
@@ -67,7 +68,7 @@ func (h *inputFile) tailHash(pos int64, n int) (uint64, error) {
 	if _, err := h.f.ReadAt(b, pos-int64(n)); err != nil {
 		return 0, fmt.Errorf("feed: tail hash of input %s at position %d: %w", h.name, pos, err)
 	}
-	return HashBytes(b), nil
+	return pointer.HashBytes(b), nil
 }
 
 // epochFile is the file an epoch is read from now: the Origin of an epoch
@@ -220,7 +221,7 @@ func (r *reader) readBytes(off int64, n int) ([]byte, bool) {
 // fileIdentity returns the device and inode of fi, and whether the platform
 // provides them; where it does not (Windows), only the fingerprint, the
 // tail hash and the size decide whether a file changed.
-func fileIdentity(fi fs.FileInfo) (dedupe.Identity, bool) {
+func fileIdentity(fi fs.FileInfo) (tidemark.Identity, bool) {
 	dev, ino, ok := vfs.FileID(fi)
-	return dedupe.Identity{Dev: dev, Ino: ino}, ok
+	return tidemark.Identity{Dev: dev, Ino: ino}, ok
 }

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
@@ -87,7 +87,7 @@ func (s *stream) openRenamed(name string, p pointer.Record) (*renamedInput, stri
 	if err != nil {
 		return nil, "", errors.Join(fmt.Errorf("feed: the input %s renamed away to %s: %w", s.path, name, err), f.Close())
 	}
-	fp := dedupe.Fingerprint{Len: len(head), Hash: HashBytes(head)}
+	fp := tidemark.Fingerprint{Len: len(head), Hash: pointer.HashBytes(head)}
 	if why := s.sameContent(h, size, head, p.Position, p.Fingerprint, p.TailLen, p.TailHash); why != "" {
 		return nil, why, f.Close()
 	}

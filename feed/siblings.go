@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 )
 
@@ -17,7 +17,7 @@ import (
 // file at the path (live) or a file whose name matches Config.Rotated.
 type sibling struct {
 	name  string
-	id    dedupe.Identity
+	id    tidemark.Identity
 	hasID bool
 	size  int64
 	mtime time.Time
@@ -173,7 +173,7 @@ func (s *stream) listSiblings() ([]sibling, error) {
 		present[n] = true
 	}
 	var out []sibling
-	seen := map[dedupe.Identity]bool{}
+	seen := map[tidemark.Identity]bool{}
 	add := func(name string, live bool) error {
 		fi, err := s.fs.Stat(name)
 		switch {
@@ -250,7 +250,7 @@ func (s *stream) nextAfter(list []sibling) *sibling {
 			if list[i].live {
 				break
 			}
-			if head, ok := s.headOf(list[i].name, s.fp.Len); ok && len(head) == s.fp.Len && HashBytes(head) == s.fp.Hash {
+			if head, ok := s.headOf(list[i].name, s.fp.Len); ok && len(head) == s.fp.Len && pointer.HashBytes(head) == s.fp.Hash {
 				if i+1 < len(list) {
 					return &list[i+1]
 				}
@@ -310,7 +310,7 @@ func (s *stream) findGenerationOnce(p pointer.Record) (r *renamedInput, moved bo
 		if sb.live {
 			continue
 		}
-		idMatch := sb.hasID && sb.id == p.Identity && p.Identity != (dedupe.Identity{})
+		idMatch := sb.hasID && sb.id == p.Identity && p.Identity != (tidemark.Identity{})
 		if !idMatch && byContent != nil {
 			continue // an older file with p's content was found already
 		}
@@ -363,7 +363,7 @@ func (s *stream) findGenerationOnce(p pointer.Record) (r *renamedInput, moved bo
 		if err != nil {
 			return nil, false, errors.Join(err, f.Close())
 		}
-		return &renamedInput{in: h, size: fi.Size(), fp: dedupe.Fingerprint{Len: len(head), Hash: HashBytes(head)}, fromStart: true}, false, nil
+		return &renamedInput{in: h, size: fi.Size(), fp: tidemark.Fingerprint{Len: len(head), Hash: pointer.HashBytes(head)}, fromStart: true}, false, nil
 	}
 	return byContent, false, nil
 }
@@ -381,7 +381,7 @@ func (s *stream) findGenerationOnce(p pointer.Record) (r *renamedInput, moved bo
 // waits for the next poll rather than read the truncated input without
 // the copy's lines.
 func (s *stream) findCopy(c *continuation) (*renamedInput, error) {
-	p := pointer.Record{Epoch: s.epoch, Position: s.fr.off, Fingerprint: s.fp, TailLen: s.seenLen, TailHash: HashBytes(s.seen[:s.seenLen])}
+	p := pointer.Record{Epoch: s.epoch, Position: s.fr.off, Fingerprint: s.fp, TailLen: s.seenLen, TailHash: pointer.HashBytes(s.seen[:s.seenLen])}
 	list, err := s.siblings()
 	if errors.Is(err, errUnsettled) {
 		return nil, err
@@ -426,7 +426,7 @@ func (s *stream) openGeneration(sb sibling, p pointer.Record, needID bool) (*ren
 	if isCompressed(name) && p.Fingerprint.Len > 0 {
 		// A cheap look first: decompressing a whole file to compare it is
 		// done only for one that starts with the bytes p describes.
-		if head, ok := s.headOf(name, p.Fingerprint.Len); !ok || len(head) < p.Fingerprint.Len || HashBytes(head) != p.Fingerprint.Hash {
+		if head, ok := s.headOf(name, p.Fingerprint.Len); !ok || len(head) < p.Fingerprint.Len || pointer.HashBytes(head) != p.Fingerprint.Hash {
 			return nil, "other leading bytes", nil
 		}
 	}
@@ -457,7 +457,7 @@ func (s *stream) openGeneration(sb sibling, p pointer.Record, needID bool) (*ren
 	if err != nil {
 		return nil, "", errors.Join(fmt.Errorf("feed: rotated file %s of input %s: %w", name, s.path, err), f.Close())
 	}
-	fp := dedupe.Fingerprint{Len: len(head), Hash: HashBytes(head)}
+	fp := tidemark.Fingerprint{Len: len(head), Hash: pointer.HashBytes(head)}
 	if why := s.sameContent(h, size, head, p.Position, p.Fingerprint, p.TailLen, p.TailHash); why != "" {
 		return nil, why, f.Close()
 	}

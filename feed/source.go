@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 )
 
 // Item is one line read from a source.
@@ -20,7 +20,7 @@ type Item struct {
 	Line []byte
 	// Origin describes the file the epoch was opened on; shared by every
 	// item of the epoch. Nil when unknown.
-	Origin *dedupe.Origin
+	Origin *tidemark.Origin
 	// File names the file of a file set (Config.Paths) the line was read
 	// from: the path the set matched, the same for the whole life of the
 	// file in the set, its rotations included. Epoch and Position are
@@ -148,7 +148,7 @@ type ResumePoint struct {
 	Found bool
 	// Lineage is the store's durable record: epoch, position, and the file
 	// facts it was applied from.
-	Lineage dedupe.Lineage
+	Lineage tidemark.Lineage
 }
 
 // Resumer is implemented by a [Source] that can resume from what its

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/vfs"
 )
@@ -70,10 +70,10 @@ type stream struct {
 	haveRec bool
 
 	epoch    uint64
-	origin   *dedupe.Origin     // shared by the items of the epoch in this run
-	ef       *epochFile         // the file the origin's TailHash reads
-	fp       dedupe.Fingerprint // of the epoch's file, refreshed while < 4096 bytes
-	storedFP int                // Fingerprint.Len in the pointer file for epoch
+	origin   *tidemark.Origin     // shared by the items of the epoch in this run
+	ef       *epochFile           // the file the origin's TailHash reads
+	fp       tidemark.Fingerprint // of the epoch's file, refreshed while < 4096 bytes
+	storedFP int                  // Fingerprint.Len in the pointer file for epoch
 	// committed is the position stored in the pointer file for epoch, or
 	// under GroupCommit handed to the writer (written once it is idle).
 	committed int64
@@ -82,7 +82,7 @@ type stream struct {
 	// a file of another identity (a copy renamed over the path) and the
 	// pointer still names the old one, freed by the rename (D5): no line of
 	// the file is handed out until the pointer names it.
-	storedID dedupe.Identity
+	storedID tidemark.Identity
 	idStale  bool
 	seq      uint64
 

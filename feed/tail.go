@@ -7,7 +7,8 @@ import (
 	"io/fs"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
+	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/vfs"
 )
 
@@ -37,7 +38,7 @@ type continuation struct {
 	// end is how far the old file was read; fp and the tail describe the
 	// old file's bytes up to end.
 	end      int64
-	fp       dedupe.Fingerprint
+	fp       tidemark.Fingerprint
 	tailLen  int
 	tailHash uint64
 	ok       bool // tailHash was read
@@ -46,7 +47,7 @@ type continuation struct {
 	// was renamed away (a rotation), not replaced by a file renamed over
 	// its name, which leaves it none. A file at the path of another
 	// identity is then a new file, whatever bytes it starts with.
-	id    dedupe.Identity
+	id    tidemark.Identity
 	hasID bool
 	moved bool
 }
@@ -456,7 +457,7 @@ func (s *stream) reread(c *continuation, reason string) error {
 		s.log.Warn("feed: reading the input from 0 under a new epoch: it was rewritten in place (its bytes before the offset read changed)",
 			"path", s.path, "previous_epoch", s.epoch, "size", size)
 	}
-	return s.begin(h, size, dedupe.Fingerprint{Len: len(head), Hash: HashBytes(head)}, decision{newEpoch: true, prev: s.epoch, store: true})
+	return s.begin(h, size, tidemark.Fingerprint{Len: len(head), Hash: pointer.HashBytes(head)}, decision{newEpoch: true, prev: s.epoch, store: true})
 }
 
 // unprocessed reports whether lines delivered from the epoch are not
@@ -510,7 +511,7 @@ func (s *stream) leaving(reason string) *continuation {
 		th, terr := s.in.tailHash(c.end, c.tailLen)
 		head := s.head[:min(int64(len(s.head)), c.end)]
 		n, herr := s.in.f.ReadAt(head, 0)
-		c.fp = dedupe.Fingerprint{Len: n, Hash: HashBytes(head[:n])}
+		c.fp = tidemark.Fingerprint{Len: n, Hash: pointer.HashBytes(head[:n])}
 		c.tailHash = th
 		c.ok = terr == nil && n == len(head) && (herr == nil || errors.Is(herr, io.EOF))
 	}

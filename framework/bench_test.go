@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/framework"
 )
@@ -67,7 +67,7 @@ func (p *countProc) Start(_ context.Context, fc *framework.Context) error {
 	return fc.Subscribe("bench")
 }
 
-func (p *countProc) Handle(context.Context, dedupe.Delivery, []byte) error {
+func (p *countProc) Handle(context.Context, tidemark.Delivery, []byte) error {
 	p.n++
 	if p.n == p.want {
 		close(p.done)
@@ -80,7 +80,7 @@ func runNoop(b *testing.B, src feed.Source, n int) {
 	s, err := framework.New(framework.Config{
 		Feeds:  []framework.FeedConfig{{Name: "bench", Source: src, Overload: framework.OverloadConfig{Policy: framework.Pause}}},
 		Groups: []framework.GroupConfig{{Name: "g", Processors: []string{"p"}}},
-	}, framework.Registry{"p": p})
+	}, framework.Processors{"p": p})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -196,7 +196,7 @@ type lagProc struct {
 	processed *atomic.Int64
 }
 
-func (p *lagProc) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (p *lagProc) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	p.processed.Add(1)
 	return p.countProc.Handle(ctx, d, line)
 }
@@ -212,7 +212,7 @@ func BenchmarkCommitLag(b *testing.B) {
 	s, err := framework.New(framework.Config{
 		Feeds:  []framework.FeedConfig{{Name: "bench", Source: src, Overload: framework.OverloadConfig{Policy: framework.Pause}}},
 		Groups: []framework.GroupConfig{{Name: "g", Processors: []string{"p"}}},
-	}, framework.Registry{"p": p})
+	}, framework.Processors{"p": p})
 	if err != nil {
 		b.Fatal(err)
 	}

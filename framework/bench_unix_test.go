@@ -25,7 +25,7 @@ func BenchmarkIdleFeedCPU(b *testing.B) {
 		s, err := framework.New(framework.Config{
 			Feeds:  []framework.FeedConfig{{Name: "bench", Source: src, Overload: framework.OverloadConfig{Policy: framework.Pause}}},
 			Groups: []framework.GroupConfig{{Name: "g", Processors: []string{"p"}}},
-		}, framework.Registry{"p": &countProc{done: make(chan struct{})}})
+		}, framework.Processors{"p": &countProc{done: make(chan struct{})}})
 		if err != nil {
 			b.Fatal(err)
 		}

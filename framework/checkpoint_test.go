@@ -9,8 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/checkpoint"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/framework"
 )
@@ -32,7 +32,7 @@ func (p *batchingProc) Start(_ context.Context, fc *framework.Context) error {
 	return fc.Subscribe("orders")
 }
 
-func (p *batchingProc) Handle(_ context.Context, _ dedupe.Delivery, line []byte) error {
+func (p *batchingProc) Handle(_ context.Context, _ tidemark.Delivery, line []byte) error {
 	p.batch = append(p.batch, string(line))
 	if len(p.batch) == p.size {
 		m := p.cp.Mark() // excludes the line being handled
@@ -59,7 +59,7 @@ func TestCheckpointSpecBatches(t *testing.T) {
 	p := &batchingProc{size: 100}
 	cfg := oneFeed(src, grp("orders-agent", "p"))
 	cfg.Feeds[0].Idle = idle
-	s := startServer(t, cfg, framework.Registry{"p": p})
+	s := startServer(t, cfg, framework.Processors{"p": p})
 	settle(t, s, "orders")
 	p.saved.Wait()
 	waitFor(t, "commit through line 199", func() bool { return src.committedPos() == src.pos(199) })
@@ -84,7 +84,7 @@ func TestHostCheckpointHoldsUntilDurable(t *testing.T) {
 	p := &recProc{feeds: []string{"orders"}}
 	cfg := oneFeed(src, grp("g", "p"))
 	cfg.Feeds[0].Idle = idle
-	s, err := framework.New(cfg, framework.Registry{"p": p})
+	s, err := framework.New(cfg, framework.Processors{"p": p})
 	require.NoError(t, err)
 	cp := s.Checkpoint("orders", "g")
 	require.Equal(t, "orders", cp.Feed())
@@ -116,7 +116,7 @@ func TestCheckpointRestartIgnoresOlderMarks(t *testing.T) {
 	p := &recProc{feeds: []string{"orders"}, hold: "orders"}
 	cfg := oneFeed(src, grp("g", "p"))
 	cfg.Feeds[0].Idle = idle
-	s := startServer(t, cfg, framework.Registry{"p": p})
+	s := startServer(t, cfg, framework.Processors{"p": p})
 	settle(t, s, "orders")
 	old := p.cp.Mark()
 	require.EqualValues(t, 10, old.Count)
@@ -146,7 +146,7 @@ func TestStatusEventsCountedByMarks(t *testing.T) {
 	p := &statusProc{recProc{feeds: []string{"orders"}, hold: "orders"}}
 	cfg := oneFeed(src, grp("g", "p"))
 	cfg.Feeds[0].StatusEvents = true
-	s := startServer(t, cfg, framework.Registry{"p": p})
+	s := startServer(t, cfg, framework.Processors{"p": p})
 	settle(t, s, "orders")
 	p.mu.Lock()
 	evs := append([]framework.StatusEvent(nil), p.statuses...)
@@ -173,7 +173,7 @@ func TestStopDrainsAndCommits(t *testing.T) {
 	var logs logBuf
 	cfg := oneFeed(src, grp("g", "p"))
 	cfg.Logger = logs.logger()
-	s := startServer(t, cfg, framework.Registry{"p": p})
+	s := startServer(t, cfg, framework.Processors{"p": p})
 	waitFor(t, "blocked on line 1", func() bool { return g.waitingSeq() == 1 })
 	waitFor(t, "every line queued", func() bool { return status(t, s, "orders").Read == 10 })
 	stopped := make(chan error, 1)
@@ -198,7 +198,7 @@ func TestStopDrainTimeout(t *testing.T) {
 		cfg.DrainTimeout = time.Second
 		var logs logBuf
 		cfg.Logger = logs.logger()
-		s := startServer(t, cfg, framework.Registry{"p": p})
+		s := startServer(t, cfg, framework.Processors{"p": p})
 		synctest.Wait()
 		require.NoError(t, s.Stop(context.Background()))
 		require.Equal(t, src.pos(2), src.committedPos())
@@ -213,7 +213,7 @@ func TestIdleFeedBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		src := newMemSource(0)
 		p := &recProc{feeds: []string{"orders"}}
-		s := startServer(t, oneFeed(src, grp("g", "p")), framework.Registry{"p": p})
+		s := startServer(t, oneFeed(src, grp("g", "p")), framework.Processors{"p": p})
 		time.Sleep(10 * time.Second)
 		polls := src.pollCount()
 		// 1+2+4+8+16+32 ms, then 50 ms: about 200 polls in 10 s.
@@ -250,7 +250,7 @@ func (p *flushingProc) Drained(context.Context) error {
 func TestDrainerSavesBeforeFinalCommit(t *testing.T) {
 	src := newMemSource(250)
 	p := &flushingProc{batchingProc{size: 100}}
-	s := startServer(t, oneFeed(src, grp("orders-agent", "p")), framework.Registry{"p": p})
+	s := startServer(t, oneFeed(src, grp("orders-agent", "p")), framework.Processors{"p": p})
 	settle(t, s, "orders")
 	p.saved.Wait()
 	waitFor(t, "commit through line 199", func() bool { return src.committedPos() == src.pos(199) })

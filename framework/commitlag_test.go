@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/framework"
 )
 
@@ -28,7 +28,7 @@ func TestFinishedBatchWakesCommit(t *testing.T) {
 	src := newMemSource(10)
 	idle := &hourIdle{}
 	g := newGate()
-	p := &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, d dedupe.Delivery, _ []byte) error {
+	p := &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, d tidemark.Delivery, _ []byte) error {
 		if d.Seq == 10 {
 			return g.wait(ctx, d.Seq)
 		}
@@ -36,7 +36,7 @@ func TestFinishedBatchWakesCommit(t *testing.T) {
 	}}
 	cfg := oneFeed(src, grp("g", "p"))
 	cfg.Feeds[0].Idle = idle
-	s := startServer(t, cfg, framework.Registry{"p": p})
+	s := startServer(t, cfg, framework.Processors{"p": p})
 	waitFor(t, "line 10 handled", func() bool { return g.waitingSeq() == 10 })
 	// Lines 1 to 9 may be committed by the cycle before the wait; line 10
 	// cannot be: it is not finished. The feed, with nothing more to read,
@@ -56,7 +56,7 @@ func TestDurableMarkWakesCommit(t *testing.T) {
 	p := &recProc{feeds: []string{"orders"}, hold: "orders"}
 	cfg := oneFeed(src, grp("g", "p"))
 	cfg.Feeds[0].Idle = idle
-	s := startServer(t, cfg, framework.Registry{"p": p})
+	s := startServer(t, cfg, framework.Processors{"p": p})
 	settle(t, s, "orders")
 	waitFor(t, "10 lines handled", func() bool { return p.count() == 10 })
 	require.Positive(t, idle.n.Load(), "the feed went to its hour-long wait")
@@ -74,7 +74,7 @@ func TestStatusProcessedPending(t *testing.T) {
 	src := newMemSource(10)
 	src.commitBlock = make(chan struct{})
 	p := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, oneFeed(src, grp("g", "p")), framework.Registry{"p": p})
+	s := startServer(t, oneFeed(src, grp("g", "p")), framework.Processors{"p": p})
 	waitFor(t, "10 lines handled", func() bool { return p.count() == 10 })
 	// No commit has returned: every handled line is processed and not
 	// committed.

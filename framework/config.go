@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/checkpoint"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/state"
 )
@@ -275,7 +275,7 @@ type GroupConfig struct {
 	// taken by (feed, group name).
 	Name string
 	// Processors are the names of the group's processors, bound to the
-	// [Registry] passed to [New]. They receive each line in this order.
+	// [Processors] passed to [New]. They receive each line in this order.
 	Processors []string
 	// Failure is what the group does when a processor fails.
 	Failure FailurePolicy
@@ -443,7 +443,7 @@ type Rejection struct {
 	Group     string
 	Processor string
 	// Delivery is the line's delivery context: feed, epoch, position, seq.
-	Delivery dedupe.Delivery
+	Delivery tidemark.Delivery
 	// Line is a copy of the line's payload.
 	Line []byte
 	// Err is the last error.

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/checkpoint"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/framework"
 )
 
@@ -51,7 +51,7 @@ func runChild(mode string) int {
 	cfg := fileCfg(filepath.Join(dir, "input.csv"))
 	cfg.Feeds[0].QueueCapacity = 64
 	cfg.Feeds[0].BatchSize = 16
-	s, err := framework.New(cfg, framework.Registry{"p": p})
+	s, err := framework.New(cfg, framework.Processors{"p": p})
 	if err == nil {
 		err = s.Start(context.Background())
 	}
@@ -90,7 +90,7 @@ func (p *stateProc) Start(_ context.Context, fc *framework.Context) error {
 	return fc.Subscribe("orders")
 }
 
-func (p *stateProc) Handle(_ context.Context, d dedupe.Delivery, line []byte) error {
+func (p *stateProc) Handle(_ context.Context, d tidemark.Delivery, line []byte) error {
 	p.buf = fmt.Appendf(p.buf[:0], "%s %d %d %s\n", p.run, d.Epoch, d.Position, line)
 	if _, err := p.f.Write(p.buf); err != nil {
 		return err
@@ -133,7 +133,7 @@ func (p *batchStateProc) Start(_ context.Context, fc *framework.Context) error {
 	return fc.Subscribe("orders")
 }
 
-func (p *batchStateProc) Handle(_ context.Context, d dedupe.Delivery, line []byte) error {
+func (p *batchStateProc) Handle(_ context.Context, d tidemark.Delivery, line []byte) error {
 	p.buf = fmt.Appendf(p.buf, "%s %d %d %s\n", p.run, d.Epoch, d.Position, line)
 	if p.n++; p.n%50 == 0 {
 		p.saves <- savedBatch{data: p.buf, mark: p.cp.Mark()}

@@ -17,7 +17,7 @@
 //	                                                     or at once when woken)
 //
 // A [Server] is made from a [Config] (Go, or YAML through [LoadConfig]) and a
-// [Registry] that binds processor names to [Processor] values. Each processor
+// [Processors] that binds processor names to [Processor] values. Each processor
 // group runs on its own goroutine: a slow group never slows another group's
 // processing, only the shared pointer.
 //
@@ -42,7 +42,7 @@
 // durable what it still buffers), flushes the groups' stores, and commits
 // again, so lines finished after the feed stopped are committed too. Sequence
 // numbers start at 1 every run: recognise a line across runs by its epoch
-// and position (package dedupe), never by its sequence number.
+// and position (package tidemark, the module root), never by its sequence number.
 //
 // # Holds and stalls
 //
@@ -123,7 +123,7 @@
 //	srv, err := framework.New(framework.Config{
 //		Feeds:  []framework.FeedConfig{{Name: "orders", File: &framework.FileConfig{Filename: "orders.csv"}}},
 //		Groups: []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"counter"}, Store: "bbolt:data"}},
-//	}, framework.Registry{"counter": counter})
+//	}, framework.Processors{"counter": counter})
 //	...
 //	ctx, stop := srv.SignalContext(context.Background()) // SIGTERM, Ctrl-C: a clean stop
 //	defer stop()

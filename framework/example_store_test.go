@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
 	"github.com/tidemark-go/tidemark/tidemarktest"
@@ -27,7 +27,7 @@ func (c *countLines) Start(ctx context.Context, fc *framework.Context) error {
 	return fc.Subscribe("orders")
 }
 
-func (c *countLines) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (c *countLines) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	_, err := c.st.Apply(ctx, d, func(tx *state.Tx) error { // skipped if already applied
 		_, err := tx.Bucket("counts").AddInt64(line, 1)
 		return err
@@ -41,7 +41,7 @@ func runOrders(input, data string) error {
 		Feeds:        []framework.FeedConfig{{Name: "orders", File: &framework.FileConfig{Filename: input}}},
 		Groups:       []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"counter"}, Store: "bbolt:" + data}},
 		UntilSettled: true, // a batch run; leave it out to tail the file until ctx is done
-	}, framework.Registry{"counter": &countLines{}})
+	}, framework.Processors{"counter": &countLines{}})
 	if err != nil {
 		return err
 	}
@@ -94,8 +94,8 @@ func Example_exactlyOnce() {
 // The README's test of the smallest processor with the test kit, as
 // written there.
 func TestCounterIsExactlyOnce(t *testing.T) {
-	cfg := tidemarktest.Config{Feed: "orders", Processors: func() framework.Registry {
-		return framework.Registry{"counter": &countLines{}}
+	cfg := tidemarktest.Config{Feed: "orders", Processors: func() framework.Processors {
+		return framework.Processors{"counter": &countLines{}}
 	}}
 	tidemarktest.CheckExactlyOnce(t, cfg, []string{"o-1", "o-2", "o-1"}, nil, func(h *tidemarktest.Harness) any {
 		var n int64

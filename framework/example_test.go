@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/framework"
 )
 
@@ -19,7 +19,7 @@ func (printer) Start(_ context.Context, fc *framework.Context) error {
 	return fc.Subscribe("orders")
 }
 
-func (printer) Handle(_ context.Context, d dedupe.Delivery, line []byte) error {
+func (printer) Handle(_ context.Context, d tidemark.Delivery, line []byte) error {
 	fmt.Printf("seq %d, position %d: %s\n", d.Seq, d.Position, line)
 	return nil
 }
@@ -47,7 +47,7 @@ processorGroups:
 		fmt.Println(err)
 		return
 	}
-	s, err := framework.New(cfg, framework.Registry{"printer": printer{}})
+	s, err := framework.New(cfg, framework.Processors{"printer": printer{}})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -69,7 +69,7 @@ func Example_signals() {
 		Feeds:  []framework.FeedConfig{{Name: "orders", File: &framework.FileConfig{Filename: "orders.csv"}}},
 		Groups: []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"printer"}}},
 	}
-	s, err := framework.New(cfg, framework.Registry{"printer": printer{}})
+	s, err := framework.New(cfg, framework.Processors{"printer": printer{}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func ExampleServer_Checkpoint() {
 		Feeds:  []framework.FeedConfig{{Name: "orders", File: &framework.FileConfig{Filename: input}, Overload: framework.OverloadConfig{Policy: framework.Pause}}},
 		Groups: []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"quiet"}}},
 	}
-	s, _ := framework.New(cfg, framework.Registry{"quiet": quiet{}})
+	s, _ := framework.New(cfg, framework.Processors{"quiet": quiet{}})
 	cp := s.Checkpoint("orders", "orders-agent") // before Start: nothing is committed unheld
 	ctx := context.Background()
 	_ = s.Start(ctx)
@@ -109,5 +109,5 @@ func ExampleServer_Checkpoint() {
 
 type quiet struct{}
 
-func (quiet) Start(_ context.Context, fc *framework.Context) error  { return fc.Subscribe("orders") }
-func (quiet) Handle(context.Context, dedupe.Delivery, []byte) error { return nil }
+func (quiet) Start(_ context.Context, fc *framework.Context) error    { return fc.Subscribe("orders") }
+func (quiet) Handle(context.Context, tidemark.Delivery, []byte) error { return nil }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
@@ -68,7 +68,7 @@ func TestFileFeedCommitsAndResumes(t *testing.T) {
 	writeLines(t, input, 1, 100)
 
 	p := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, fileCfg(input), framework.Registry{"p": p})
+	s := startServer(t, fileCfg(input), framework.Processors{"p": p})
 	settle(t, s, "orders")
 	writeLines(t, input, 101, 150) // tailing
 	waitFor(t, "appended lines", func() bool { return p.count() == 150 })
@@ -85,7 +85,7 @@ func TestFileFeedCommitsAndResumes(t *testing.T) {
 
 	writeLines(t, input, 151, 160)
 	p2 := &recProc{feeds: []string{"orders"}}
-	s2 := startServer(t, fileCfg(input), framework.Registry{"p": p2})
+	s2 := startServer(t, fileCfg(input), framework.Processors{"p": p2})
 	settle(t, s2, "orders")
 	stopServer(t, s2)
 	second := p2.all()
@@ -107,7 +107,7 @@ func TestFileFeedPointerFollowsSlowestGroup(t *testing.T) {
 	fast := &recProc{feeds: []string{"orders"}}
 	cfg := fileCfg(input)
 	cfg.Groups = []framework.GroupConfig{{Name: "slow", Processors: []string{"slow"}}, {Name: "fast", Processors: []string{"fast"}}}
-	s := startServer(t, cfg, framework.Registry{"slow": slow, "fast": fast})
+	s := startServer(t, cfg, framework.Processors{"slow": slow, "fast": fast})
 	waitFor(t, "fast done", func() bool { return fast.count() == 50 })
 	waitFor(t, "pointer at line 19", func() bool {
 		st := status(t, s, "orders")
@@ -133,8 +133,8 @@ func TestFileFeedOnceEarliest(t *testing.T) {
 	writeLines(t, input, 1, 30)
 	cfg := fileCfg(input)
 	cfg.Feeds[0].File.ReadStrategy = feed.OnceEarliest
-	p := &recProc{feeds: []string{"orders"}, handle: func(context.Context, dedupe.Delivery, []byte) error { return nil }}
-	s := startServer(t, cfg, framework.Registry{"p": p})
+	p := &recProc{feeds: []string{"orders"}, handle: func(context.Context, tidemark.Delivery, []byte) error { return nil }}
+	s := startServer(t, cfg, framework.Processors{"p": p})
 	settle(t, s, "orders")
 	st := status(t, s, "orders")
 	require.Equal(t, feed.StateDone, st.State)
@@ -166,7 +166,7 @@ func TestFileFeedOversizeLineReported(t *testing.T) {
 		mu.Unlock()
 	}
 	p := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, cfg, framework.Registry{"p": p})
+	s := startServer(t, cfg, framework.Processors{"p": p})
 	settle(t, s, "orders")
 	writeLines(t, input, 3, 3)
 	waitFor(t, "line after the oversize one", func() bool { return p.count() == 3 })
@@ -186,7 +186,7 @@ func TestFileFeedTruncationStartsNewEpoch(t *testing.T) {
 	input := filepath.Join(dir, "orders.csv")
 	writeLines(t, input, 1, 10)
 	p := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, fileCfg(input), framework.Registry{"p": p})
+	s := startServer(t, fileCfg(input), framework.Processors{"p": p})
 	settle(t, s, "orders")
 	waitFor(t, "commit of the first file", func() bool { return status(t, s, "orders").LastCommitPosition == fileLinePos(10) })
 	first := p.all()[0].d.Epoch
@@ -211,12 +211,12 @@ func TestFileFeedOnAFIFOIsFatal(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "orders.csv")
 	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
-	_, err := framework.New(fileCfg(fifo), framework.Registry{"p": &recProc{feeds: []string{"orders"}}})
+	_, err := framework.New(fileCfg(fifo), framework.Processors{"p": &recProc{feeds: []string{"orders"}}})
 	require.ErrorIs(t, err, feed.ErrNotRegular)
 	require.NoFileExists(t, fifo+pointer.Suffix)
 
 	later := filepath.Join(dir, "later.csv")
-	s, err := framework.New(fileCfg(later), framework.Registry{"p": &recProc{feeds: []string{"orders"}}})
+	s, err := framework.New(fileCfg(later), framework.Processors{"p": &recProc{feeds: []string{"orders"}}})
 	require.NoError(t, err)
 	errc := make(chan error, 1)
 	go func() { errc <- s.Run(context.Background()) }()
@@ -244,7 +244,7 @@ func TestFileFeedPointerDir(t *testing.T) {
 	cfg := fileCfg(input)
 	cfg.Feeds[0].File.PointerDir = filepath.Join(dir, "ptr")
 	cfg.UntilSettled = true
-	require.NoError(t, run(t, cfg, framework.Registry{"p": &recProc{feeds: []string{"orders"}}}))
+	require.NoError(t, run(t, cfg, framework.Processors{"p": &recProc{feeds: []string{"orders"}}}))
 	require.NoFileExists(t, input+pointer.Suffix)
 	r, err := pointer.Open(pointer.Path(input, cfg.Feeds[0].File.PointerDir), pointer.Options{}).Load()
 	require.NoError(t, err)

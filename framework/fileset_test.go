@@ -43,7 +43,7 @@ func TestFileSetFeedWithStore(t *testing.T) {
 	run := func(data string, want int64) {
 		t.Helper()
 		c := &counter{feed: "logs"}
-		s := startServer(t, fileSetCfg(dir, data), framework.Registry{"c": c})
+		s := startServer(t, fileSetCfg(dir, data), framework.Processors{"c": c})
 		waitFor(t, "every line handled", func() bool { return c.handled.Load() >= want })
 		settle(t, s, "logs")
 		st := status(t, s, "logs")

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/state"
 )
 
@@ -35,7 +35,7 @@ type procEntry struct {
 // fence is why a group is quarantined.
 type fence struct {
 	proc *procEntry
-	d    dedupe.Delivery
+	d    tidemark.Delivery
 	err  error
 }
 
@@ -362,7 +362,7 @@ func (g *group) process(inc *incarnation, q *queue, b *batch) bool {
 		// Processor c.j panicked on item c.i: the panic goes through the
 		// failure policy as the processor's error.
 		it := &b.items[c.i]
-		d := dedupe.Delivery{Feed: q.f.name, File: it.file, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
+		d := tidemark.Delivery{Feed: q.f.name, File: it.file, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
 		if !g.deliver(inc, q, c.procs[c.j], d, b.data[it.off:it.end:it.end], perr) {
 			c.ok = false
 			break
@@ -420,7 +420,7 @@ func (g *group) runItems(inc *incarnation, q *queue, b *batch, c *cursor) (perr 
 				return nil // no processor left: the queue is being removed
 			}
 		} else {
-			d := dedupe.Delivery{Feed: feedName, File: it.file, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
+			d := tidemark.Delivery{Feed: feedName, File: it.file, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
 			line := b.data[it.off:it.end:it.end]
 			if c.j == 0 {
 				c.procs = *q.procs.Load()
@@ -465,7 +465,7 @@ func (g *group) runItems(inc *incarnation, q *queue, b *batch, c *cursor) (perr 
 	return nil
 }
 
-func callHandle(ctx context.Context, p Processor, d dedupe.Delivery, line []byte) (err error) {
+func callHandle(ctx context.Context, p Processor, d tidemark.Delivery, line []byte) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: debug.Stack()}
@@ -477,7 +477,7 @@ func callHandle(ctx context.Context, p Processor, d dedupe.Delivery, line []byte
 // deliver takes a line whose handling by p failed with err through the
 // failure policy: retries, then Skip or Quarantine. It reports false when
 // the incarnation is stopping and the line is not finished.
-func (g *group) deliver(inc *incarnation, q *queue, p *procEntry, d dedupe.Delivery, line []byte, err error) bool {
+func (g *group) deliver(inc *incarnation, q *queue, p *procEntry, d tidemark.Delivery, line []byte, err error) bool {
 	attempt := 0
 	for first := true; ; first = false {
 		if !first {

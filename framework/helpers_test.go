@@ -15,8 +15,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/checkpoint"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/framework"
 )
@@ -207,7 +207,7 @@ func (s *memSource) pollCount() int {
 
 // got is one delivery a recProc saw.
 type got struct {
-	d    dedupe.Delivery
+	d    tidemark.Delivery
 	line string
 }
 
@@ -216,7 +216,7 @@ type got struct {
 type recProc struct {
 	feeds   []string
 	hold    string // feed to hold at start
-	handle  func(ctx context.Context, d dedupe.Delivery, line []byte) error
+	handle  func(ctx context.Context, d tidemark.Delivery, line []byte) error
 	startFn func(fc *framework.Context) error
 
 	mu       sync.Mutex
@@ -250,7 +250,7 @@ func (p *recProc) Start(ctx context.Context, fc *framework.Context) error {
 	return nil
 }
 
-func (p *recProc) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (p *recProc) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	if p.handle != nil {
 		if err := p.handle(ctx, d, line); err != nil {
 			return err
@@ -359,7 +359,7 @@ func (l *logBuf) logger() *slog.Logger {
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // startServer makes and starts a server and stops it at the end of the test.
-func startServer(t testing.TB, cfg framework.Config, procs framework.Registry) *framework.Server {
+func startServer(t testing.TB, cfg framework.Config, procs framework.Processors) *framework.Server {
 	t.Helper()
 	s, err := framework.New(cfg, procs)
 	if err != nil {

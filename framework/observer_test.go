@@ -31,7 +31,7 @@ func TestHandleObserver(t *testing.T) {
 	obs := &handleCounter{n: map[string]int{}}
 	cfg := oneFeed(src, grp("ga", "a"), grp("gb", "b"))
 	cfg.Observer = obs
-	s := startServer(t, cfg, framework.Registry{"a": a, "b": b})
+	s := startServer(t, cfg, framework.Processors{"a": a, "b": b})
 	settle(t, s, "orders")
 	stopServer(t, s)
 	obs.mu.Lock()

@@ -14,7 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/framework"
 )
 
@@ -27,7 +27,7 @@ func TestPauseStopsReadingWhenQueueFull(t *testing.T) {
 		cfg := oneFeed(src, grp("A", "a"))
 		cfg.Feeds[0].QueueCapacity = 1
 		cfg.Feeds[0].BatchSize = 1
-		s := startServer(t, cfg, framework.Registry{"a": a})
+		s := startServer(t, cfg, framework.Processors{"a": a})
 		synctest.Wait()
 		time.Sleep(time.Minute) // a minute of the bubble's clock: the feed stays paused
 		synctest.Wait()
@@ -60,7 +60,7 @@ func TestDropAfterSpinDropsForFullQueueOnly(t *testing.T) {
 		cfg.Feeds[0].QueueCapacity = 1
 		cfg.Feeds[0].BatchSize = 1
 		cfg.Feeds[0].Overload = framework.OverloadConfig{Policy: framework.DropAfterSpin, Spin: time.Second}
-		s := startServer(t, cfg, framework.Registry{"a": a, "b": b})
+		s := startServer(t, cfg, framework.Processors{"a": a, "b": b})
 		waitFor(t, "B done", func() bool { return b.count() == 10 })
 		g.release()
 		settle(t, s, "orders")
@@ -90,7 +90,7 @@ func TestDropReportsAreRateLimited(t *testing.T) {
 		cfg.Feeds[0].QueueCapacity = 1
 		cfg.Feeds[0].BatchSize = 1
 		cfg.Feeds[0].Overload = framework.OverloadConfig{Policy: framework.DropAfterSpin, Spin: 10 * time.Millisecond}
-		s := startServer(t, cfg, framework.Registry{"a": a})
+		s := startServer(t, cfg, framework.Processors{"a": a})
 		// Line 1 blocks, line 2 waits in the queue: the other 298 are
 		// dropped, one every 10 ms of the bubble's clock (about 3 s).
 		waitFor(t, "298 lines dropped", func() bool { return status(t, s, "orders").Dropped == 298 })
@@ -149,7 +149,7 @@ func TestFailureSkipAfterRetries(t *testing.T) {
 	src := newMemSource(10)
 	var mu sync.Mutex
 	var rejected []framework.Rejection
-	p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+	p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d tidemark.Delivery, _ []byte) error {
 		if d.Seq == 3 {
 			return errors.New("bad amount")
 		}
@@ -162,7 +162,7 @@ func TestFailureSkipAfterRetries(t *testing.T) {
 		mu.Unlock()
 	}}, grp("g", "p"))
 	cfg.Logger = logs.logger()
-	s := startServer(t, cfg, framework.Registry{"p": p})
+	s := startServer(t, cfg, framework.Processors{"p": p})
 	settle(t, s, "orders")
 	waitFor(t, "commit of everything", func() bool { return src.committedPos() == src.pos(10) })
 	st := status(t, s, "orders")
@@ -178,7 +178,7 @@ func TestFailureSkipAfterRetries(t *testing.T) {
 	require.Equal(t, "g", r.Group)
 	require.Equal(t, "p", r.Processor)
 	require.Equal(t, lineText(3), string(r.Line))
-	require.Equal(t, dedupe.Delivery{Feed: "orders", Epoch: 7, Position: src.pos(3), Seq: 3}, r.Delivery)
+	require.Equal(t, tidemark.Delivery{Feed: "orders", Epoch: 7, Position: src.pos(3), Seq: 3}, r.Delivery)
 	require.ErrorContains(t, r.Err, "bad amount")
 	require.Contains(t, logs.String(), fmt.Sprintf("line skipped\" group=g feed=orders processor=p epoch=7 position=%d seq=3", src.pos(3)))
 }
@@ -186,13 +186,13 @@ func TestFailureSkipAfterRetries(t *testing.T) {
 func TestFailureRetrySucceeds(t *testing.T) {
 	src := newMemSource(5)
 	var fails atomic.Int32
-	p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+	p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d tidemark.Delivery, _ []byte) error {
 		if d.Seq == 2 && fails.Add(1) <= 2 {
 			return errors.New("transient")
 		}
 		return nil
 	}}
-	s := startServer(t, failCfg(src, framework.FailurePolicy{Retries: 3, Backoff: time.Millisecond}, grp("g", "p")), framework.Registry{"p": p})
+	s := startServer(t, failCfg(src, framework.FailurePolicy{Retries: 3, Backoff: time.Millisecond}, grp("g", "p")), framework.Processors{"p": p})
 	settle(t, s, "orders")
 	st := status(t, s, "orders")
 	require.EqualValues(t, 2, st.Failed)
@@ -204,13 +204,13 @@ func TestFailureRetrySucceeds(t *testing.T) {
 func TestProcessorPanicIsAnError(t *testing.T) {
 	src := newMemSource(5)
 	var got error
-	p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+	p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d tidemark.Delivery, _ []byte) error {
 		if d.Seq == 2 {
 			panic("nil map")
 		}
 		return nil
 	}}
-	s := startServer(t, failCfg(src, framework.FailurePolicy{Retries: -1, OnReject: func(r framework.Rejection) { got = r.Err }}, grp("g", "p")), framework.Registry{"p": p})
+	s := startServer(t, failCfg(src, framework.FailurePolicy{Retries: -1, OnReject: func(r framework.Rejection) { got = r.Err }}, grp("g", "p")), framework.Processors{"p": p})
 	settle(t, s, "orders")
 	stopServer(t, s)
 	var pe *framework.PanicError
@@ -229,7 +229,7 @@ func TestPanicsMidBatchResumeTheBatch(t *testing.T) {
 	var mu sync.Mutex
 	tries := map[uint64]int{}
 	var rejected []uint64
-	a := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+	a := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d tidemark.Delivery, _ []byte) error {
 		mu.Lock()
 		tries[d.Seq]++
 		n := tries[d.Seq]
@@ -248,7 +248,7 @@ func TestPanicsMidBatchResumeTheBatch(t *testing.T) {
 		rejected = append(rejected, r.Delivery.Seq)
 		mu.Unlock()
 	}}
-	s := startServer(t, failCfg(src, pol, framework.GroupConfig{Name: "g", Processors: []string{"a", "b"}}), framework.Registry{"a": a, "b": b})
+	s := startServer(t, failCfg(src, pol, framework.GroupConfig{Name: "g", Processors: []string{"a", "b"}}), framework.Processors{"a": a, "b": b})
 	settle(t, s, "orders")
 	waitFor(t, "commit of the last line", func() bool { return src.committedPos() == src.pos(20) })
 	seqs := func(p *recProc) []uint64 {
@@ -281,13 +281,13 @@ func TestPanicsMidBatchResumeTheBatch(t *testing.T) {
 // short (the timer watches the group's context).
 func TestRetryBackoffSleepsOnlyItsGroup(t *testing.T) {
 	src := newMemSource(10)
-	a := &recProc{feeds: []string{"orders"}, handle: func(context.Context, dedupe.Delivery, []byte) error {
+	a := &recProc{feeds: []string{"orders"}, handle: func(context.Context, tidemark.Delivery, []byte) error {
 		return errors.New("down")
 	}}
 	b := &recProc{feeds: []string{"orders"}}
 	cfg := failCfg(src, framework.FailurePolicy{Retries: 5, Backoff: time.Hour}, grp("A", "a"), grp("B", "b"))
 	cfg.DrainTimeout = 10 * time.Millisecond
-	s := startServer(t, cfg, framework.Registry{"a": a, "b": b})
+	s := startServer(t, cfg, framework.Processors{"a": a, "b": b})
 	waitFor(t, "B done, A failed once and sleeps", func() bool {
 		return b.count() == 10 && status(t, s, "orders").Failed == 1
 	})
@@ -300,10 +300,10 @@ func quarantineSetup(t *testing.T, procsA ...string) (*memSource, *countingIdle,
 	idle := &countingIdle{}
 	var broken atomic.Bool
 	broken.Store(true)
-	reg := framework.Registry{}
+	reg := framework.Processors{}
 	for _, name := range procsA {
 		fail := name == "a"
-		reg[name] = &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+		reg[name] = &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d tidemark.Delivery, _ []byte) error {
 			if fail && d.Seq == 5 && broken.Load() {
 				return errors.New("store offline")
 			}
@@ -388,7 +388,7 @@ func (e reasonErr) RejectReason() string { return string(e) }
 func TestSkipsAreCountedByReasonAndLogsBounded(t *testing.T) {
 	const n = 5000
 	src := newMemSource(n)
-	p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+	p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d tidemark.Delivery, _ []byte) error {
 		switch d.Seq % 3 {
 		case 0:
 			return framework.Permanent(reasonErr("malformed"))
@@ -400,7 +400,7 @@ func TestSkipsAreCountedByReasonAndLogsBounded(t *testing.T) {
 	var logs logBuf
 	cfg := failCfg(src, framework.FailurePolicy{Retries: framework.NoRetries}, grp("g", "p"))
 	cfg.Logger = logs.logger()
-	s := startServer(t, cfg, framework.Registry{"p": p})
+	s := startServer(t, cfg, framework.Processors{"p": p})
 	settle(t, s, "orders")
 	st := status(t, s, "orders")
 	require.EqualValues(t, n, st.Skipped)

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/checkpoint"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/state"
 )
@@ -23,7 +23,7 @@ type Processor interface {
 	// what you keep. An error (or a panic) goes through the group's
 	// failure policy. ctx is cancelled when the group is stopped,
 	// restarted or removed, or its drain times out.
-	Handle(ctx context.Context, d dedupe.Delivery, line []byte) error
+	Handle(ctx context.Context, d tidemark.Delivery, line []byte) error
 }
 
 // Stopper is implemented by processors that want to know when they stop:
@@ -66,9 +66,9 @@ type StatusEvent struct {
 	Position int64
 }
 
-// Registry binds processor names used in a [Config] to processors. Each
+// Processors binds processor names used in a [Config] to processors. Each
 // processor belongs to one group.
-type Registry map[string]Processor
+type Processors map[string]Processor
 
 // Context is what a processor gets at Start: the way to subscribe to feeds
 // and hold their commits. It stays valid while the processor runs.

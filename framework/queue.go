@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/checkpoint"
-	"github.com/tidemark-go/tidemark/dedupe"
 )
 
 // point names one line of a feed in this run: its sequence number (assigned
@@ -43,7 +43,7 @@ type item struct {
 	seq      uint64
 	epoch    uint64
 	pos      int64
-	origin   *dedupe.Origin
+	origin   *tidemark.Origin
 	file     string // feed.Item.File: the file of a file set, "" for one file
 	off, end int
 	ev       *StatusEvent

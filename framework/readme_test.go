@@ -25,7 +25,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
@@ -103,7 +103,7 @@ func runOrdersObserved(input, data string, obs state.CommitObserver) error {
 		Groups: []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"counter"}, Store: "bbolt:" + data,
 			StoreOptions: &state.Options{Observer: obs}}},
 		UntilSettled: true,
-	}, framework.Registry{"counter": &countLines{}})
+	}, framework.Processors{"counter": &countLines{}})
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func (c *ownStoreCounter) Start(ctx context.Context, fc *framework.Context) erro
 	return fc.Subscribe("orders")
 }
 
-func (c *ownStoreCounter) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (c *ownStoreCounter) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	_, err := c.st.Apply(ctx, d, func(tx *state.Tx) error {
 		_, err := tx.Bucket("counts").AddInt64(line, 1)
 		return err
@@ -135,7 +135,7 @@ func runUnboundCounter(input, data string) error {
 		Feeds:        []framework.FeedConfig{{Name: "orders", File: &framework.FileConfig{Filename: input}}},
 		Groups:       []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"counter"}}},
 		UntilSettled: true,
-	}, framework.Registry{"counter": &ownStoreCounter{st: st}})
+	}, framework.Processors{"counter": &ownStoreCounter{st: st}})
 	if err != nil {
 		return errors.Join(err, st.Close())
 	}
@@ -295,7 +295,7 @@ type handleCount struct {
 	n atomic.Int64
 }
 
-func (h *handleCount) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (h *handleCount) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	h.n.Add(1)
 	return h.countLines.Handle(ctx, d, line)
 }
@@ -344,7 +344,7 @@ func runOrdersWith(input, data string, opts *state.Options, p framework.Processo
 		Groups:       []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"counter"}, Store: "bbolt:" + data, StoreOptions: opts}},
 		UntilSettled: true,
 		Logger:       discard(),
-	}, framework.Registry{"counter": p})
+	}, framework.Processors{"counter": p})
 	if err != nil {
 		return err
 	}
@@ -369,7 +369,7 @@ func TestTypoInputWithNilLogger(t *testing.T) {
 		Groups: []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"counter"}, Store: "bbolt:" + filepath.Join(dir, "state")}},
 	}
 	// Tailing: it waits for the file, and says so where the user looks.
-	srv, err := framework.New(cfg, framework.Registry{"counter": &countLines{}})
+	srv, err := framework.New(cfg, framework.Processors{"counter": &countLines{}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -382,7 +382,7 @@ func TestTypoInputWithNilLogger(t *testing.T) {
 
 	// A run until settled ends with an error naming the path.
 	cfg.UntilSettled = true
-	srv, err = framework.New(cfg, framework.Registry{"counter": &countLines{}})
+	srv, err = framework.New(cfg, framework.Processors{"counter": &countLines{}})
 	require.NoError(t, err)
 	ctx, cancel = context.WithTimeout(context.Background(), deadline)
 	defer cancel()

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/state"
 )
 
@@ -105,7 +105,7 @@ type skipLog struct {
 
 // skipped records a line skipped for err and logs it, or counts it for
 // the next report.
-func (g *group) skipped(inc *incarnation, p *procEntry, d dedupe.Delivery, reason string, err error) {
+func (g *group) skipped(inc *incarnation, p *procEntry, d tidemark.Delivery, reason string, err error) {
 	l := &inc.skips
 	now := time.Now()
 	if !l.logged.IsZero() && now.Sub(l.logged) < skipLogEvery {

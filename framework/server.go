@@ -110,7 +110,7 @@ func (s *Server) Logger() *slog.Logger { return s.log }
 // New checks cfg and binds its processors by name from processors. Feeds
 // without a Source get a file source made from their File config. Nothing
 // runs until Start.
-func New(cfg Config, processors Registry) (*Server, error) {
+func New(cfg Config, processors Processors) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,

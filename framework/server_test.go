@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/framework"
 )
 
@@ -27,14 +27,14 @@ func grp(name string, procs ...string) framework.GroupConfig {
 func TestDeliversEveryLineInOrderAndCommits(t *testing.T) {
 	src := newMemSource(1000)
 	p := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, oneFeed(src, grp("g", "p")), framework.Registry{"p": p})
+	s := startServer(t, oneFeed(src, grp("g", "p")), framework.Processors{"p": p})
 	settle(t, s, "orders")
 	waitFor(t, "commit of the last line", func() bool { return src.committedPos() == src.pos(1000) })
 	gotAll := p.all()
 	require.Len(t, gotAll, 1000)
 	for i, g := range gotAll {
 		require.Equal(t, lineText(i+1), g.line)
-		require.Equal(t, dedupe.Delivery{Feed: "orders", Epoch: 7, Position: src.pos(i + 1), Seq: uint64(i + 1)}, g.d)
+		require.Equal(t, tidemark.Delivery{Feed: "orders", Epoch: 7, Position: src.pos(i + 1), Seq: uint64(i + 1)}, g.d)
 	}
 	st := status(t, s, "orders")
 	require.True(t, st.Settled)
@@ -57,7 +57,7 @@ func TestDeliversEveryLineInOrderAndCommits(t *testing.T) {
 func TestSlowGroupHoldsPointerNotOthers(t *testing.T) {
 	src := newMemSource(100)
 	g := newGate()
-	slow := &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, d dedupe.Delivery, _ []byte) error {
+	slow := &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, d tidemark.Delivery, _ []byte) error {
 		if d.Seq == 10 {
 			return g.wait(ctx, d.Seq)
 		}
@@ -66,7 +66,7 @@ func TestSlowGroupHoldsPointerNotOthers(t *testing.T) {
 	fast := &recProc{feeds: []string{"orders"}}
 	cfg := oneFeed(src, grp("slow", "slow"), grp("fast", "fast"))
 	cfg.Feeds[0].QueueCapacity = 1000
-	s := startServer(t, cfg, framework.Registry{"slow": slow, "fast": fast})
+	s := startServer(t, cfg, framework.Processors{"slow": slow, "fast": fast})
 	waitFor(t, "fast group done", func() bool { return fast.count() == 100 })
 	waitFor(t, "slow group at line 10", func() bool { return g.waitingSeq() == 10 })
 	// Let the runner go through duty cycles: the pointer stays at line 9.
@@ -87,7 +87,7 @@ func TestSlowGroupHoldsPointerNotOthers(t *testing.T) {
 func TestSequenceStartsAtOneEveryRun(t *testing.T) {
 	src := newMemSource(50)
 	p := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, oneFeed(src, grp("g", "p")), framework.Registry{"p": p})
+	s := startServer(t, oneFeed(src, grp("g", "p")), framework.Processors{"p": p})
 	settle(t, s, "orders")
 	stopServer(t, s)
 	require.Equal(t, src.pos(50), src.committedPos())
@@ -95,7 +95,7 @@ func TestSequenceStartsAtOneEveryRun(t *testing.T) {
 	src2 := src.restart()
 	src2.appendN(5)
 	p2 := &recProc{feeds: []string{"orders"}}
-	s2 := startServer(t, oneFeed(src2, grp("g", "p")), framework.Registry{"p": p2})
+	s2 := startServer(t, oneFeed(src2, grp("g", "p")), framework.Processors{"p": p2})
 	settle(t, s2, "orders")
 	stopServer(t, s2)
 	all := p2.all()
@@ -110,7 +110,7 @@ func TestDutyCycleCommitsThenPolls(t *testing.T) {
 	src := newMemSource(3)
 	src.traceOn = true
 	p := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, oneFeed(src, grp("g", "p")), framework.Registry{"p": p})
+	s := startServer(t, oneFeed(src, grp("g", "p")), framework.Processors{"p": p})
 	waitFor(t, "commit", func() bool { return src.committedPos() == src.pos(3) })
 	stopServer(t, s)
 	src.mu.Lock()
@@ -126,7 +126,7 @@ func TestDutyCycleCommitsThenPolls(t *testing.T) {
 func TestStartSubscribeUnknownFeedFails(t *testing.T) {
 	src := newMemSource(1)
 	p := &recProc{feeds: []string{"nope"}}
-	s, err := framework.New(oneFeed(src, grp("g", "p")), framework.Registry{"p": p})
+	s, err := framework.New(oneFeed(src, grp("g", "p")), framework.Processors{"p": p})
 	require.NoError(t, err)
 	err = s.Start(context.Background())
 	require.ErrorIs(t, err, framework.ErrUnknownFeed)
@@ -140,12 +140,12 @@ func TestNewValidates(t *testing.T) {
 	p := &recProc{}
 	for name, tc := range map[string]struct {
 		cfg   framework.Config
-		procs framework.Registry
+		procs framework.Processors
 		want  string
 	}{
-		"unknown processor":   {oneFeed(src, grp("g", "x")), framework.Registry{"p": p}, `processor "x" of group "g" is not in the registry`},
-		"processor twice":     {oneFeed(src, grp("g", "p"), grp("h", "p")), framework.Registry{"p": p}, `processor "p" is in groups "g" and "h"`},
-		"group twice":         {oneFeed(src, grp("g", "p"), grp("g")), framework.Registry{"p": p}, `group "g" is defined twice`},
+		"unknown processor":   {oneFeed(src, grp("g", "x")), framework.Processors{"p": p}, `processor "x" of group "g" is not in the registry`},
+		"processor twice":     {oneFeed(src, grp("g", "p"), grp("h", "p")), framework.Processors{"p": p}, `processor "p" is in groups "g" and "h"`},
+		"group twice":         {oneFeed(src, grp("g", "p"), grp("g")), framework.Processors{"p": p}, `group "g" is defined twice`},
 		"group without name":  {oneFeed(src, grp("")), nil, "processor group 1 has no agentName"},
 		"feed without source": {framework.Config{Feeds: []framework.FeedConfig{{Name: "f"}}}, nil, `feed "f" has neither a source nor a filename`},
 		"feed without name":   {framework.Config{Feeds: []framework.FeedConfig{{Source: src}}}, nil, "feed 1 has no name"},
@@ -171,11 +171,11 @@ func TestStatusUnknownFeed(t *testing.T) {
 func TestWaitSettledTimesOutWithContextError(t *testing.T) {
 	src := newMemSource(5)
 	g := newGate()
-	p := &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, d dedupe.Delivery, _ []byte) error {
+	p := &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, d tidemark.Delivery, _ []byte) error {
 		return g.wait(ctx, d.Seq)
 	}}
 	cfg := oneFeed(src, grp("g", "p"))
-	s := startServer(t, cfg, framework.Registry{"p": p})
+	s := startServer(t, cfg, framework.Processors{"p": p})
 	waitFor(t, "handler blocked", func() bool { return g.waitingSeq() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*1e6)
 	defer cancel()
@@ -194,7 +194,7 @@ func TestGroupsRunConcurrently(t *testing.T) {
 	both := make(chan struct{})
 	var once atomic.Bool
 	mk := func(me, other *atomic.Bool) *recProc {
-		return &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, _ dedupe.Delivery, _ []byte) error {
+		return &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, _ tidemark.Delivery, _ []byte) error {
 			me.Store(true)
 			if other.Load() && once.CompareAndSwap(false, true) {
 				close(both)
@@ -208,7 +208,7 @@ func TestGroupsRunConcurrently(t *testing.T) {
 		}}
 	}
 	a, b := mk(&inA, &inB), mk(&inB, &inA)
-	s := startServer(t, oneFeed(src, grp("a", "a"), grp("b", "b")), framework.Registry{"a": a, "b": b})
+	s := startServer(t, oneFeed(src, grp("a", "a"), grp("b", "b")), framework.Processors{"a": a, "b": b})
 	settle(t, s, "orders")
 	require.Equal(t, 1, a.count())
 	require.Equal(t, 1, b.count())
@@ -247,7 +247,7 @@ func TestGroupOnTwoFeeds(t *testing.T) {
 		Groups: []framework.GroupConfig{grp("g", "p")},
 		Logger: discard(),
 	}
-	s := startServer(t, cfg, framework.Registry{"p": p})
+	s := startServer(t, cfg, framework.Processors{"p": p})
 	settle(t, s, "orders")
 	settle(t, s, "trades")
 	stopServer(t, s)
@@ -281,7 +281,7 @@ func TestLateSubscribe(t *testing.T) {
 			Groups: []framework.GroupConfig{grp("g", "p")},
 			Logger: discard(),
 		}
-		s := startServer(t, cfg, framework.Registry{"p": p})
+		s := startServer(t, cfg, framework.Processors{"p": p})
 		settle(t, s, "orders")
 		require.NoError(t, fc.Subscribe("trades"))
 		settle(t, s, "trades")
@@ -309,7 +309,7 @@ func TestContextLogger(t *testing.T) {
 	}
 	cfg := oneFeed(src, grp("g", "p"))
 	cfg.Logger = logs.logger()
-	s := startServer(t, cfg, framework.Registry{"p": p})
+	s := startServer(t, cfg, framework.Processors{"p": p})
 	settle(t, s, "orders")
 	require.Contains(t, logs.String(), "msg=hello group=g processor=p")
 }
@@ -319,7 +319,7 @@ func TestStopReportsFailedFinalCommit(t *testing.T) {
 	src := newMemSource(3)
 	g := newGate()
 	p := blockAt(g, 1)
-	s := startServer(t, oneFeed(src, grp("g", "p")), framework.Registry{"p": p})
+	s := startServer(t, oneFeed(src, grp("g", "p")), framework.Processors{"p": p})
 	waitFor(t, "blocked", func() bool { return g.waitingSeq() == 1 })
 	src.mu.Lock()
 	src.failCommits = 1000

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/framework"
 )
 
@@ -26,7 +26,7 @@ import (
 func runSignalChild() int {
 	src := newMemSource(20)
 	stuck := os.Getenv("TIDEMARK_STUCK") != ""
-	p := &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, d dedupe.Delivery, _ []byte) error {
+	p := &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, d tidemark.Delivery, _ []byte) error {
 		fmt.Printf("handled %d\n", d.Seq)
 		if stuck && d.Seq == 20 {
 			select {} // ignores its context
@@ -38,7 +38,7 @@ func runSignalChild() int {
 		Groups: []framework.GroupConfig{{Name: "g", Processors: []string{"p"}}},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	}
-	s, err := framework.New(cfg, framework.Registry{"p": p})
+	s, err := framework.New(cfg, framework.Processors{"p": p})
 	if err != nil {
 		fmt.Println("new:", err)
 		return 2

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/checkpoint"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/framework"
 )
 
@@ -29,7 +29,7 @@ func (p *simHold) Start(_ context.Context, fc *framework.Context) error {
 	return fc.Subscribe("orders")
 }
 
-func (p *simHold) Handle(context.Context, dedupe.Delivery, []byte) error { return nil }
+func (p *simHold) Handle(context.Context, tidemark.Delivery, []byte) error { return nil }
 
 // declare takes a mark now and declares it durable from another goroutine.
 func (p *simHold) declare(wg *sync.WaitGroup) {
@@ -67,7 +67,7 @@ func TestSimulationPointerNeverPassesUnfinishedLines(t *testing.T) {
 			idle := &countingIdle{}
 			var mu sync.Mutex
 			handledA := map[int64]bool{}
-			a := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+			a := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d tidemark.Delivery, _ []byte) error {
 				mu.Lock()
 				handledA[d.Position] = true
 				mu.Unlock()
@@ -81,7 +81,7 @@ func TestSimulationPointerNeverPassesUnfinishedLines(t *testing.T) {
 			cfg.Feeds[0].BatchSize = 8
 			cfg.Feeds[0].QueueCapacity = 32
 			cfg.Groups[0].Failure = framework.FailurePolicy{Retries: 1, Backoff: 1e5}
-			s := startServer(t, cfg, framework.Registry{"a": a, "b": b})
+			s := startServer(t, cfg, framework.Processors{"a": a, "b": b})
 			var wg sync.WaitGroup
 			check := func(step int) {
 				t.Helper()

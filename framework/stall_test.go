@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/framework"
 )
@@ -18,7 +18,7 @@ import (
 // blockAt returns a processor subscribed to orders whose handler waits on g
 // at line seq (ctx-aware).
 func blockAt(g *gate, seq uint64) *recProc {
-	return &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, d dedupe.Delivery, _ []byte) error {
+	return &recProc{feeds: []string{"orders"}, handle: func(ctx context.Context, d tidemark.Delivery, _ []byte) error {
 		if d.Seq == seq {
 			return g.wait(ctx, d.Seq)
 		}
@@ -59,7 +59,7 @@ func TestRemovedConsumerWithBacklogHoldsPointer(t *testing.T) {
 	g := newGate()
 	a := blockAt(g, 5)
 	b := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, stallCfg(src, idle, grp("A", "a"), grp("B", "b")), framework.Registry{"a": a, "b": b})
+	s := startServer(t, stallCfg(src, idle, grp("A", "a"), grp("B", "b")), framework.Processors{"a": a, "b": b})
 	waitFor(t, "A at line 5", func() bool { return g.waitingSeq() == 5 })
 	waitFor(t, "B done", func() bool { return b.count() == 20 })
 
@@ -94,7 +94,7 @@ func TestRestartedGroupHoldsBeforeUnfinishedLine(t *testing.T) {
 	g := newGate()
 	a := blockAt(g, 5)
 	b := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, stallCfg(src, idle, grp("A", "a"), grp("B", "b")), framework.Registry{"a": a, "b": b})
+	s := startServer(t, stallCfg(src, idle, grp("A", "a"), grp("B", "b")), framework.Processors{"a": a, "b": b})
 	waitFor(t, "A at line 5", func() bool { return g.waitingSeq() == 5 })
 	waitFor(t, "B done", func() bool { return b.count() == 20 })
 	require.NoError(t, s.RestartGroup(context.Background(), "A"))
@@ -118,7 +118,7 @@ func TestLastConsumerRemoved(t *testing.T) {
 	idle := &countingIdle{}
 	g := newGate()
 	a := blockAt(g, 5)
-	s := startServer(t, stallCfg(src, idle, grp("A", "a")), framework.Registry{"a": a})
+	s := startServer(t, stallCfg(src, idle, grp("A", "a")), framework.Processors{"a": a})
 	waitFor(t, "A at line 5", func() bool { return g.waitingSeq() == 5 })
 	waitFor(t, "commit through line 4", func() bool { return src.committedPos() == src.pos(4) })
 	require.NoError(t, s.Unsubscribe("orders", "A"))
@@ -155,7 +155,7 @@ func TestDeadGroupPausesFeedUntilRemoved(t *testing.T) {
 		return nil
 	}
 	b := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, stallCfg(src, idle, grp("A", "a"), grp("B", "b")), framework.Registry{"a": a, "b": b})
+	s := startServer(t, stallCfg(src, idle, grp("A", "a"), grp("B", "b")), framework.Processors{"a": a, "b": b})
 	settle(t, s, "orders")
 	fail = true
 	// The failing Start subscribes first, so the dead group has a queue.
@@ -195,7 +195,7 @@ func TestRemovedConsumerWithoutBacklogHoldsNothing(t *testing.T) {
 	src := newMemSource(10)
 	a := &recProc{feeds: []string{"orders"}}
 	b := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, oneFeed(src, grp("A", "a"), grp("B", "b")), framework.Registry{"a": a, "b": b})
+	s := startServer(t, oneFeed(src, grp("A", "a"), grp("B", "b")), framework.Processors{"a": a, "b": b})
 	settle(t, s, "orders")
 	require.NoError(t, s.Unsubscribe("orders", "A"))
 	src.appendN(5)
@@ -215,7 +215,7 @@ func TestRemoveProcessor(t *testing.T) {
 	src := newMemSource(10)
 	p1 := &recProc{feeds: []string{"orders"}}
 	p2 := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, oneFeed(src, grp("g", "p1", "p2")), framework.Registry{"p1": p1, "p2": p2})
+	s := startServer(t, oneFeed(src, grp("g", "p1", "p2")), framework.Processors{"p1": p1, "p2": p2})
 	settle(t, s, "orders")
 	require.NoError(t, s.RemoveProcessor(context.Background(), "g", "p1"))
 	require.Equal(t, 1, p1.stopped)
@@ -256,7 +256,7 @@ func TestNonRereadableSourceDoesNotHold(t *testing.T) {
 	cfg := oneFeed(src, grp("A", "a"), grp("B", "b"))
 	cfg.Feeds[0].Overload = framework.OverloadConfig{} // its default: DropAfterSpin
 	cfg.Feeds[0].QueueCapacity = 1000
-	s := startServer(t, cfg, framework.Registry{"a": a, "b": b})
+	s := startServer(t, cfg, framework.Processors{"a": a, "b": b})
 	defer g.release()
 	waitFor(t, "A blocked, B done", func() bool { return g.waitingSeq() == 1 && b.count() == 10 })
 	require.NoError(t, s.Unsubscribe("orders", "A"))
@@ -270,7 +270,7 @@ func TestNonRereadableSourceDoesNotHold(t *testing.T) {
 func TestFencedGroupDoesNotPauseNonRereadableFeed(t *testing.T) {
 	src := newMemSource(10)
 	src.reread = false
-	a := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+	a := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d tidemark.Delivery, _ []byte) error {
 		if d.Seq == 2 {
 			return errors.New("down")
 		}
@@ -283,7 +283,7 @@ func TestFencedGroupDoesNotPauseNonRereadableFeed(t *testing.T) {
 	cfg.Feeds[0].BatchSize = 1
 	cfg.Groups[0].Failure = framework.FailurePolicy{Retries: -1, Action: framework.Quarantine}
 	cfg.DrainTimeout = 10 * time.Millisecond // A stays fenced
-	s := startServer(t, cfg, framework.Registry{"a": a, "b": b})
+	s := startServer(t, cfg, framework.Processors{"a": a, "b": b})
 	// B is fed while A is fenced (a loaded machine may make B's queue
 	// drop a line too: DropAfterSpin applies to every queue).
 	waitFor(t, "B fed while A is fenced", func() bool {
@@ -307,7 +307,7 @@ func TestCommitAndPollErrorsAreRetried(t *testing.T) {
 	cfg := oneFeed(src, grp("g", "p"))
 	cfg.Logger = logs.logger()
 	cfg.Feeds[0].BatchSize = 3
-	s := startServer(t, cfg, framework.Registry{"p": p})
+	s := startServer(t, cfg, framework.Processors{"p": p})
 	settle(t, s, "orders")
 	waitFor(t, "commit of everything", func() bool { return src.committedPos() == src.pos(10) })
 	st := status(t, s, "orders")
@@ -323,7 +323,7 @@ func TestLateHoldKeepsCommittedLines(t *testing.T) {
 	src := newMemSource(10)
 	idle := &countingIdle{}
 	p := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, stallCfg(src, idle, grp("g", "p")), framework.Registry{"p": p})
+	s := startServer(t, stallCfg(src, idle, grp("g", "p")), framework.Processors{"p": p})
 	waitFor(t, "commit of everything", func() bool { return src.committedPos() == src.pos(10) })
 	cp := s.Checkpoint("orders", "g")
 	src.appendN(5)
@@ -376,7 +376,7 @@ func TestBatchReadDuringRemovalIsNotLost(t *testing.T) {
 					once.Do(func() { go func() { removed <- s.Unsubscribe("orders", "A") }() })
 				}
 			}
-			s = startServer(t, cfg, framework.Registry{"a": a})
+			s = startServer(t, cfg, framework.Processors{"a": a})
 			waitFor(t, "first batch", func() bool { return a.count() == 5 })
 			src.appendN(5)
 			require.NoError(t, <-removed)
@@ -413,7 +413,7 @@ func TestVoluntaryUnsubscribeHolds(t *testing.T) {
 	var fc *framework.Context
 	a := &recProc{feeds: []string{"orders"}}
 	a.startFn = func(c *framework.Context) error { fc = c; return nil }
-	a.handle = func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+	a.handle = func(_ context.Context, d tidemark.Delivery, _ []byte) error {
 		if d.Seq == 5 {
 			if err := fc.Unsubscribe("orders"); err != nil {
 				return err
@@ -425,7 +425,7 @@ func TestVoluntaryUnsubscribeHolds(t *testing.T) {
 		return nil
 	}
 	b := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, stallCfg(src, idle, grp("A", "a"), grp("B", "b")), framework.Registry{"a": a, "b": b})
+	s := startServer(t, stallCfg(src, idle, grp("A", "a"), grp("B", "b")), framework.Processors{"a": a, "b": b})
 	waitFor(t, "B done", func() bool { return b.count() == 10 })
 	waitFor(t, "commit through line 5", func() bool { return src.committedPos() == src.pos(5) })
 	idle.wait(t, 3)
@@ -442,14 +442,14 @@ func TestRemoveProcessorWhileBusyHoldsUnhandled(t *testing.T) {
 		src := newMemSource(3000)
 		idle := &countingIdle{}
 		var handled atomic.Int64
-		p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d dedupe.Delivery, _ []byte) error {
+		p := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d tidemark.Delivery, _ []byte) error {
 			handled.Store(int64(d.Seq))
 			return nil
 		}}
 		cfg := stallCfg(src, idle, grp("g", "p"))
 		cfg.Feeds[0].BatchSize = 16
 		cfg.Feeds[0].QueueCapacity = 64
-		s := startServer(t, cfg, framework.Registry{"p": p})
+		s := startServer(t, cfg, framework.Processors{"p": p})
 		waitFor(t, "some lines handled", func() bool { return handled.Load() >= 100 })
 		require.NoError(t, s.RemoveProcessor(context.Background(), "g", "p"))
 		idle.wait(t, 3)
@@ -486,7 +486,7 @@ func restartWhilePaused(t *testing.T) {
 	cfg := oneFeed(src, grp("A", "a"), grp("B", "b"))
 	cfg.Feeds[0].QueueCapacity = 1
 	cfg.Feeds[0].BatchSize = 1
-	s := startServer(t, cfg, framework.Registry{"a": a, "b": b})
+	s := startServer(t, cfg, framework.Processors{"a": a, "b": b})
 	waitFor(t, "A at line 2, the feed paused on A with line 4", func() bool {
 		return g.waitingSeq() == 2 && b.count() == 3 && status(t, s, "orders").Read == 4
 	})

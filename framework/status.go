@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed"
 )
 
@@ -218,7 +218,7 @@ type Fence struct {
 	// Processor is the processor that failed.
 	Processor string
 	// Delivery is the line it failed on.
-	Delivery dedupe.Delivery
+	Delivery tidemark.Delivery
 	// Err is its last error.
 	Err error
 }

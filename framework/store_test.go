@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
@@ -68,7 +68,7 @@ type counter struct {
 	ns   string
 	st   state.Namespace
 	// fail, when set, decides an error for a line before it is applied.
-	fail    func(d dedupe.Delivery) error
+	fail    func(d tidemark.Delivery) error
 	handled atomic.Int64
 	out     string // an output file to write each line to, if set
 }
@@ -87,7 +87,7 @@ func (c *counter) Start(_ context.Context, fc *framework.Context) error {
 	return fc.Subscribe(c.feed)
 }
 
-func (c *counter) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (c *counter) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	c.handled.Add(1)
 	if c.fail != nil {
 		if err := c.fail(d); err != nil {
@@ -108,7 +108,7 @@ func (c *counter) Handle(ctx context.Context, d dedupe.Delivery, line []byte) er
 
 // readCount opens the store in dir and returns its count and the applied
 // record of feed in namespace ns.
-func readCount(t *testing.T, dir, ns, feedName string) (int64, dedupe.Lineage, bool) {
+func readCount(t *testing.T, dir, ns, feedName string) (int64, tidemark.Lineage, bool) {
 	t.Helper()
 	st, err := state.OpenDir(dir, &state.Options{Logger: discard()})
 	require.NoError(t, err)
@@ -130,7 +130,7 @@ func seedStore(t *testing.T, dir, ns string, src *memSource, n int) {
 	st, err := state.Open("bbolt:"+dir, &state.Options{Logger: discard(), Unbound: true})
 	require.NoError(t, err)
 	for i := 1; i <= n; i++ {
-		d := dedupe.Delivery{Feed: "orders", Epoch: src.epoch, Position: src.pos(i), Seq: uint64(i)}
+		d := tidemark.Delivery{Feed: "orders", Epoch: src.epoch, Position: src.pos(i), Seq: uint64(i)}
 		_, err := st.Namespace(ns).Apply(context.Background(), d, func(tx *state.Tx) error {
 			_, err := tx.AddInt64([]byte("count"), 1)
 			return err
@@ -150,7 +150,7 @@ func storeCfg(src feed.Source, spec string) framework.Config {
 	}
 }
 
-func run(t *testing.T, cfg framework.Config, procs framework.Registry) error {
+func run(t *testing.T, cfg framework.Config, procs framework.Processors) error {
 	t.Helper()
 	s, err := framework.New(cfg, procs)
 	require.NoError(t, err)
@@ -178,7 +178,7 @@ func TestGroupStoreCleanStopCommitsEverything(t *testing.T) {
 	// Only a flush commits: the stop's flush is what makes the lines durable.
 	cfg.Groups[0].StoreOptions = &state.Options{BatchSize: 1 << 20, BatchInterval: time.Hour}
 	c := &counter{feed: "orders"}
-	require.NoError(t, run(t, cfg, framework.Registry{"c": c}))
+	require.NoError(t, run(t, cfg, framework.Processors{"c": c}))
 	require.Equal(t, src.pos(500), src.committedPos(), "the clean stop commits every line")
 	n, l, ok := readCount(t, dir, "", "orders")
 	require.Equal(t, int64(500), n)
@@ -188,7 +188,7 @@ func TestGroupStoreCleanStopCommitsEverything(t *testing.T) {
 	// The restart reads nothing again.
 	again := src.restart()
 	c2 := &counter{feed: "orders"}
-	require.NoError(t, run(t, storeCfg(&resumable{memSource: again}, "bbolt:"+dir), framework.Registry{"c": c2}))
+	require.NoError(t, run(t, storeCfg(&resumable{memSource: again}, "bbolt:"+dir), framework.Processors{"c": c2}))
 	require.Zero(t, c2.handled.Load(), "a clean stop re-delivers nothing")
 }
 
@@ -224,7 +224,7 @@ func TestFeedResumesFromTheStore(t *testing.T) {
 			cfg := storeCfg(r, "bbolt:"+dir)
 			cfg.Groups[0].Resume = tc.resume
 			c := &counter{feed: "orders"}
-			require.NoError(t, run(t, cfg, framework.Registry{"c": c}))
+			require.NoError(t, run(t, cfg, framework.Processors{"c": c}))
 			n, _, _ := readCount(t, dir, "", "orders")
 			require.Equal(t, tc.want, n)
 			require.Equal(t, tc.handled, c.handled.Load())
@@ -255,7 +255,7 @@ func TestResumePointsPerNamespace(t *testing.T) {
 		st, err := state.OpenDir(dir, &state.Options{Logger: discard(), Unbound: true})
 		require.NoError(t, err)
 		for i := 1; i <= 10; i++ {
-			d := dedupe.Delivery{Feed: "orders", Epoch: src.epoch, Position: src.pos(i), Seq: uint64(i)}
+			d := tidemark.Delivery{Feed: "orders", Epoch: src.epoch, Position: src.pos(i), Seq: uint64(i)}
 			_, err := st.Namespace("b").Apply(context.Background(), d, func(*state.Tx) error { return nil })
 			require.NoError(t, err)
 		}
@@ -266,7 +266,7 @@ func TestResumePointsPerNamespace(t *testing.T) {
 	r := &resumable{memSource: src.restart()}
 	cfg := storeCfg(r, dir)
 	c := &counter{feed: "orders", ns: "a"}
-	require.NoError(t, run(t, cfg, framework.Registry{"c": c}))
+	require.NoError(t, run(t, cfg, framework.Processors{"c": c}))
 	points, _ := r.got()
 	require.Len(t, points, 2)
 	require.Equal(t, src.pos(40), points[0].Lineage.Position)
@@ -281,7 +281,7 @@ func TestResumePointsPerNamespace(t *testing.T) {
 func TestSourceWithoutResumerIsRefused(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	src := newMemSource(5)
-	s, err := framework.New(storeCfg(src, "bbolt:"+dir), framework.Registry{"c": &counter{feed: "orders"}})
+	s, err := framework.New(storeCfg(src, "bbolt:"+dir), framework.Processors{"c": &counter{feed: "orders"}})
 	require.NoError(t, err)
 	err = s.Start(context.Background())
 	require.ErrorIs(t, err, framework.ErrInvalidConfig)
@@ -295,14 +295,14 @@ func TestSourceWithoutResumerIsRefused(t *testing.T) {
 	// A source that cannot re-read has nothing to resume.
 	src = newMemSource(5)
 	src.reread, src.once = false, true
-	require.NoError(t, run(t, storeCfg(src, "bbolt:"+dir), framework.Registry{"c": &counter{feed: "orders"}}))
+	require.NoError(t, run(t, storeCfg(src, "bbolt:"+dir), framework.Processors{"c": &counter{feed: "orders"}}))
 }
 
 func TestStoreConfigMistakes(t *testing.T) {
 	dir := t.TempDir()
 	// A processor that asks for a store its group does not have.
 	cfg := storeCfg(newMemSource(1), "")
-	s, err := framework.New(cfg, framework.Registry{"c": &counter{feed: "orders"}})
+	s, err := framework.New(cfg, framework.Processors{"c": &counter{feed: "orders"}})
 	require.NoError(t, err)
 	err = s.Start(context.Background())
 	require.ErrorIs(t, err, framework.ErrNoStore)
@@ -311,7 +311,7 @@ func TestStoreConfigMistakes(t *testing.T) {
 	// Two groups on one store.
 	cfg = storeCfg(newMemSource(1), "bbolt:"+filepath.Join(dir, "s"))
 	cfg.Groups = append(cfg.Groups, framework.GroupConfig{Name: "h", Processors: []string{"d"}, Store: filepath.Join(dir, "s")})
-	_, err = framework.New(cfg, framework.Registry{"c": &counter{feed: "orders"}, "d": &counter{feed: "orders"}})
+	_, err = framework.New(cfg, framework.Processors{"c": &counter{feed: "orders"}, "d": &counter{feed: "orders"}})
 	require.ErrorIs(t, err, framework.ErrInvalidConfig)
 	require.ErrorContains(t, err, "same store")
 	// The first group's store was closed again.
@@ -322,12 +322,12 @@ func TestStoreConfigMistakes(t *testing.T) {
 	// Options without a store.
 	cfg = storeCfg(newMemSource(1), "")
 	cfg.Groups[0].StoreOptions = &state.Options{Sync: true}
-	_, err = framework.New(cfg, framework.Registry{"c": &counter{feed: "orders"}})
+	_, err = framework.New(cfg, framework.Processors{"c": &counter{feed: "orders"}})
 	require.ErrorIs(t, err, framework.ErrInvalidConfig)
 
 	// A store that cannot be opened.
 	cfg = storeCfg(newMemSource(1), "nosuch:"+dir)
-	_, err = framework.New(cfg, framework.Registry{"c": &counter{feed: "orders"}})
+	_, err = framework.New(cfg, framework.Processors{"c": &counter{feed: "orders"}})
 	require.ErrorIs(t, err, state.ErrUnknownBackend)
 	require.ErrorContains(t, err, `group "g"`)
 }
@@ -340,13 +340,13 @@ func TestFatalErrorStopsRun(t *testing.T) {
 	cfg := storeCfg(r, "bbolt:"+filepath.Join(t.TempDir(), "state"))
 	cfg.UntilSettled = false
 	boom := errors.New("the ledger database is gone")
-	c := &counter{feed: "orders", fail: func(d dedupe.Delivery) error {
+	c := &counter{feed: "orders", fail: func(d tidemark.Delivery) error {
 		if d.Position == src.pos(50) {
 			return framework.Fatal(boom)
 		}
 		return nil
 	}}
-	err := run(t, cfg, framework.Registry{"c": c})
+	err := run(t, cfg, framework.Processors{"c": c})
 	require.ErrorIs(t, err, boom)
 	require.ErrorContains(t, err, `processor "c" of group "g" on feed "orders"`)
 	require.Less(t, src.committedPos(), src.pos(50), "the failed line is never committed")
@@ -363,13 +363,13 @@ func TestCorruptStoreIsFatal(t *testing.T) {
 	cfg.UntilSettled = false
 	var rejected atomic.Int64
 	cfg.Groups[0].Failure = framework.FailurePolicy{Retries: 2, Backoff: time.Millisecond, OnReject: func(framework.Rejection) { rejected.Add(1) }}
-	c := &counter{feed: "orders", fail: func(d dedupe.Delivery) error {
+	c := &counter{feed: "orders", fail: func(d tidemark.Delivery) error {
 		if d.Position == src.pos(20) {
 			return fmt.Errorf("read balance: %w", &state.CorruptError{Backend: state.Bolt, Dir: "x", Record: "the value", Detail: "bad"})
 		}
 		return nil
 	}}
-	err := run(t, cfg, framework.Registry{"c": c})
+	err := run(t, cfg, framework.Processors{"c": c})
 	require.ErrorIs(t, err, state.ErrCorrupt)
 	require.Zero(t, rejected.Load(), "a damaged store is no line's fault")
 	require.Less(t, src.committedPos(), src.pos(20), "the failed line is never committed")
@@ -384,13 +384,13 @@ func TestPermanentErrorIsNotRetried(t *testing.T) {
 	cfg.Groups[0].Failure = framework.FailurePolicy{Retries: 5, Backoff: time.Hour, OnReject: func(r framework.Rejection) {
 		rejected = append(rejected, r.Delivery.Position)
 	}}
-	c := &counter{feed: "orders", fail: func(d dedupe.Delivery) error {
+	c := &counter{feed: "orders", fail: func(d tidemark.Delivery) error {
 		if d.Position == src.pos(3) {
 			return framework.Permanent(errors.New("no such account"))
 		}
 		return nil
 	}}
-	require.NoError(t, run(t, cfg, framework.Registry{"c": c}))
+	require.NoError(t, run(t, cfg, framework.Processors{"c": c}))
 	require.Equal(t, []int64{src.pos(3)}, rejected)
 	require.Equal(t, int64(10), c.handled.Load(), "one attempt per line")
 }
@@ -406,7 +406,7 @@ func TestStoreFailureIsFatal(t *testing.T) {
 	var writes atomic.Int64
 	cfg.Groups[0].StoreOptions = &state.Options{BatchSize: 100, FS: failOutputAfter(&writes, 3)}
 	c := &counter{feed: "orders", out: "out.csv"}
-	err := run(t, cfg, framework.Registry{"c": c})
+	err := run(t, cfg, framework.Processors{"c": c})
 	require.ErrorIs(t, err, state.ErrFailed)
 	_, l, _ := readCount(t, dir, "", "orders")
 	require.LessOrEqual(t, src.committedPos(), l.Position, "the pointer never passes what the store holds")
@@ -418,7 +418,7 @@ func TestRunUntilContextDone(t *testing.T) {
 	cfg := storeCfg(&resumable{memSource: src}, "bbolt:"+filepath.Join(t.TempDir(), "state"))
 	cfg.UntilSettled = false
 	c := &counter{feed: "orders"}
-	s, err := framework.New(cfg, framework.Registry{"c": c})
+	s, err := framework.New(cfg, framework.Processors{"c": c})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -434,8 +434,8 @@ func TestRunUntilContextDone(t *testing.T) {
 	src.appendN(1)
 	cfg = storeCfg(&resumable{memSource: src}, "bbolt:"+filepath.Join(t.TempDir(), "state2"))
 	block := make(chan struct{})
-	c = &counter{feed: "orders", fail: func(dedupe.Delivery) error { <-block; return nil }}
-	s, err = framework.New(cfg, framework.Registry{"c": c})
+	c = &counter{feed: "orders", fail: func(tidemark.Delivery) error { <-block; return nil }}
+	s, err = framework.New(cfg, framework.Processors{"c": c})
 	require.NoError(t, err)
 	ctx, cancel = context.WithCancel(context.Background())
 	go func() { errc <- s.Run(ctx) }()
@@ -462,7 +462,7 @@ func TestDeadGroupIsFatalUnderRun(t *testing.T) {
 		Groups: []framework.GroupConfig{{Name: "g", Processors: []string{"p"}}},
 		Logger: discard(),
 	}
-	s, err := framework.New(cfg, framework.Registry{"p": p})
+	s, err := framework.New(cfg, framework.Processors{"p": p})
 	require.NoError(t, err)
 	errc := make(chan error, 1)
 	go func() { errc <- s.Run(context.Background()) }()
@@ -479,7 +479,7 @@ func TestRunUntilSettledOnAMissingInput(t *testing.T) {
 	dir := t.TempDir()
 	cfg := fileCfg(filepath.Join(dir, "no-such-orders.csv"))
 	cfg.UntilSettled = true
-	err := run(t, cfg, framework.Registry{"p": &recProc{feeds: []string{"orders"}}})
+	err := run(t, cfg, framework.Processors{"p": &recProc{feeds: []string{"orders"}}})
 	require.ErrorIs(t, err, framework.ErrInputMissing)
 	require.ErrorContains(t, err, "no-such-orders.csv")
 }
@@ -498,7 +498,7 @@ func TestNilLoggerIsSlogDefault(t *testing.T) {
 		Groups:       []framework.GroupConfig{{Name: "g", Processors: []string{"p"}}},
 		UntilSettled: true,
 	}
-	require.NoError(t, run(t, cfg, framework.Registry{"p": &recProc{feeds: []string{"orders"}}}))
+	require.NoError(t, run(t, cfg, framework.Processors{"p": &recProc{feeds: []string{"orders"}}}))
 	require.True(t, buf.contains("no explicit overload policy"), "log: %s", buf.String())
 	require.True(t, strings.Contains(buf.String(), "server stopped"))
 }
@@ -539,7 +539,7 @@ func TestPermanentSourceErrorIsFatal(t *testing.T) {
 		Logger:       discard(),
 		UntilSettled: true,
 	}
-	err := run(t, cfg, framework.Registry{"p": &recProc{feeds: []string{"orders"}}})
+	err := run(t, cfg, framework.Processors{"p": &recProc{feeds: []string{"orders"}}})
 	require.ErrorContains(t, err, "lost messages 10..20")
 	require.ErrorContains(t, err, `feed "orders" cannot read its source`)
 }

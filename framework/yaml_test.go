@@ -110,7 +110,7 @@ func TestLoadConfigExample(t *testing.T) {
 	cfg.Groups[0].Store = "bbolt:" + filepath.Join(dir, "state")
 	cfg.Logger = discard()
 	require.NoError(t, os.WriteFile(cfg.Feeds[0].File.Filename, []byte("a\nb\n"), 0o644))
-	s := startServer(t, cfg, framework.Registry{"ledger": &recProc{feeds: []string{"orders"}}})
+	s := startServer(t, cfg, framework.Processors{"ledger": &recProc{feeds: []string{"orders"}}})
 	settle(t, s, "orders")
 	stopServer(t, s)
 }
@@ -506,7 +506,7 @@ func TestLoadConfigFileBindsProcessorsByName(t *testing.T) {
 	require.NoError(t, err)
 	cfg.Logger = discard()
 	p := &recProc{feeds: []string{"orders"}}
-	s := startServer(t, cfg, framework.Registry{"ledger": p})
+	s := startServer(t, cfg, framework.Processors{"ledger": p})
 	settle(t, s, "orders")
 	stopServer(t, s)
 	got := p.all()
@@ -545,7 +545,7 @@ func FuzzLoadConfig(f *testing.F) {
 			cfg.Groups[i].Store, cfg.Groups[i].StoreOptions = "", nil
 		}
 		cfg.Logger = discard()
-		if s, err := framework.New(cfg, framework.Registry{}); err == nil {
+		if s, err := framework.New(cfg, framework.Processors{}); err == nil {
 			_ = s.Stop(context.Background())
 		}
 	})
@@ -631,7 +631,7 @@ func TestLogLevelFiltersTheDefaultLogger(t *testing.T) {
 		buf.reset()
 		cfg, err := framework.LoadConfig(strings.NewReader("logLevel: " + tc.level + "\neventFeeds:\n  - {name: orders, filename: " + input + "}\nprocessorGroups:\n  - {agentName: g, processors: [p], store: 'bbolt:" + filepath.Join(dir, "st-"+tc.level) + "'}\n"))
 		require.NoError(t, err)
-		s := startServer(t, cfg, framework.Registry{"p": &recProc{feeds: []string{"orders"}}})
+		s := startServer(t, cfg, framework.Processors{"p": &recProc{feeds: []string{"orders"}}})
 		settle(t, s, "orders")
 		stopServer(t, s)
 		out := buf.String()
@@ -651,7 +651,7 @@ func TestOperatorIsStartedAndClosed(t *testing.T) {
 	cfg, err := framework.LoadConfig(strings.NewReader("operator: {addr: '127.0.0.1:0', token: t0k, watch: 1s}\neventFeeds:\n  - {name: orders, filename: " + input + ", overload: {policy: PAUSE}}\nprocessorGroups:\n  - {agentName: g, processors: [p]}\n"))
 	require.NoError(t, err)
 	cfg.Logger = discard()
-	_, err = framework.New(cfg, framework.Registry{"p": &recProc{feeds: []string{"orders"}}})
+	_, err = framework.New(cfg, framework.Processors{"p": &recProc{feeds: []string{"orders"}}})
 	require.ErrorIs(t, err, framework.ErrInvalidConfig)
 	require.ErrorContains(t, err, "nothing starts it")
 
@@ -672,7 +672,7 @@ func TestOperatorIsStartedAndClosed(t *testing.T) {
 			return nil
 		}), nil
 	}
-	s := startServer(t, cfg, framework.Registry{"p": &recProc{feeds: []string{"orders"}}})
+	s := startServer(t, cfg, framework.Processors{"p": &recProc{feeds: []string{"orders"}}})
 	require.Equal(t, framework.OperatorConfig{Addr: "127.0.0.1:0", Token: "t0k", Watch: time.Second}, got)
 	settle(t, s, "orders")
 	select {
@@ -688,7 +688,7 @@ func TestOperatorIsStartedAndClosed(t *testing.T) {
 	cfg.StartOperator = func(context.Context, *framework.Server, framework.OperatorConfig) (io.Closer, error) {
 		return nil, errors.New("address in use")
 	}
-	s, err = framework.New(cfg, framework.Registry{"p": &recProc{feeds: []string{"orders"}}})
+	s, err = framework.New(cfg, framework.Processors{"p": &recProc{feeds: []string{"orders"}}})
 	require.NoError(t, err)
 	err = s.Start(context.Background())
 	require.ErrorContains(t, err, "start the operator listener: address in use")

@@ -40,7 +40,7 @@ processorGroups:
 	logs := &recorder{}
 	cfg.Logger = slog.New(logs)
 	ops.Use(&cfg)
-	srv, err := framework.New(cfg, framework.Registry{"p": &storeProc{}})
+	srv, err := framework.New(cfg, framework.Processors{"p": &storeProc{}})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(context.Background()))
 	defer srv.Stop(context.Background())

@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/ops"
 )
@@ -17,7 +17,7 @@ type printer struct{}
 
 func (printer) Start(_ context.Context, fc *framework.Context) error { return fc.Subscribe("orders") }
 
-func (printer) Handle(context.Context, dedupe.Delivery, []byte) error { return nil }
+func (printer) Handle(context.Context, tidemark.Delivery, []byte) error { return nil }
 
 // A server with one file feed, and its operator listener on 127.0.0.1.
 func Example() {
@@ -35,7 +35,7 @@ func Example() {
 	srv, err := framework.New(framework.Config{
 		Feeds:  []framework.FeedConfig{{Name: "orders", File: &framework.FileConfig{Filename: input}}},
 		Groups: []framework.GroupConfig{{Name: "orders-agent", Processors: []string{"printer"}}},
-	}, framework.Registry{"printer": printer{}})
+	}, framework.Processors{"printer": printer{}})
 	if err != nil {
 		panic(err)
 	}

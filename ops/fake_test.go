@@ -12,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/ops"
@@ -138,12 +138,12 @@ func TestStoreMetricsAndStatus(t *testing.T) {
 	require.NoError(t, err)
 	defer st.Close()
 	for i := 1; i <= 3; i++ {
-		d := dedupe.Delivery{Feed: "orders", Epoch: 7, Position: int64(10 * i), Seq: uint64(i)}
+		d := tidemark.Delivery{Feed: "orders", Epoch: 7, Position: int64(10 * i), Seq: uint64(i)}
 		_, err := st.Apply(context.Background(), d, func(tx *state.Tx) error { return tx.Put([]byte{byte(i)}, nil) })
 		require.NoError(t, err)
 	}
 	// A re-delivery is skipped and counted.
-	_, err = st.Apply(context.Background(), dedupe.Delivery{Feed: "orders", Epoch: 7, Position: 20, Seq: 4}, func(*state.Tx) error { return nil })
+	_, err = st.Apply(context.Background(), tidemark.Delivery{Feed: "orders", Epoch: 7, Position: 20, Seq: 4}, func(*state.Tx) error { return nil })
 	require.NoError(t, err)
 
 	fs := &fakeServer{}

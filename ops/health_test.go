@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/ops"
@@ -46,7 +46,7 @@ type failer struct {
 
 func (p *failer) Start(_ context.Context, fc *framework.Context) error { return fc.Subscribe("in") }
 
-func (p *failer) Handle(_ context.Context, d dedupe.Delivery, line []byte) error {
+func (p *failer) Handle(_ context.Context, d tidemark.Delivery, line []byte) error {
 	if d.Seq == p.failSeq && !p.healed.Load() {
 		return framework.Permanent(errors.New("bad line " + strings.TrimSpace(string(line))))
 	}
@@ -69,7 +69,7 @@ func TestReadyzOfARealServer(t *testing.T) {
 			{Name: "ok", Processors: []string{"ok"}},
 			{Name: "q", Processors: []string{"q"}, Failure: framework.FailurePolicy{Retries: framework.NoRetries, Action: framework.Quarantine}},
 		},
-	}, framework.Registry{"ok": ok, "q": q})
+	}, framework.Processors{"ok": ok, "q": q})
 	require.NoError(t, err)
 	l, err := ops.New(ops.Config{Server: srv})
 	require.NoError(t, err)

@@ -16,7 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/ops"
 )
@@ -56,7 +56,7 @@ type proc struct {
 
 func (p *proc) Start(_ context.Context, fc *framework.Context) error { return fc.Subscribe(p.feed) }
 
-func (p *proc) Handle(ctx context.Context, d dedupe.Delivery, _ []byte) error {
+func (p *proc) Handle(ctx context.Context, d tidemark.Delivery, _ []byte) error {
 	if p.blockSeq != 0 && d.Seq == p.blockSeq {
 		p.waiting.Store(true)
 		select {
@@ -107,7 +107,7 @@ func startFixture(t *testing.T, n int, blockA uint64) *fixture {
 			{Name: "B", Processors: []string{"b"}},
 		},
 	}
-	srv, err := framework.New(cfg, framework.Registry{"a": f.a, "b": f.b})
+	srv, err := framework.New(cfg, framework.Processors{"a": f.a, "b": f.b})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(context.Background()))
 	f.srv = srv

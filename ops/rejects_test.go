@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/ops"
 )
@@ -28,7 +28,7 @@ type rejecter struct{}
 
 func (rejecter) Start(_ context.Context, fc *framework.Context) error { return fc.Subscribe("in") }
 
-func (rejecter) Handle(_ context.Context, d dedupe.Delivery, _ []byte) error {
+func (rejecter) Handle(_ context.Context, d tidemark.Delivery, _ []byte) error {
 	switch d.Seq % 3 {
 	case 0:
 		return framework.Permanent(malformed{})
@@ -47,7 +47,7 @@ func TestSkipsByReason(t *testing.T) {
 		Feeds:  []framework.FeedConfig{{Name: "in", File: &framework.FileConfig{Filename: input}, Overload: framework.OverloadConfig{Policy: framework.Pause}}},
 		Groups: []framework.GroupConfig{{Name: "A", Processors: []string{"r"}, Failure: framework.FailurePolicy{Retries: framework.NoRetries}}},
 		Logger: slog.New(slog.DiscardHandler),
-	}, framework.Registry{"r": rejecter{}})
+	}, framework.Processors{"r": rejecter{}})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(context.Background()))
 	defer srv.Stop(context.Background())

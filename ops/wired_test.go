@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/ops"
 	"github.com/tidemark-go/tidemark/state"
@@ -27,7 +27,7 @@ func (p *storeProc) Start(_ context.Context, fc *framework.Context) error {
 	return fc.Subscribe("in")
 }
 
-func (p *storeProc) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (p *storeProc) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	_, err := p.st.Apply(ctx, d, func(tx *state.Tx) error {
 		_, err := tx.AddInt64([]byte("n"), 1)
 		return err
@@ -50,7 +50,7 @@ func TestHistogramsFromTheFrameworkAndTheStore(t *testing.T) {
 		Groups: []framework.GroupConfig{{Name: "A", Processors: []string{"p"}, Store: "bbolt:" + filepath.Join(dir, "state"),
 			StoreOptions: &state.Options{Observer: obs.ForStore("A"), BatchInterval: 5 * time.Millisecond}}},
 		Observer: obs,
-	}, framework.Registry{"p": &storeProc{}})
+	}, framework.Processors{"p": &storeProc{}})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(context.Background()))
 	defer srv.Stop(context.Background())
@@ -80,7 +80,7 @@ func TestRewindIsReported(t *testing.T) {
 			Groups:       []framework.GroupConfig{{Name: "A", Processors: []string{"p"}, Store: "bbolt:" + data}},
 			UntilSettled: true,
 			Logger:       slog.New(slog.DiscardHandler),
-		}, framework.Registry{"p": &storeProc{}})
+		}, framework.Processors{"p": &storeProc{}})
 		require.NoError(t, err)
 		return srv
 	}

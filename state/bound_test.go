@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 )
 
 // TestApplyNeedsABinding: a batched Apply of a feed that no checkpoint is
@@ -26,7 +26,7 @@ func TestApplyNeedsABinding(t *testing.T) {
 			_, err := tx.AddInt64([]byte("count"), 1)
 			return err
 		}
-		notBound := func(d dedupe.Delivery) {
+		notBound := func(d tidemark.Delivery) {
 			t.Helper()
 			ok, err := s.Apply(ctx, d, fn)
 			if ok || !errors.Is(err, ErrNotBound) {
@@ -58,9 +58,9 @@ func TestApplyNeedsABinding(t *testing.T) {
 			t.Fatalf("Apply of bound feed g in another namespace: %v, %v", ok, err)
 		}
 		// Epoch 0 is no exemption: the feed's pointer would still move.
-		notBound(dedupe.Delivery{Feed: "f"})
+		notBound(tidemark.Delivery{Feed: "f"})
 		// A delivery without a feed name has no pointer to keep behind.
-		if ok, err := s.Apply(ctx, dedupe.Delivery{}, fn); !ok || err != nil {
+		if ok, err := s.Apply(ctx, tidemark.Delivery{}, fn); !ok || err != nil {
 			t.Fatalf("Apply without a feed: %v, %v", ok, err)
 		}
 		if called != 5 {
@@ -128,7 +128,7 @@ func TestFileSetRecordsPerFile(t *testing.T) {
 			ctx := context.Background()
 			apply := func(file string, epoch uint64, pos int64) bool {
 				t.Helper()
-				ok, err := s.Apply(ctx, dedupe.Delivery{Feed: "logs", File: file, Epoch: epoch, Position: pos}, func(tx *Tx) error { return nil })
+				ok, err := s.Apply(ctx, tidemark.Delivery{Feed: "logs", File: file, Epoch: epoch, Position: pos}, func(tx *Tx) error { return nil })
 				if err != nil {
 					t.Fatal(err)
 				}

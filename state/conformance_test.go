@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/vfs"
 )
 
@@ -47,7 +47,7 @@ func TestApplySkipsRedeliveries(t *testing.T) {
 			t.Fatal("line of another feed skipped")
 		}
 		for i := 0; i < 2; i++ {
-			if !applyLine(t, s, dedupe.Delivery{Feed: "f", Epoch: 0, Position: 10}) {
+			if !applyLine(t, s, tidemark.Delivery{Feed: "f", Epoch: 0, Position: 10}) {
 				t.Fatal("delivery without positions skipped")
 			}
 		}
@@ -58,7 +58,7 @@ func TestApplySkipsRedeliveries(t *testing.T) {
 			t.Fatal(err)
 		}
 		l, ok := s.Applied("f")
-		if !ok || l.Applied != (dedupe.Applied{Epoch: 1, Position: 50}) {
+		if !ok || l.Applied != (tidemark.Applied{Epoch: 1, Position: 50}) {
 			t.Fatalf("Applied(f) = %+v, %v: epoch 0 must not move it", l, ok)
 		}
 	})
@@ -513,7 +513,7 @@ func TestReopenReportsAppliedAndFindsBackend(t *testing.T) {
 				t.Fatalf("Open(%q): %v", cfg, err)
 			}
 			l, ok := s2.Applied("f")
-			if !ok || l.Applied != (dedupe.Applied{Epoch: 7, Position: 30}) || s2.Backend() != be.name || s2.Dir() != s.Dir() {
+			if !ok || l.Applied != (tidemark.Applied{Epoch: 7, Position: 30}) || s2.Backend() != be.name || s2.Dir() != s.Dir() {
 				t.Fatalf("Open(%q): Applied = %+v %v, backend %s", cfg, l, ok, s2.Backend())
 			}
 			if getInt(t, s2, "count") != 3 {
@@ -812,14 +812,14 @@ func TestLineage(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				dir := t.TempDir()
-				f := &file{data: lines(500, 'a'), ident: dedupe.Identity{Dev: 1, Ino: 2}}
+				f := &file{data: lines(500, 'a'), ident: tidemark.Identity{Dev: 1, Ino: 2}}
 				s := mustOpen(t, be, dir, testOpts())
 				o1 := f.origin()
 				switch {
 				case tc.fpLen > 0:
-					o1.Fingerprint = dedupe.Fingerprint{Len: tc.fpLen, Hash: fnv64(f.data[:tc.fpLen])}
+					o1.Fingerprint = tidemark.Fingerprint{Len: tc.fpLen, Hash: fnv64(f.data[:tc.fpLen])}
 				case tc.fpLen < 0:
-					o1.Fingerprint = dedupe.Fingerprint{Len: 0, Hash: fnv64(nil)}
+					o1.Fingerprint = tidemark.Fingerprint{Len: 0, Hash: fnv64(nil)}
 				}
 				for n := 1; n <= 450; n++ {
 					d := del("f", 1, n)
@@ -1019,7 +1019,7 @@ func TestAppliedAll(t *testing.T) {
 		s := mustOpen(t, be, dir, o)
 		t.Cleanup(g.open) // before Close if the test fails
 		ctx := context.Background()
-		positions := func(ls []dedupe.Lineage) []int64 {
+		positions := func(ls []tidemark.Lineage) []int64 {
 			ps := make([]int64, len(ls))
 			for i, l := range ls {
 				ps[i] = l.Position

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/vfs"
 )
 
@@ -20,7 +20,7 @@ func TestCorruptRecordsAreDetected(t *testing.T) {
 			want    string
 		}{
 			{"bit flip in a lineage", func(c *core) error {
-				v := encodeLineage(dedupe.Lineage{Applied: dedupe.Applied{Epoch: 1, Position: 10}})
+				v := encodeLineage(tidemark.Lineage{Applied: tidemark.Applied{Epoch: 1, Position: 10}})
 				for _, i := range []int{3, 20, lineageLen - 1} {
 					v[i] ^= 0x10
 				}

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/checkpoint"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/internal/pgtest"
 )
 
@@ -148,7 +148,7 @@ func TestCrashChild(t *testing.T) {
 	}()
 	ctx := context.Background()
 	epoch, _ := strconv.ParseUint(os.Getenv("CRASH_EPOCH"), 10, 64)
-	input := &file{data: lines(crashLines, 'a'), ident: dedupe.Identity{Dev: 1, Ino: 42}}
+	input := &file{data: lines(crashLines, 'a'), ident: tidemark.Identity{Dev: 1, Ino: 42}}
 	origin := input.origin()
 	for n := int(ptr/lineLen) + 1; n <= crashLines; n++ {
 		d := del("f", epoch, n)

@@ -98,7 +98,7 @@
 //	st.Bind("orders", registry.Hold("orders", "orders-agent"))
 //	ledger := st.Namespace("ledger")
 //
-//	// in Handle(ctx, d dedupe.Delivery, line []byte):
+//	// in Handle(ctx, d tidemark.Delivery, line []byte):
 //	_, err := ledger.Apply(ctx, d, func(tx *state.Tx) error {
 //		_, err := tx.Bucket("balances").AddInt64([]byte(account), amount)
 //		return err
@@ -110,7 +110,7 @@
 // # How a line is applied
 //
 // Apply skips a delivery at or below the position recorded for its feed in
-// the same epoch (see [dedupe.AlreadyApplied]), without calling the function,
+// the same epoch (see [tidemark.AlreadyApplied]), without calling the function,
 // and counts it in [Stats]. Otherwise it calls the function with a [Tx] whose
 // reads see the durable state, every change staged by earlier Apply calls,
 // and its own writes, and stages the writes together with the delivery's
@@ -216,9 +216,9 @@
 // A position means something only within its epoch, and a feed starts a new
 // epoch when its pointer file is lost or migrated, even on the same file.
 // With each recorded position the store keeps the file's identity and
-// fingerprint from the delivery's [dedupe.Origin], and the hash of the (up
+// fingerprint from the delivery's [tidemark.Origin], and the hash of the (up
 // to 64) bytes just before the position, read back once per batch through
-// [dedupe.Origin.TailHash]. When a new epoch arrives whose file has the same
+// [tidemark.Origin.TailHash]. When a new epoch arrives whose file has the same
 // leading bytes (over the length the recorded fingerprint covers: an epoch
 // begun on an empty or short file is still recognised once the file has
 // grown) and the same bytes before the recorded position, its lines at

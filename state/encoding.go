@@ -7,7 +7,7 @@ import (
 	"hash/crc32"
 	"strings"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 )
 
 // Key space, shared by every backend (all integers big-endian or uvarint):
@@ -68,7 +68,7 @@ func appliedPrefix(ns string) []byte {
 
 // fileSep separates a feed's name from the name of one of its files in an
 // applied key: a feed that follows a set of files keeps one record per
-// file (dedupe.Delivery.File). A feed's name never holds it.
+// file (tidemark.Delivery.File). A feed's name never holds it.
 const fileSep = '\x1f'
 
 // appliedKey is the key of the applied record of file of feed in ns (file
@@ -111,7 +111,7 @@ func outputChunkKey(name string, off int64) []byte {
 
 func isOutputChunk(k []byte) bool { return len(k) > 0 && k[0] == tagOutputData }
 
-func encodeLineage(l dedupe.Lineage) []byte {
+func encodeLineage(l tidemark.Lineage) []byte {
 	b := make([]byte, 0, lineageLen)
 	b = append(b, lineageV1)
 	b = binary.BigEndian.AppendUint64(b, l.Epoch)
@@ -125,8 +125,8 @@ func encodeLineage(l dedupe.Lineage) []byte {
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
 }
 
-func decodeLineage(b []byte) (dedupe.Lineage, error) {
-	var l dedupe.Lineage
+func decodeLineage(b []byte) (tidemark.Lineage, error) {
+	var l tidemark.Lineage
 	if len(b) != lineageLen || b[0] != lineageV1 {
 		return l, fmt.Errorf("lineage record of %d bytes, version %d: %w", len(b), first(b), ErrCorrupt)
 	}

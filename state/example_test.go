@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"sync/atomic"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/checkpoint"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/state"
 )
 
@@ -30,13 +30,13 @@ func Example() {
 	ledger := st.Namespace("ledger")
 	ctx := context.Background()
 	lines := []struct {
-		d       dedupe.Delivery
+		d       tidemark.Delivery
 		account string
 		amount  int64
 	}{
-		{dedupe.Delivery{Feed: "orders", Epoch: 1, Position: 12}, "alice", 100},
-		{dedupe.Delivery{Feed: "orders", Epoch: 1, Position: 24}, "bob", 50},
-		{dedupe.Delivery{Feed: "orders", Epoch: 1, Position: 12}, "alice", 100}, // re-delivered
+		{tidemark.Delivery{Feed: "orders", Epoch: 1, Position: 12}, "alice", 100},
+		{tidemark.Delivery{Feed: "orders", Epoch: 1, Position: 24}, "bob", 50},
+		{tidemark.Delivery{Feed: "orders", Epoch: 1, Position: 12}, "alice", 100}, // re-delivered
 	}
 	for _, l := range lines {
 		applied, err := ledger.Apply(ctx, l.d, func(tx *state.Tx) error {
@@ -95,7 +95,7 @@ func ExampleStore_Bind() {
 	st.Bind("orders", cp)
 
 	for n := int64(1); n <= 250; n++ {
-		d := dedupe.Delivery{Feed: "orders", Epoch: 1, Position: n * 10}
+		d := tidemark.Delivery{Feed: "orders", Epoch: 1, Position: n * 10}
 		if _, err := st.Apply(context.Background(), d, func(tx *state.Tx) error {
 			_, err := tx.AddInt64([]byte("lines"), 1)
 			return err
@@ -122,7 +122,7 @@ func ExampleTx_Output() {
 		log.Fatal(err)
 	}
 	for n := int64(1); n <= 3; n++ {
-		d := dedupe.Delivery{Feed: "orders", Epoch: 1, Position: n * 10}
+		d := tidemark.Delivery{Feed: "orders", Epoch: 1, Position: n * 10}
 		st.Apply(context.Background(), d, func(tx *state.Tx) error {
 			_, err := fmt.Fprintf(tx.Output("out.csv"), "line,%d\n", n)
 			return err

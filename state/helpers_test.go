@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/checkpoint"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/vfs"
 )
 
@@ -124,12 +124,12 @@ func mustOpen(t testing.TB, be backend, dir string, o *Options) Store {
 
 const lineLen = 10 // every test line is 10 bytes: line n ends at n*lineLen
 
-func del(feed string, epoch uint64, n int) dedupe.Delivery {
-	return dedupe.Delivery{Feed: feed, Epoch: epoch, Position: int64(n) * lineLen, Seq: uint64(n)}
+func del(feed string, epoch uint64, n int) tidemark.Delivery {
+	return tidemark.Delivery{Feed: feed, Epoch: epoch, Position: int64(n) * lineLen, Seq: uint64(n)}
 }
 
 // applyLine applies line n of feed f: it counts it and adds n to a sum.
-func applyLine(t testing.TB, s Namespace, d dedupe.Delivery) bool {
+func applyLine(t testing.TB, s Namespace, d tidemark.Delivery) bool {
 	t.Helper()
 	ok, err := s.Apply(context.Background(), d, func(tx *Tx) error {
 		if _, err := tx.AddInt64([]byte("count"), 1); err != nil {
@@ -232,19 +232,19 @@ func (g *gate) open() {
 type file struct {
 	mu    sync.Mutex
 	data  []byte
-	ident dedupe.Identity
+	ident tidemark.Identity
 	reads atomic.Int64
 }
 
 func fnv64(b []byte) uint64 { h := fnv.New64a(); h.Write(b); return h.Sum64() }
 
-func (f *file) origin() *dedupe.Origin {
+func (f *file) origin() *tidemark.Origin {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := min(len(f.data), 4096)
-	return &dedupe.Origin{
+	return &tidemark.Origin{
 		Identity:    f.ident,
-		Fingerprint: dedupe.Fingerprint{Len: n, Hash: fnv64(f.data[:n])},
+		Fingerprint: tidemark.Fingerprint{Len: n, Hash: fnv64(f.data[:n])},
 		TailHash:    f.tailHash,
 	}
 }

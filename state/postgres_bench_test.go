@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 )
 
 // BenchmarkPostgresBareLedger is the baseline of BenchmarkApplyLedger on
@@ -137,7 +137,7 @@ func BenchmarkPostgresColdRead(b *testing.B) {
 			n := 0
 			for b.Loop() {
 				n++
-				if _, err := s.Apply(ctx, dedupe.Delivery{Feed: "r", Seq: uint64(n)}, func(tx *Tx) error {
+				if _, err := s.Apply(ctx, tidemark.Delivery{Feed: "r", Seq: uint64(n)}, func(tx *Tx) error {
 					_, err := tx.GetInt64(fmt.Appendf(nil, "k%06d", n%keys))
 					return err
 				}); err != nil {

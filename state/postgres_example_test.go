@@ -6,7 +6,7 @@ import (
 	"log"
 	"os"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/state"
 )
 
@@ -21,7 +21,7 @@ func ExampleOpenPostgres() {
 	}
 	defer st.Close()
 	ledger := st.Namespace("ledger")
-	d := dedupe.Delivery{Feed: "orders.3", Epoch: 1, Position: 27}
+	d := tidemark.Delivery{Feed: "orders.3", Epoch: 1, Position: 27}
 	if _, err := ledger.Apply(context.Background(), d, func(tx *state.Tx) error {
 		_, err := tx.Bucket("balances").AddInt64([]byte("alice"), 100)
 		if err == nil {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 )
 
 // TestSimulation drives a store with random operations against a model in
@@ -183,7 +183,7 @@ func TestConcurrentUse(t *testing.T) {
 				feed := "f" + strconv.Itoa(w)
 				for n := 1; n <= lines; n++ {
 					for range 2 { // every line delivered twice
-						if _, err := s.Apply(ctx, dedupe.Delivery{Feed: feed, Epoch: 1, Position: int64(n)}, func(tx *Tx) error {
+						if _, err := s.Apply(ctx, tidemark.Delivery{Feed: feed, Epoch: 1, Position: int64(n)}, func(tx *Tx) error {
 							_, err := tx.AddInt64([]byte("count"), 1)
 							return err
 						}); err != nil {

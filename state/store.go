@@ -14,8 +14,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/checkpoint"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/vfs"
 )
 
@@ -47,7 +47,7 @@ type Namespace interface {
 	//
 	// After a commit failed, Apply returns an error wrapping [ErrFailed].
 	// fn must not call the store.
-	Apply(ctx context.Context, d dedupe.Delivery, fn func(tx *Tx) error) (applied bool, err error)
+	Apply(ctx context.Context, d tidemark.Delivery, fn func(tx *Tx) error) (applied bool, err error)
 	// View calls fn with a read-only transaction of this namespace. It sees
 	// every change staged by an Apply that returned, durable or not yet: the
 	// state as the processor knows it. Writes fail with [ErrReadOnly].
@@ -57,7 +57,7 @@ type Namespace interface {
 	// after Open it is what the store found on disk. For a feed of a set
 	// of files, each file has its own record (keyed by Delivery.File):
 	// Applied returns the one of file "", AppliedAll every file's.
-	Applied(feed string) (dedupe.Lineage, bool)
+	Applied(feed string) (tidemark.Lineage, bool)
 }
 
 // Store is a durable key/value store that applies every delivered line
@@ -78,7 +78,7 @@ type Store interface {
 	// where the feed must resume so that this store misses nothing (the
 	// lowest of them, or the input's start when there is none). The
 	// framework reads it before the feed's first Poll.
-	AppliedAll(feed string) []dedupe.Lineage
+	AppliedAll(feed string) []tidemark.Lineage
 	// Bind makes the store drive cp: each time a batch is durable, the
 	// store calls cp.DurableThrough with the mark it took when it cut the
 	// batch. feed must be cp's feed. A store with bound checkpoints also
@@ -142,7 +142,7 @@ type Stats struct {
 
 // feedKey names the applied position of a feed in a namespace: of the
 // feed, or of one file of a feed that follows a set of files
-// (dedupe.Delivery.File; "" for a feed of one file).
+// (tidemark.Delivery.File; "" for a feed of one file).
 type feedKey struct{ ns, feed, file string }
 
 // feedState is what the store knows of a feed in a namespace. c.mu guards
@@ -151,10 +151,10 @@ type feedState struct {
 	fk feedKey
 	// latest is the latest applied position, staged or durable (TailLen 0:
 	// no tail hash known), and origin the file it was applied from.
-	latest dedupe.Lineage
-	origin *dedupe.Origin
+	latest tidemark.Lineage
+	origin *tidemark.Origin
 	// durable is the latest durable position, if hasDur.
-	durable dedupe.Lineage
+	durable tidemark.Lineage
 	hasDur  bool
 	// verdict, if cached, tells whether an epoch continues the lineage.
 	verdict verdict
@@ -171,8 +171,8 @@ type feedState struct {
 // appliedRec is the highest position of a feed in a batch.
 type appliedRec struct {
 	fs     *feedState
-	lin    dedupe.Lineage
-	origin *dedupe.Origin
+	lin    tidemark.Lineage
+	origin *tidemark.Origin
 }
 
 // verdict caches whether an epoch continues the recorded lineage.
@@ -537,7 +537,7 @@ func (c *core) cut() *batch {
 // apply is Apply. d is a pointer: a Delivery among its other arguments
 // would be passed on the stack, and copied with loads that wait for the
 // caller's stores.
-func (c *core) apply(ctx context.Context, ns *nsStore, d *dedupe.Delivery, fn func(tx *Tx) error) (bool, error) {
+func (c *core) apply(ctx context.Context, ns *nsStore, d *tidemark.Delivery, fn func(tx *Tx) error) (bool, error) {
 	if !c.applyTok.CompareAndSwap(false, true) {
 		if err := c.acquire(ctx); err != nil {
 			return false, fmt.Errorf("apply feed %q epoch %d position %d: waiting for another Apply: %w", d.Feed, d.Epoch, d.Position, err)
@@ -649,7 +649,7 @@ func (c *core) exit() {
 // usable, waits while a full batch waits for the previous one to commit,
 // skips a re-delivery, and returns the state of d's feed and the
 // transaction for d.
-func (c *core) enter(ctx context.Context, ns *nsStore, d *dedupe.Delivery) (fs *feedState, tx *Tx, skip bool, err error) {
+func (c *core) enter(ctx context.Context, ns *nsStore, d *tidemark.Delivery) (fs *feedState, tx *Tx, skip bool, err error) {
 	c.mu.Lock()
 	if c.closed || c.failed != nil || (c.full(c.cur) && !c.opts.Sync) {
 		if err := c.beforeApply(ctx, *d); err != nil {
@@ -692,7 +692,7 @@ func (c *core) enter(ctx context.Context, ns *nsStore, d *dedupe.Delivery) (fs *
 // the store (see ErrNotBound), and that the backend takes the key of the
 // feed's applied record. A feed that fails is checked again by its next
 // Apply (a Bind may come meanwhile). c.mu held.
-func (c *core) admit(fs *feedState, d *dedupe.Delivery) error {
+func (c *core) admit(fs *feedState, d *tidemark.Delivery) error {
 	if strings.IndexByte(d.Feed, fileSep) >= 0 {
 		return c.applyErr(*d, fmt.Errorf("the feed's name holds the byte 0x1f, which separates a feed from its files in the store: rename the feed"))
 	}
@@ -731,7 +731,7 @@ func (c *core) leave() {
 
 // setLineage sets l to the position of d, with the identity and
 // fingerprint of its origin, and no tail hash yet.
-func setLineage(l *dedupe.Lineage, d *dedupe.Delivery) {
+func setLineage(l *tidemark.Lineage, d *tidemark.Delivery) {
 	l.Epoch, l.Position = d.Epoch, d.Position
 	if o := d.Origin; o != nil {
 		l.Identity.Dev, l.Identity.Ino = o.Identity.Dev, o.Identity.Ino
@@ -744,7 +744,7 @@ func setLineage(l *dedupe.Lineage, d *dedupe.Delivery) {
 
 // beforeApply returns why an Apply cannot stage, or waits while a full
 // batch waits for the previous one to commit (back-pressure). c.mu held.
-func (c *core) beforeApply(ctx context.Context, d dedupe.Delivery) error {
+func (c *core) beforeApply(ctx context.Context, d tidemark.Delivery) error {
 	if err := c.unusable(); err != nil {
 		return c.applyErr(d, err)
 	}
@@ -771,7 +771,7 @@ func (c *core) beforeApply(ctx context.Context, d dedupe.Delivery) error {
 // otherEpoch decides whether d, at or below the recorded position of fs in
 // another epoch, was applied before: it releases c.mu, and returns with it
 // held only when d is to be applied.
-func (c *core) otherEpoch(fs *feedState, d dedupe.Delivery) (skip bool) {
+func (c *core) otherEpoch(fs *feedState, d tidemark.Delivery) (skip bool) {
 	last, dur, hasDur, v, cached := fs.latest, fs.durable, fs.hasDur, fs.verdict, fs.cached
 	c.mu.Unlock()
 	skip, byLineage := c.redelivery(fs, d, last, dur, hasDur, v, cached)
@@ -804,7 +804,7 @@ func (c *core) stage(b *batch) {
 
 // applySync cuts the batch of the Apply that just staged and waits until
 // it is durable. c.mu held; released on return.
-func (c *core) applySync(d dedupe.Delivery) (bool, error) {
+func (c *core) applySync(d tidemark.Delivery) (bool, error) {
 	for c.sealed != nil {
 		_ = c.wait(context.Background())
 	}
@@ -835,7 +835,7 @@ func (c *core) feed(ns, feed, file string) *feedState {
 // newTx returns a new transaction of the namespace ns. The caller holds
 // the token. Transactions are cut from a slab and never reused, so that one
 // kept past its function stays done.
-func (c *core) newTx(ns *nsStore, d *dedupe.Delivery, readOnly bool) *Tx {
+func (c *core) newTx(ns *nsStore, d *tidemark.Delivery, readOnly bool) *Tx {
 	// By index: cutting c.txs would write its pointer, and so the
 	// write barrier, on every line.
 	if c.txi == len(c.txs) {
@@ -1009,18 +1009,18 @@ func (c *core) tryCut() {
 	c.release()
 }
 
-func (c *core) applyErr(d dedupe.Delivery, err error) error {
+func (c *core) applyErr(d tidemark.Delivery, err error) error {
 	return fmt.Errorf("apply feed %q epoch %d position %d in store %s: %w", d.Feed, d.Epoch, d.Position, c.dir, err)
 }
 
 // redelivery decides whether d was applied before: by the recorded
 // position in its epoch, or by the lineage of the recorded epoch when d
 // opens a new epoch on the same, unchanged file.
-func (c *core) redelivery(fs *feedState, d dedupe.Delivery, last, dur dedupe.Lineage, hasDur bool, v verdict, cached bool) (skip, byLineage bool) {
+func (c *core) redelivery(fs *feedState, d tidemark.Delivery, last, dur tidemark.Lineage, hasDur bool, v verdict, cached bool) (skip, byLineage bool) {
 	if d.Epoch == 0 || last.Epoch == 0 {
 		return false, false
 	}
-	if dedupe.AlreadyApplied(d, last.Applied) {
+	if tidemark.AlreadyApplied(d, last.Applied) {
 		return true, false
 	}
 	if d.Epoch == last.Epoch || d.Position > last.Position {
@@ -1059,7 +1059,7 @@ func (c *core) redelivery(fs *feedState, d dedupe.Delivery, last, dur dedupe.Lin
 // empty one, a header line) has a fingerprint of fewer bytes than the
 // file's later epochs, and must still be recognised once the file has
 // grown, or its lines would apply a second time.
-func lineageMatches(rec dedupe.Lineage, o *dedupe.Origin) bool {
+func lineageMatches(rec tidemark.Lineage, o *tidemark.Origin) bool {
 	if o == nil || o.TailHash == nil || rec.TailLen <= 0 {
 		return false
 	}
@@ -1351,14 +1351,14 @@ func newNS(c *core, ns string) *nsStore {
 	return &nsStore{c: c, ns: ns, root: newBucketInfo(ns, "")}
 }
 
-func (s *nsStore) Apply(ctx context.Context, d dedupe.Delivery, fn func(tx *Tx) error) (bool, error) {
+func (s *nsStore) Apply(ctx context.Context, d tidemark.Delivery, fn func(tx *Tx) error) (bool, error) {
 	return s.c.apply(ctx, s, &d, fn)
 }
 
 func (s *nsStore) View(fn func(tx *Tx) error) error {
 	_ = s.c.acquire(context.Background())
 	defer s.c.release()
-	tx := s.c.newTx(s, &dedupe.Delivery{}, true)
+	tx := s.c.newTx(s, &tidemark.Delivery{}, true)
 	s.c.mu.Lock()
 	closed := s.c.closed
 	s.c.snapshot()
@@ -1373,17 +1373,17 @@ func (s *nsStore) View(fn func(tx *Tx) error) error {
 	return err
 }
 
-func (s *nsStore) Applied(feed string) (dedupe.Lineage, bool) {
+func (s *nsStore) Applied(feed string) (tidemark.Lineage, bool) {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
 	fs := s.c.feeds[feedKey{s.ns, feed, ""}]
 	if fs == nil || !fs.hasDur {
-		return dedupe.Lineage{}, false
+		return tidemark.Lineage{}, false
 	}
 	return fs.durable, true
 }
 
-func (s *nsStore) AppliedAll(feed string) []dedupe.Lineage {
+func (s *nsStore) AppliedAll(feed string) []tidemark.Lineage {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
 	var fks []feedKey
@@ -1393,7 +1393,7 @@ func (s *nsStore) AppliedAll(feed string) []dedupe.Lineage {
 		}
 	}
 	slices.SortFunc(fks, func(a, b feedKey) int { return cmp.Or(strings.Compare(a.ns, b.ns), strings.Compare(a.file, b.file)) })
-	out := make([]dedupe.Lineage, len(fks))
+	out := make([]tidemark.Lineage, len(fks))
 	for i, fk := range fks {
 		out[i] = s.c.feeds[fk].durable
 		out[i].File = fk.file

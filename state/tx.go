@@ -6,7 +6,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 )
 
 // Tx is the transaction given to the function of [Store.Apply] or
@@ -33,7 +33,7 @@ type txState struct {
 	c        *core
 	ns       string
 	nss      *nsStore
-	d        dedupe.Delivery
+	d        tidemark.Delivery
 	readOnly bool
 	// w holds the transaction's writes (nil in View).
 	w *txWrites
@@ -51,9 +51,9 @@ type txState struct {
 }
 
 // Delivery returns the delivery being applied; the zero Delivery in View.
-func (tx *Tx) Delivery() dedupe.Delivery {
+func (tx *Tx) Delivery() tidemark.Delivery {
 	if tx.done {
-		return dedupe.Delivery{}
+		return tidemark.Delivery{}
 	}
 	return tx.d
 }

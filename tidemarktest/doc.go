@@ -24,8 +24,8 @@
 // to a file of its own, or applies without the delivery's position fails.
 //
 //	func TestLedgerIsExactlyOnce(t *testing.T) {
-//		cfg := tidemarktest.Config{Processors: func() framework.Registry {
-//			return framework.Registry{"ledger": &ledger{}}
+//		cfg := tidemarktest.Config{Processors: func() framework.Processors {
+//			return framework.Processors{"ledger": &ledger{}}
 //		}}
 //		tidemarktest.CheckExactlyOnce(t, cfg, lines, nil, func(h *tidemarktest.Harness) any {
 //			return balances(h) // read with h.View

@@ -12,8 +12,8 @@ import (
 // last ones again as a crash would, restarts it, and reads its table.
 func ExampleHarness() {
 	var t fakeT // in a test: the *testing.T
-	h := tidemarktest.New(&t, tidemarktest.Config{Processors: func() framework.Registry {
-		return framework.Registry{"sums": &sums{}}
+	h := tidemarktest.New(&t, tidemarktest.Config{Processors: func() framework.Processors {
+		return framework.Processors{"sums": &sums{}}
 	}})
 	h.Append("alice,10", "bob,5", "alice,7")
 	h.Run()

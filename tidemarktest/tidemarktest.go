@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
@@ -33,7 +32,7 @@ type Config struct {
 	// call: every run of the harness is a new process, so that a processor
 	// that keeps state in memory loses it at a restart, as it would.
 	// Required.
-	Processors func() framework.Registry
+	Processors func() framework.Processors
 	// Order is the order of the processors in the group; nil means the
 	// registry's names in sorted order.
 	Order []string
@@ -238,7 +237,7 @@ func (h *Harness) Redeliver(n int) {
 		h.t.Fatalf("tidemarktest: %v", err)
 	}
 	tl := int(min(pos, int64(pointer.MaxTailLen)))
-	rec.Position, rec.TailLen, rec.TailHash = pos, tl, feed.HashBytes(data[pos-int64(tl):pos])
+	rec.Position, rec.TailLen, rec.TailHash = pos, tl, pointer.HashBytes(data[pos-int64(tl):pos])
 	if err := pf.Store(rec); err != nil {
 		h.t.Fatalf("tidemarktest: Redeliver: %v", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
 	"github.com/tidemark-go/tidemark/tidemarktest"
@@ -28,7 +28,7 @@ func (s *sums) Start(_ context.Context, fc *framework.Context) error {
 	return fc.Subscribe(tidemarktest.Feed)
 }
 
-func (s *sums) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (s *sums) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	account, amount, err := parse(line)
 	if err != nil {
 		return framework.Permanent(err)
@@ -45,7 +45,7 @@ func (s *sums) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error
 // writes somewhere else would.
 type careless struct{ sums }
 
-func (c *careless) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (c *careless) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	d.Epoch, d.Position, d.Origin = 0, 0, nil
 	return c.sums.Handle(ctx, d, line)
 }
@@ -57,7 +57,7 @@ type inMemory struct {
 	n int64
 }
 
-func (m *inMemory) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (m *inMemory) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	m.n++
 	_, err := m.st.Apply(ctx, d, func(tx *state.Tx) error { return tx.PutInt64([]byte("lines"), m.n) })
 	return err
@@ -127,15 +127,15 @@ func TestCheckExactlyOnce(t *testing.T) {
 	for _, backend := range []string{state.Bolt, state.Pebble} {
 		t.Run(backend, func(t *testing.T) {
 			// A processor that applies through the store passes.
-			tidemarktest.CheckExactlyOnce(t, tidemarktest.Config{Backend: backend, Processors: func() framework.Registry {
-				return framework.Registry{"sums": &sums{}}
+			tidemarktest.CheckExactlyOnce(t, tidemarktest.Config{Backend: backend, Processors: func() framework.Processors {
+				return framework.Processors{"sums": &sums{}}
 			}}, lines, []int{0, 1, 150, 299}, balances)
 
 			// One that applies without the positions is caught at every
 			// point: the re-delivered lines are added again.
 			r := &recorder{TB: t}
-			tidemarktest.CheckExactlyOnce(r, tidemarktest.Config{Backend: backend, Processors: func() framework.Registry {
-				return framework.Registry{"sums": &careless{}}
+			tidemarktest.CheckExactlyOnce(r, tidemarktest.Config{Backend: backend, Processors: func() framework.Processors {
+				return framework.Processors{"sums": &careless{}}
 			}}, lines, []int{0, 150, 299}, balances)
 			if got := len(r.failures()); got != 3 {
 				t.Fatalf("a careless processor failed %d of 3 points: %q", got, r.failures())
@@ -147,8 +147,8 @@ func TestCheckExactlyOnce(t *testing.T) {
 			// One that keeps a count in memory is caught too: a restart
 			// starts it from zero, whatever the store skips.
 			r = &recorder{TB: t}
-			tidemarktest.CheckExactlyOnce(r, tidemarktest.Config{Backend: backend, Processors: func() framework.Registry {
-				return framework.Registry{"count": &inMemory{}}
+			tidemarktest.CheckExactlyOnce(r, tidemarktest.Config{Backend: backend, Processors: func() framework.Processors {
+				return framework.Processors{"count": &inMemory{}}
 			}}, lines, []int{150}, lineCount)
 			if len(r.failures()) != 1 {
 				t.Fatalf("an in-memory counter failed %d of 1 points", len(r.failures()))
@@ -160,8 +160,8 @@ func TestCheckExactlyOnce(t *testing.T) {
 // A store restored from an older copy: the next run re-reads what it
 // lacks, and the state is exact.
 func TestRestoredStoreReReads(t *testing.T) {
-	h := tidemarktest.New(t, tidemarktest.Config{Processors: func() framework.Registry {
-		return framework.Registry{"sums": &sums{}}
+	h := tidemarktest.New(t, tidemarktest.Config{Processors: func() framework.Processors {
+		return framework.Processors{"sums": &sums{}}
 	}})
 	lines := ledgerLines(200)
 	h.Append(lines[:120]...)

@@ -31,7 +31,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/state"
 )
@@ -642,7 +642,7 @@ func loadPointer(t *testing.T, input string) pointer.LoadResult {
 
 // storeApplied opens the data folder's store (no server may run on it) and
 // returns the last position the ledger's namespace has durably applied.
-func storeApplied(t *testing.T, data string) (dedupe.Applied, bool) {
+func storeApplied(t *testing.T, data string) (tidemark.Applied, bool) {
 	t.Helper()
 	st, err := state.OpenDir(data, &state.Options{LockTimeout: 10 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -666,7 +666,7 @@ func checkPointerOnDisk(t *testing.T, input, data string) {
 	}
 	app, ok := storeApplied(t, data)
 	if !ok {
-		app = dedupe.Applied{Epoch: res.Record.Epoch}
+		app = tidemark.Applied{Epoch: res.Record.Epoch}
 	}
 	if res.Record.Epoch != app.Epoch || res.Record.Position <= app.Position {
 		return

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 )
@@ -151,7 +151,7 @@ type model struct {
 	gens   []*generation
 	live   *generation            // the generation at the path, nil when none
 	names  map[string]*generation // rotated file name → generation
-	inodes map[dedupe.Identity][]*generation
+	inodes map[tidemark.Identity][]*generation
 	line   map[string]*generation // every complete line → its generation
 	child  *exec.Cmd
 	exited chan error
@@ -165,7 +165,7 @@ type model struct {
 func runModel(t *testing.T, rng *rand.Rand, ops int) {
 	dir := tempDir(t)
 	m := &model{t: t, rng: rng, dir: dir, path: filepath.Join(dir, "in.log"), out: filepath.Join(dir, "out.txt"),
-		names: map[string]*generation{}, inodes: map[dedupe.Identity][]*generation{}, line: map[string]*generation{}}
+		names: map[string]*generation{}, inodes: map[tidemark.Identity][]*generation{}, line: map[string]*generation{}}
 	m.logs.w = io.Discard
 	m.create()
 	m.appendLines(1 + rng.IntN(50))
@@ -240,13 +240,13 @@ func (m *model) newGen() *generation {
 }
 
 // identity returns the device and inode of name.
-func (m *model) identity(name string) dedupe.Identity {
+func (m *model) identity(name string) tidemark.Identity {
 	fi, err := os.Stat(name)
 	if err != nil {
 		m.t.Fatal(err)
 	}
 	st := fi.Sys().(*syscall.Stat_t)
-	return dedupe.Identity{Dev: uint64(st.Dev), Ino: uint64(st.Ino)} //nolint:unconvert
+	return tidemark.Identity{Dev: uint64(st.Dev), Ino: uint64(st.Ino)} //nolint:unconvert
 }
 
 func (m *model) noteInode(name string, g *generation) {

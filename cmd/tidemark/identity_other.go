@@ -5,9 +5,9 @@ package main
 import (
 	"io/fs"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 )
 
 // fileIdentity reports that this platform gives no file identity, as the
 // file source does.
-func fileIdentity(fs.FileInfo) (dedupe.Identity, bool) { return dedupe.Identity{}, false }
+func fileIdentity(fs.FileInfo) (tidemark.Identity, bool) { return tidemark.Identity{}, false }

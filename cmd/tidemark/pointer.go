@@ -16,7 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/vfs"
@@ -164,7 +164,7 @@ type inputFile struct {
 	path  string
 	f     *os.File
 	size  int64
-	id    dedupe.Identity
+	id    tidemark.Identity
 	hasID bool
 	head  []byte // the first min(size, MaxFingerprintLen) bytes
 }
@@ -202,7 +202,7 @@ func (in *inputFile) hashBefore(pos int64, n int) (uint64, error) {
 	if _, err := in.f.ReadAt(b, pos-int64(n)); err != nil {
 		return 0, fmt.Errorf("read input %s before position %d: %w", in.path, pos, err)
 	}
-	return feed.HashBytes(b), nil
+	return pointer.HashBytes(b), nil
 }
 
 // lineStart reports whether pos is a line start: 0, or just after '\n'.
@@ -265,7 +265,7 @@ func (in *inputFile) pointerAt(epoch uint64, pos int64) (pointer.Record, error) 
 		Epoch:       epoch,
 		Position:    pos,
 		Identity:    in.id,
-		Fingerprint: dedupe.Fingerprint{Len: len(in.head), Hash: feed.HashBytes(in.head)},
+		Fingerprint: tidemark.Fingerprint{Len: len(in.head), Hash: pointer.HashBytes(in.head)},
 	}
 	if n := int(min(pointer.MaxTailLen, pos)); n > 0 {
 		h, err := in.hashBefore(pos, n)
@@ -469,7 +469,7 @@ func checkAgainst(in *inputFile, res pointer.LoadResult, row func(k, format stri
 	case in.size < int64(p.Fingerprint.Len):
 		row("fingerprint", "MISMATCH: the input is shorter than the %d fingerprinted bytes", p.Fingerprint.Len)
 		why = first(why, "the input is shorter than its fingerprinted bytes: truncated")
-	case feed.HashBytes(in.head[:p.Fingerprint.Len]) != p.Fingerprint.Hash:
+	case pointer.HashBytes(in.head[:p.Fingerprint.Len]) != p.Fingerprint.Hash:
 		row("fingerprint", "MISMATCH: the first %d bytes differ", p.Fingerprint.Len)
 		why = first(why, "the first bytes of the input differ: replaced or rewritten")
 	default:
@@ -507,7 +507,7 @@ func checkAgainst(in *inputFile, res pointer.LoadResult, row func(k, format stri
 	switch {
 	case !in.hasID:
 		row("identity", "not checked: this platform has no file identity")
-	case p.Identity == (dedupe.Identity{}):
+	case p.Identity == (tidemark.Identity{}):
 		row("identity", "not checked: none stored")
 	case p.Identity == in.id:
 		row("identity", "ok: same device and inode")
@@ -612,7 +612,7 @@ func pointerSet(args []string, stdout io.Writer) error {
 	if old.Found {
 		prev = old.Record.Epoch
 	}
-	epoch := feed.NewEpoch(prev, time.Now())
+	epoch := pointer.NewEpoch(prev, time.Now())
 	if err := storePointer(pf, in, epoch, target); err != nil {
 		return err
 	}
@@ -727,7 +727,7 @@ func pointerMigrate(args []string, stdout io.Writer) error {
 			return err
 		}
 	}
-	epoch := feed.NewEpoch(0, time.Now())
+	epoch := pointer.NewEpoch(0, time.Now())
 	verb := "migrated"
 	if *dryRun {
 		verb = "would migrate"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
@@ -37,7 +37,7 @@ func (c *lineCounter) Start(_ context.Context, fc *framework.Context) error {
 	return fc.Subscribe("orders")
 }
 
-func (c *lineCounter) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (c *lineCounter) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	_, err := c.st.Apply(ctx, d, func(tx *state.Tx) error {
 		_, err := tx.Bucket("counts").AddInt64(line, 1)
 		return err
@@ -51,7 +51,7 @@ func runFeed(input string) {
 	srv, err := framework.New(framework.Config{
 		Feeds:  []framework.FeedConfig{{Name: "orders", File: &framework.FileConfig{Filename: input}, Overload: framework.OverloadConfig{Policy: framework.Pause}}},
 		Groups: []framework.GroupConfig{{Name: "g", Processors: []string{"c"}, Store: "bbolt:" + input + ".state"}},
-	}, framework.Registry{"c": &lineCounter{}})
+	}, framework.Processors{"c": &lineCounter{}})
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(2)

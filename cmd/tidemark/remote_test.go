@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/ops"
 )
@@ -46,7 +46,7 @@ type proc struct {
 
 func (p *proc) Start(_ context.Context, fc *framework.Context) error { return fc.Subscribe("in") }
 
-func (p *proc) Handle(ctx context.Context, d dedupe.Delivery, _ []byte) error {
+func (p *proc) Handle(ctx context.Context, d tidemark.Delivery, _ []byte) error {
 	if p.blockSeq != 0 && d.Seq == p.blockSeq {
 		p.waiting.Store(true)
 		select {
@@ -80,7 +80,7 @@ func startStalled(t *testing.T, token string) (*framework.Server, string) {
 			QueueCapacity: 1000, Idle: framework.FixedIdle(time.Millisecond),
 		}},
 		Groups: []framework.GroupConfig{{Name: "A", Processors: []string{"a"}}, {Name: "B", Processors: []string{"b"}}},
-	}, framework.Registry{"a": a, "b": b})
+	}, framework.Processors{"a": a, "b": b})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(context.Background()))
 	unblocked := false

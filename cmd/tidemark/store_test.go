@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/state"
 )
 
@@ -21,7 +21,7 @@ func makeStore(t *testing.T, backend, ns string) string {
 	require.NoError(t, err)
 	view := st.Namespace(ns)
 	for i := 1; i <= 3; i++ {
-		d := dedupe.Delivery{Feed: "orders", Epoch: 5, Position: int64(10 * i), Seq: uint64(i)}
+		d := tidemark.Delivery{Feed: "orders", Epoch: 5, Position: int64(10 * i), Seq: uint64(i)}
 		applied, err := view.Apply(context.Background(), d, func(tx *state.Tx) error {
 			if err := tx.Put([]byte(fmt.Sprintf("k%d", i)), []byte("v")); err != nil {
 				return err

@@ -36,8 +36,8 @@ func TestLedgerProcessorIsExactlyOnce(t *testing.T) {
 			Feed:    feedName,
 			Group:   groupName,
 			Failure: framework.FailurePolicy{Retries: framework.NoRetries},
-			Processors: func() framework.Registry {
-				return framework.Registry{processorName: &ledger{dedupe: dedupe}}
+			Processors: func() framework.Processors {
+				return framework.Processors{processorName: &ledger{dedupe: dedupe}}
 			},
 		}
 	}

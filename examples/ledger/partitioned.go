@@ -20,8 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/cluster"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed/natsfeed"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
@@ -85,7 +85,7 @@ func (l *partLedger) Start(ctx context.Context, fc *framework.Context) error {
 	return fc.Subscribe(feedName)
 }
 
-func (l *partLedger) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (l *partLedger) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	if l.pace > 0 {
 		time.Sleep(l.pace)
 	}
@@ -114,7 +114,7 @@ func (l *partLedger) Handle(ctx context.Context, d dedupe.Delivery, line []byte)
 }
 
 // reject applies a rejected line: its record in rejects.csv and the count.
-func (l *partLedger) reject(ctx context.Context, d dedupe.Delivery, reason string, line []byte) error {
+func (l *partLedger) reject(ctx context.Context, d tidemark.Delivery, reason string, line []byte) error {
 	applied, err := l.st.Apply(ctx, d, func(tx *state.Tx) error {
 		var b strings.Builder
 		w := csv.NewWriter(&b)
@@ -193,7 +193,7 @@ func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer)
 		Lease:         o.Lease,
 		FeedName:      feedName,
 		Source:        natsfeed.Config{StatusInterval: 250 * time.Millisecond},
-		Partition: func(p cluster.Partition) (framework.Config, framework.Registry, error) {
+		Partition: func(p cluster.Partition) (framework.Config, framework.Processors, error) {
 			proc := &partLedger{part: p.Index, pace: o.Pace}
 			mu.Lock()
 			procs[p.Index] = proc
@@ -208,7 +208,7 @@ func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer)
 					Failure:      framework.FailurePolicy{Retries: framework.NoRetries},
 				}},
 				Logger: logger.With("partition", p.Index),
-			}, framework.Registry{processorName: proc}, nil
+			}, framework.Processors{processorName: proc}, nil
 		},
 		OnEvent: func(e cluster.Event) {
 			if e.Kind == cluster.Lost && errors.Is(e.Err, state.ErrFenced) {

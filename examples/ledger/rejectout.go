@@ -11,7 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/state"
 )
@@ -83,7 +83,7 @@ func (r *rejects) skippedBySource(rj feed.Reject) {
 // is d: in d's epoch, at its position or lower; in the epoch of the lines
 // handled before d, when d begins another (the feed reads its epochs in
 // order). A reject of an epoch no line was handled in waits for the drain.
-func (r *rejects) before(p pendingReject, d dedupe.Delivery) bool {
+func (r *rejects) before(p pendingReject, d tidemark.Delivery) bool {
 	if p.epoch == d.Epoch {
 		return p.pos <= d.Position
 	}
@@ -92,7 +92,7 @@ func (r *rejects) before(p pendingReject, d dedupe.Delivery) bool {
 
 // stage writes into tx the records of the pending rejects before d and
 // returns how many. They stay pending until taken (done).
-func (r *rejects) stage(tx *state.Tx, d dedupe.Delivery) (int, error) {
+func (r *rejects) stage(tx *state.Tx, d tidemark.Delivery) (int, error) {
 	r.mu.Lock()
 	var ps []pendingReject
 	for _, p := range r.pending {
@@ -112,7 +112,7 @@ func (r *rejects) stage(tx *state.Tx, d dedupe.Delivery) (int, error) {
 // done ends the Apply of d that staged n records: it drops the pending
 // rejects before d (recorded now, or, when the store skipped d as a
 // re-delivery, recorded with the line after them the first time).
-func (r *rejects) done(d dedupe.Delivery, applied bool, n int) {
+func (r *rejects) done(d tidemark.Delivery, applied bool, n int) {
 	if applied {
 		r.written.Add(uint64(n))
 	}
@@ -152,7 +152,7 @@ func rejectText(err error) string { return strings.TrimPrefix(err.Error(), "ledg
 
 // applyDelivery is the delivery Apply is given for d: d itself, or, with
 // de-duplication off, one without positions (the store applies it again).
-func (l *ledger) applyDelivery(d dedupe.Delivery) dedupe.Delivery {
+func (l *ledger) applyDelivery(d tidemark.Delivery) tidemark.Delivery {
 	if !l.dedupe {
 		d.Epoch, d.Position, d.Origin = 0, 0, nil
 	}
@@ -162,7 +162,7 @@ func (l *ledger) applyDelivery(d dedupe.Delivery) dedupe.Delivery {
 // reject records the line d, rejected for err, in the reject log, in an
 // Apply of its own at d (with the skipped lines before it), and returns
 // the error for the framework: permanent, counted under reason.
-func (l *ledger) reject(ctx context.Context, d dedupe.Delivery, reason string, err error, line []byte) error {
+func (l *ledger) reject(ctx context.Context, d tidemark.Delivery, reason string, err error, line []byte) error {
 	n := 0
 	applied, aerr := l.st.Apply(ctx, l.applyDelivery(d), func(tx *state.Tx) error {
 		var err2 error
@@ -188,7 +188,7 @@ func (l *ledger) Drained(ctx context.Context) error {
 	l.rej.mu.Unlock()
 	var errs []error
 	for _, p := range ps {
-		d := dedupe.Delivery{Feed: feedName, Epoch: p.epoch, Position: p.pos}
+		d := tidemark.Delivery{Feed: feedName, Epoch: p.epoch, Position: p.pos}
 		applied, err := l.st.Apply(ctx, l.applyDelivery(d), func(tx *state.Tx) error {
 			return l.rej.write(tx, p.epoch, p.pos, p.reason, nil)
 		})

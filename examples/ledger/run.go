@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/checkpoint"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
@@ -194,7 +194,7 @@ func (l *ledger) Start(ctx context.Context, fc *framework.Context) error {
 // A store that failed is fatal to the server (the framework stops it, as a
 // crash would, and the restart re-delivers the line); a malformed line, or
 // one whose account the store cannot hold, is rejected into rejects.csv.
-func (l *ledger) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (l *ledger) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	if l.pace > 0 {
 		time.Sleep(l.pace)
 	}
@@ -323,7 +323,7 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 	if obs != nil {
 		fcfg.Observer = obs
 	}
-	srv, err := framework.New(fcfg, framework.Registry{processorName: proc})
+	srv, err := framework.New(fcfg, framework.Processors{processorName: proc})
 	if errors.Is(err, feed.ErrPointerLocked) {
 		err = fmt.Errorf("%w (here: --pointer-dir DIR, a folder of this run's own)", err)
 	}
@@ -470,9 +470,9 @@ func startEvents(w io.Writer, srv *framework.Server, st state.Store, ns state.Na
 		// where it was until the reading passes it (feed.Resumer). That
 		// pointer is ahead of the state by design; a pointer that a commit
 		// of this run wrote never is.
-		inherited := make(map[dedupe.Applied]bool)
+		inherited := make(map[tidemark.Applied]bool)
 		for _, p := range pointerSlots(pointerPath) {
-			inherited[dedupe.Applied{Epoch: p.Epoch, Position: p.Position}] = true
+			inherited[tidemark.Applied{Epoch: p.Epoch, Position: p.Position}] = true
 		}
 		for {
 			// The group's checkpoint exists once the processor subscribed.
@@ -483,7 +483,7 @@ func startEvents(w io.Writer, srv *framework.Server, st state.Store, ns state.Na
 			durable, ok := durablePosition(ns, proc, cp)
 			s := st.Stats()
 			for _, p := range ptrs {
-				if inherited[dedupe.Applied{Epoch: p.Epoch, Position: p.Position}] {
+				if inherited[tidemark.Applied{Epoch: p.Epoch, Position: p.Position}] {
 					continue
 				}
 				if ok && p.Epoch == durable.Epoch && p.Position > durable.Position {
@@ -517,16 +517,16 @@ func (e *eventPrinter) stop() {
 
 // durablePosition is the last position known durable: the store's record
 // when it de-duplicates, else the mark the store last declared durable.
-func durablePosition(ns state.Namespace, proc *ledger, cp *checkpoint.Checkpoint) (dedupe.Applied, bool) {
+func durablePosition(ns state.Namespace, proc *ledger, cp *checkpoint.Checkpoint) (tidemark.Applied, bool) {
 	if proc.dedupe {
 		l, ok := ns.Applied(feedName)
 		return l.Applied, ok
 	}
 	if cp == nil {
-		return dedupe.Applied{}, false
+		return tidemark.Applied{}, false
 	}
 	m, _ := cp.Durable()
-	return dedupe.Applied{Epoch: m.Epoch, Position: m.Position}, m.Epoch != 0
+	return tidemark.Applied{Epoch: m.Epoch, Position: m.Position}, m.Epoch != 0
 }
 
 // pointerSlots decodes both slots of a pointer file without the pointer

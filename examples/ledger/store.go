@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/state"
 )
 
@@ -43,7 +43,7 @@ type StoreInfo struct {
 	State LedgerState
 	// Applied is the last line applied: the store's record when the run
 	// de-duplicated, else the ledger's own.
-	Applied dedupe.Applied
+	Applied tidemark.Applied
 	// OutputCommitted is the committed length of output.csv.
 	OutputCommitted int64
 }
@@ -90,7 +90,7 @@ func ReadState(dir string) (LedgerState, error) {
 
 // readLedger reads the ledger's state as the store sees it (staged changes
 // included) and the last position the ledger recorded itself.
-func readLedger(ns state.Namespace) (st LedgerState, last dedupe.Applied, err error) {
+func readLedger(ns state.Namespace) (st LedgerState, last tidemark.Applied, err error) {
 	err = ns.View(func(tx *state.Tx) error {
 		var err error
 		st, last, err = readLedgerTx(tx)
@@ -100,7 +100,7 @@ func readLedger(ns state.Namespace) (st LedgerState, last dedupe.Applied, err er
 }
 
 // readLedgerTx reads the ledger's state in tx; see readLedger.
-func readLedgerTx(tx *state.Tx) (st LedgerState, last dedupe.Applied, err error) {
+func readLedgerTx(tx *state.Tx) (st LedgerState, last tidemark.Applied, err error) {
 	st.Balances = make(map[string]int64)
 	if st.Applied, err = tx.GetInt64(keyApplied); err != nil {
 		return st, last, err
@@ -141,7 +141,7 @@ func decodeBalance(v []byte) (int64, error) {
 
 // applyEntry applies one ledger line in tx: the balance, the counters, the
 // ledger's own record of the position, and the output line.
-func applyEntry(tx *state.Tx, e Entry, d dedupe.Delivery, buf []byte) ([]byte, error) {
+func applyEntry(tx *state.Tx, e Entry, d tidemark.Delivery, buf []byte) ([]byte, error) {
 	bal, err := tx.Bucket(balancesBucket).AddInt64([]byte(e.Account), e.Amount)
 	if err != nil {
 		return buf, err

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed/natsfeed"
 	"github.com/tidemark-go/tidemark/framework"
 	"github.com/tidemark-go/tidemark/state"
@@ -35,7 +35,7 @@ func (c *counter) Start(ctx context.Context, fc *framework.Context) error {
 	return fc.Subscribe(c.feed)
 }
 
-func (c *counter) Handle(ctx context.Context, d dedupe.Delivery, line []byte) error {
+func (c *counter) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	_, err := c.st.Apply(ctx, d, func(tx *state.Tx) error { // skipped when already applied
 		_, err := tx.Bucket("counts").AddInt64(line, 1)
 		return err
@@ -60,7 +60,7 @@ func countPartition(js jetstream.JetStream, data string) error {
 		Groups:       []framework.GroupConfig{{Name: "counters", Processors: []string{"count"}, Store: "bbolt:" + data}},
 		UntilSettled: true, // a batch run; leave it out to follow the stream until ctx is done
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, framework.Registry{"count": &counter{feed: "orders-1"}})
+	}, framework.Processors{"count": &counter{feed: "orders-1"}})
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func runPartition(t *testing.T, js jetstream.JetStream, p int, dir string) natsf
 		Groups:       []framework.GroupConfig{{Name: "counters", Processors: []string{"count"}, Store: "bbolt:" + dir}},
 		UntilSettled: true,
 		Logger:       quiet(),
-	}, framework.Registry{"count": &counter{feed: name}})
+	}, framework.Processors{"count": &counter{feed: name}})
 	if err != nil {
 		t.Fatal(err)
 	}

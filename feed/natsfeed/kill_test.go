@@ -16,7 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/feed/natsfeed"
 	"github.com/tidemark-go/tidemark/internal/natstest"
@@ -82,7 +82,7 @@ func consumerChild(job consumerJob) {
 			continue
 		}
 		for _, it := range items[:n] {
-			d := dedupe.Delivery{Feed: killFeed, Epoch: it.Epoch, Position: it.Position, Seq: it.Seq, Origin: it.Origin}
+			d := tidemark.Delivery{Feed: killFeed, Epoch: it.Epoch, Position: it.Position, Seq: it.Seq, Origin: it.Origin}
 			if _, err := st.Apply(ctx, d, func(tx *state.Tx) error {
 				_, err := tx.Bucket("m").AddInt64(it.Line, 1)
 				return err

@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed"
 )
 
@@ -41,7 +41,7 @@ type Source struct {
 	seq     uint64 // Item.Seq
 	stream  jetstream.Stream
 	cons    jetstream.Consumer
-	origin  *dedupe.Origin
+	origin  *tidemark.Origin
 	waitLog bool // the wait for a missing stream was logged
 
 	epoch     atomic.Uint64
@@ -139,7 +139,7 @@ func New(cfg Config) (*Source, error) {
 	}
 	s.st.state = feed.StateStarting
 	s.st.reopens = map[string]uint64{}
-	s.origin = &dedupe.Origin{TailHash: s.tailHash}
+	s.origin = &tidemark.Origin{TailHash: s.tailHash}
 	return s, nil
 }
 

@@ -28,7 +28,7 @@ func ExampleFile() {
 	fmt.Println("missing:", res.Missing)
 
 	// No pointer: start at 0 under a new epoch.
-	epoch := uint64(time.Now().UnixNano()) // pointer.NewEpoch gives a new epoch
+	epoch := uint64(time.Now().UnixNano()) // pointer.NewEpoch(prev, time.Now()) gives a new one
 	if err := pf.Store(pointer.Record{Epoch: epoch, Position: 42}); err != nil {
 		log.Fatal(err)
 	}

@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf16"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 )
 
 // updateFixtures rewrites testdata/pointer and the fuzz seed corpus:
@@ -52,23 +51,15 @@ type pointerFixture struct {
 // length in UTF-16 code units.
 func utf16Count(text string) int64 { return int64(len(utf16.Encode([]rune(text)))) }
 
-// hashBytes is feed.HashBytes (64-bit FNV-1a), which this package cannot
-// import.
-func hashBytes(b []byte) uint64 {
-	h := fnv.New64a()
-	h.Write(b)
-	return h.Sum64()
-}
-
 func fixturePointer(text string) Record {
 	tail := text[max(0, len(text)-MaxTailLen):]
 	return Record{
 		Epoch:       1764400000000000000,
 		Position:    int64(len(text)),
-		Identity:    dedupe.Identity{Dev: 2049, Ino: 131074},
-		Fingerprint: dedupe.Fingerprint{Len: len(text), Hash: hashBytes([]byte(text))},
+		Identity:    tidemark.Identity{Dev: 2049, Ino: 131074},
+		Fingerprint: tidemark.Fingerprint{Len: len(text), Hash: HashBytes([]byte(text))},
 		TailLen:     len(tail),
-		TailHash:    hashBytes([]byte(tail)),
+		TailHash:    HashBytes([]byte(tail)),
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/vfs"
 )
 
@@ -89,9 +89,9 @@ type Record struct {
 	// terminator; never negative.
 	Position int64
 	// Identity is the input file's device and inode when it was opened.
-	Identity dedupe.Identity
+	Identity tidemark.Identity
 	// Fingerprint covers the input's leading bytes (up to 4096).
-	Fingerprint dedupe.Fingerprint
+	Fingerprint tidemark.Fingerprint
 	// TailLen and TailHash cover the bytes just before Position (up to 64).
 	TailLen  int
 	TailHash uint64
@@ -219,8 +219,8 @@ func decodeRecord(b []byte) (Record, uint64, error) {
 	p := Record{
 		Epoch:       le.Uint64(b[16:]),
 		Position:    int64(le.Uint64(b[24:])),
-		Identity:    dedupe.Identity{Dev: le.Uint64(b[32:]), Ino: le.Uint64(b[40:])},
-		Fingerprint: dedupe.Fingerprint{Hash: le.Uint64(b[48:])},
+		Identity:    tidemark.Identity{Dev: le.Uint64(b[32:]), Ino: le.Uint64(b[40:])},
+		Fingerprint: tidemark.Fingerprint{Hash: le.Uint64(b[48:])},
 		TailHash:    le.Uint64(b[56:]),
 	}
 	fpLen, tailLen, reserved := le.Uint32(b[64:]), le.Uint32(b[68:]), le.Uint32(b[72:])

@@ -16,7 +16,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/vfs"
 )
 
@@ -25,8 +25,8 @@ func testPointer(epoch uint64, i int) Record {
 	return Record{
 		Epoch:       epoch,
 		Position:    int64(i)*100 + 64,
-		Identity:    dedupe.Identity{Dev: 2049, Ino: 1234567},
-		Fingerprint: dedupe.Fingerprint{Len: 4096, Hash: 0x0123456789abcdef},
+		Identity:    tidemark.Identity{Dev: 2049, Ino: 1234567},
+		Fingerprint: tidemark.Fingerprint{Len: 4096, Hash: 0x0123456789abcdef},
 		TailLen:     64,
 		TailHash:    uint64(i) * 0x9e3779b97f4a7c15,
 	}
@@ -62,8 +62,8 @@ func TestPointerRecordGolden(t *testing.T) {
 	p := Record{
 		Epoch:       0x1122334455667788,
 		Position:    0x0102030405060708,
-		Identity:    dedupe.Identity{Dev: 0x21, Ino: 0x22},
-		Fingerprint: dedupe.Fingerprint{Len: 4096, Hash: 0x31},
+		Identity:    tidemark.Identity{Dev: 0x21, Ino: 0x22},
+		Fingerprint: tidemark.Fingerprint{Len: 4096, Hash: 0x31},
 		TailLen:     64,
 		TailHash:    0x41,
 	}
@@ -353,7 +353,7 @@ func TestPointerStoreForwardOnly(t *testing.T) {
 		{at(10, 50), false, at(10, 100)},  // lower in the same epoch: ignored
 		{at(10, 100), false, at(10, 100)}, // the same record again: nothing to write
 		{at(10, 101), true, at(10, 101)},
-		{Record{Epoch: 10, Position: 101, Identity: dedupe.Identity{Ino: 9}}, true, Record{Epoch: 10, Position: 101, Identity: dedupe.Identity{Ino: 9}}}, // same position, new identity
+		{Record{Epoch: 10, Position: 101, Identity: tidemark.Identity{Ino: 9}}, true, Record{Epoch: 10, Position: 101, Identity: tidemark.Identity{Ino: 9}}}, // same position, new identity
 		{at(11, 0), true, at(11, 0)},     // a new epoch starts lower
 		{at(11, 0), false, at(11, 0)},    // repeated
 		{at(10, 500), true, at(10, 500)}, // another epoch: the source decides
@@ -397,8 +397,8 @@ func TestPointerStoreRejectsInvalid(t *testing.T) {
 	defer pf.Close()
 	for _, p := range []Record{
 		{Position: -1},
-		{Position: 10, Fingerprint: dedupe.Fingerprint{Len: 4097}},
-		{Position: 10, Fingerprint: dedupe.Fingerprint{Len: -1}},
+		{Position: 10, Fingerprint: tidemark.Fingerprint{Len: 4097}},
+		{Position: 10, Fingerprint: tidemark.Fingerprint{Len: -1}},
 		{Position: 100, TailLen: 65},
 		{Position: 10, TailLen: 11},
 	} {

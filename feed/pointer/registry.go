@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/vfs"
 )
 
@@ -352,8 +352,8 @@ func decodeBody(b []byte) (kind byte, key string, e Entry, ok bool) {
 	p := Record{
 		Epoch:       le.Uint64(rest[0:]),
 		Position:    int64(le.Uint64(rest[8:])),
-		Identity:    dedupe.Identity{Dev: le.Uint64(rest[16:]), Ino: le.Uint64(rest[24:])},
-		Fingerprint: dedupe.Fingerprint{Hash: le.Uint64(rest[32:])},
+		Identity:    tidemark.Identity{Dev: le.Uint64(rest[16:]), Ino: le.Uint64(rest[24:])},
+		Fingerprint: tidemark.Fingerprint{Hash: le.Uint64(rest[32:])},
 		TailHash:    le.Uint64(rest[40:]),
 	}
 	fpLen, tailLen, flags := le.Uint32(rest[48:]), le.Uint32(rest[52:]), le.Uint32(rest[56:])

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/vfs"
 )
 
@@ -351,7 +351,7 @@ func FuzzParseRegistry(f *testing.F) {
 		}
 		again := appendHeader(nil)
 		for k, e := range res.Entries {
-			if e.Identity == (dedupe.Identity{}) && e.Fingerprint.Len < 0 {
+			if e.Identity == (tidemark.Identity{}) && e.Fingerprint.Len < 0 {
 				t.Fatal("impossible")
 			}
 			again = appendEntry(again, k, e, false)

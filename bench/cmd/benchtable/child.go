@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/bench"
-	"github.com/tidemark-go/tidemark/dedupe"
 	"github.com/tidemark-go/tidemark/feed"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/framework"
@@ -345,7 +345,7 @@ func serveOpts(a childArgs, procs []framework.Processor, counters []*bench.Count
 		}},
 		Logger: discard,
 	}
-	reg := framework.Registry{}
+	reg := framework.Processors{}
 	for i, p := range procs {
 		name := "p" + strconv.Itoa(i)
 		reg[name] = p
@@ -482,12 +482,12 @@ func costBreakdown(path string, extra map[string]float64) error {
 	}
 	extra["parse_ns"] = start.ns() / n
 
-	var tr dedupe.Tracker
-	o := &dedupe.Origin{}
+	var tr tidemark.Tracker
+	o := &tidemark.Origin{}
 	start = threadClock()
 	skipped := 0
 	for i := range lines {
-		d := dedupe.Delivery{Feed: feedName, Epoch: 1, Position: ends[i], Seq: uint64(i + 1), Origin: o}
+		d := tidemark.Delivery{Feed: feedName, Epoch: 1, Position: ends[i], Seq: uint64(i + 1), Origin: o}
 		if tr.Seen(d) {
 			skipped++
 			continue
@@ -787,7 +787,7 @@ func caseRestart(a childArgs) (result, error) {
 		Groups: []framework.GroupConfig{{Name: "g0", Processors: []string{"p0"}}},
 		Logger: discard,
 	}
-	s, err := framework.New(cfg, framework.Registry{"p0": fp})
+	s, err := framework.New(cfg, framework.Processors{"p0": fp})
 	if err != nil {
 		return result{}, err
 	}
@@ -824,7 +824,7 @@ func (p *firstProc) Start(_ context.Context, fc *framework.Context) error {
 	return fc.Subscribe(feedName)
 }
 
-func (p *firstProc) Handle(_ context.Context, d dedupe.Delivery, _ []byte) error {
+func (p *firstProc) Handle(_ context.Context, d tidemark.Delivery, _ []byte) error {
 	p.n++
 	if p.n == 1 {
 		p.at, p.pos = time.Now(), d.Position
@@ -847,7 +847,7 @@ func (p *gapNop) Start(_ context.Context, fc *framework.Context) error {
 	return fc.Subscribe(feedName)
 }
 
-func (p *gapNop) Handle(_ context.Context, d dedupe.Delivery, _ []byte) error {
+func (p *gapNop) Handle(_ context.Context, d tidemark.Delivery, _ []byte) error {
 	now := time.Now()
 	if !p.last.IsZero() {
 		if g := now.Sub(p.last); g > p.maxGap {

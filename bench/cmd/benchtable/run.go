@@ -409,7 +409,7 @@ func (r *runner) row4(t *table) error {
 	res := r.measure(specs...)
 	for i, p := range psyncs {
 		x := res[i]
-		t.rate("4", "ledger processor, de-duplicated (dedupe.Tracker), state in memory; "+p.label, x, sh.nop1[p.flag], "row 2, same policy", 0)
+		t.rate("4", "ledger processor, de-duplicated (tidemark.Tracker), state in memory; "+p.label, x, sh.nop1[p.flag], "row 2, same policy", 0)
 		if x.ok() {
 			parse, dd, apply, total, cpu := x.extra("parse_ns"), x.extra("dedupe_ns"), x.extra("apply_ns"), x.extra("total_ns"), x.extra("cpu_ns")
 			t.note("4", fmt.Sprintf("Row 4 cost per line (%s): %.0f ns of wall time and %.0f ns of CPU time (all threads) in all; of the CPU time, parse %.1f ns + de-duplication (Tracker.Seen and Record) %.1f ns + apply to the maps %.1f ns, and the rest, %.0f ns, is reading, framing, the hand-off, the group's loop and the pointer commits. The parts are timed alone, in CPU time of one thread, over the same lines held in memory.",

@@ -1,4 +1,4 @@
-package feed
+package pointer
 
 import (
 	"hash/fnv"

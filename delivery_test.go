@@ -1,4 +1,4 @@
-package dedupe_test
+package tidemark_test
 
 import (
 	"errors"
@@ -6,28 +6,28 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 )
 
 func TestAlreadyApplied(t *testing.T) {
-	last := dedupe.Applied{Epoch: 7, Position: 100}
+	last := tidemark.Applied{Epoch: 7, Position: 100}
 	for _, tc := range []struct {
 		name string
-		d    dedupe.Delivery
-		last dedupe.Applied
+		d    tidemark.Delivery
+		last tidemark.Applied
 		want bool
 	}{
-		{"same epoch below", dedupe.Delivery{Epoch: 7, Position: 50}, last, true},
-		{"same epoch equal position", dedupe.Delivery{Epoch: 7, Position: 100}, last, true},
-		{"same epoch beyond", dedupe.Delivery{Epoch: 7, Position: 101}, last, false},
-		{"other epoch below", dedupe.Delivery{Epoch: 8, Position: 50}, last, false},
-		{"older epoch below", dedupe.Delivery{Epoch: 6, Position: 50}, last, false},
-		{"epoch 0 delivery", dedupe.Delivery{Epoch: 0, Position: 50}, last, false},
-		{"epoch 0 against nothing recorded", dedupe.Delivery{Epoch: 0, Position: 0}, dedupe.Applied{}, false},
-		{"nothing recorded", dedupe.Delivery{Epoch: 1, Position: 1}, dedupe.Applied{}, false},
+		{"same epoch below", tidemark.Delivery{Epoch: 7, Position: 50}, last, true},
+		{"same epoch equal position", tidemark.Delivery{Epoch: 7, Position: 100}, last, true},
+		{"same epoch beyond", tidemark.Delivery{Epoch: 7, Position: 101}, last, false},
+		{"other epoch below", tidemark.Delivery{Epoch: 8, Position: 50}, last, false},
+		{"older epoch below", tidemark.Delivery{Epoch: 6, Position: 50}, last, false},
+		{"epoch 0 delivery", tidemark.Delivery{Epoch: 0, Position: 50}, last, false},
+		{"epoch 0 against nothing recorded", tidemark.Delivery{Epoch: 0, Position: 0}, tidemark.Applied{}, false},
+		{"nothing recorded", tidemark.Delivery{Epoch: 1, Position: 1}, tidemark.Applied{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := dedupe.AlreadyApplied(tc.d, tc.last); got != tc.want {
+			if got := tidemark.AlreadyApplied(tc.d, tc.last); got != tc.want {
 				t.Fatalf("AlreadyApplied(%+v, %+v) = %v, want %v", tc.d, tc.last, got, tc.want)
 			}
 		})
@@ -35,20 +35,20 @@ func TestAlreadyApplied(t *testing.T) {
 }
 
 func TestAdvance(t *testing.T) {
-	last := dedupe.Applied{Epoch: 7, Position: 100}
+	last := tidemark.Applied{Epoch: 7, Position: 100}
 	for _, tc := range []struct {
 		name string
-		d    dedupe.Delivery
-		want dedupe.Applied
+		d    tidemark.Delivery
+		want tidemark.Applied
 	}{
-		{"newer position", dedupe.Delivery{Epoch: 7, Position: 120}, dedupe.Applied{Epoch: 7, Position: 120}},
-		{"equal position", dedupe.Delivery{Epoch: 7, Position: 100}, last},
-		{"older position", dedupe.Delivery{Epoch: 7, Position: 10}, last},
-		{"other epoch, lower position", dedupe.Delivery{Epoch: 8, Position: 10}, dedupe.Applied{Epoch: 8, Position: 10}},
-		{"epoch 0 records nothing", dedupe.Delivery{Epoch: 0, Position: 500}, last},
+		{"newer position", tidemark.Delivery{Epoch: 7, Position: 120}, tidemark.Applied{Epoch: 7, Position: 120}},
+		{"equal position", tidemark.Delivery{Epoch: 7, Position: 100}, last},
+		{"older position", tidemark.Delivery{Epoch: 7, Position: 10}, last},
+		{"other epoch, lower position", tidemark.Delivery{Epoch: 8, Position: 10}, tidemark.Applied{Epoch: 8, Position: 10}},
+		{"epoch 0 records nothing", tidemark.Delivery{Epoch: 0, Position: 500}, last},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := dedupe.Advance(last, tc.d); got != tc.want {
+			if got := tidemark.Advance(last, tc.d); got != tc.want {
 				t.Fatalf("Advance(%+v, %+v) = %+v, want %+v", last, tc.d, got, tc.want)
 			}
 		})
@@ -56,12 +56,12 @@ func TestAdvance(t *testing.T) {
 }
 
 func TestTrackerSkipsRedeliveries(t *testing.T) {
-	tr := dedupe.NewTracker()
-	d := func(epoch uint64, pos int64) dedupe.Delivery {
-		return dedupe.Delivery{Feed: "orders", Epoch: epoch, Position: pos}
+	tr := tidemark.NewTracker()
+	d := func(epoch uint64, pos int64) tidemark.Delivery {
+		return tidemark.Delivery{Feed: "orders", Epoch: epoch, Position: pos}
 	}
 	calls := 0
-	apply := func(x dedupe.Delivery) bool {
+	apply := func(x tidemark.Delivery) bool {
 		ok, err := tr.Apply(x, func() error { calls++; return nil })
 		if err != nil {
 			t.Fatal(err)
@@ -77,7 +77,7 @@ func TestTrackerSkipsRedeliveries(t *testing.T) {
 	if calls != 2 {
 		t.Fatalf("fn called %d times, want 2", calls)
 	}
-	if got := tr.Last("orders"); got != (dedupe.Applied{Epoch: 1, Position: 20}) {
+	if got := tr.Last("orders"); got != (tidemark.Applied{Epoch: 1, Position: 20}) {
 		t.Fatalf("Last = %+v", got)
 	}
 	// Another epoch is a new position space.
@@ -88,21 +88,21 @@ func TestTrackerSkipsRedeliveries(t *testing.T) {
 		t.Fatal("re-delivery in the new epoch applied")
 	}
 	// Another feed has its own position.
-	if !apply(dedupe.Delivery{Feed: "other", Epoch: 2, Position: 5}) {
+	if !apply(tidemark.Delivery{Feed: "other", Epoch: 2, Position: 5}) {
 		t.Fatal("line of another feed skipped")
 	}
 	// Epoch 0 is never recognised.
 	if !apply(d(0, 5)) || !apply(d(0, 5)) {
 		t.Fatal("delivery without positions skipped")
 	}
-	if got := tr.Last("orders"); got != (dedupe.Applied{Epoch: 2, Position: 5}) {
+	if got := tr.Last("orders"); got != (tidemark.Applied{Epoch: 2, Position: 5}) {
 		t.Fatalf("epoch 0 moved the position: %+v", got)
 	}
 }
 
 func TestTrackerFailedApplyIsNotRecorded(t *testing.T) {
-	tr := dedupe.NewTracker()
-	d := dedupe.Delivery{Feed: "f", Epoch: 1, Position: 10}
+	tr := tidemark.NewTracker()
+	d := tidemark.Delivery{Feed: "f", Epoch: 1, Position: 10}
 	boom := errors.New("boom")
 	ok, err := tr.Apply(d, func() error { return boom })
 	if ok || !errors.Is(err, boom) {
@@ -118,8 +118,8 @@ func TestTrackerFailedApplyIsNotRecorded(t *testing.T) {
 }
 
 func TestTrackerSeenRecordRestore(t *testing.T) {
-	var tr dedupe.Tracker // zero value is usable
-	d := dedupe.Delivery{Feed: "f", Epoch: 3, Position: 10}
+	var tr tidemark.Tracker // zero value is usable
+	d := tidemark.Delivery{Feed: "f", Epoch: 3, Position: 10}
 	if tr.Seen(d) {
 		t.Fatal("seen before record")
 	}
@@ -127,19 +127,19 @@ func TestTrackerSeenRecordRestore(t *testing.T) {
 	if !tr.Seen(d) {
 		t.Fatal("not seen after record")
 	}
-	var tr2 dedupe.Tracker
+	var tr2 tidemark.Tracker
 	tr2.Restore("f", tr.Last("f"))
-	if !tr2.Seen(d) || tr2.Seen(dedupe.Delivery{Feed: "f", Epoch: 3, Position: 11}) {
+	if !tr2.Seen(d) || tr2.Seen(tidemark.Delivery{Feed: "f", Epoch: 3, Position: 11}) {
 		t.Fatal("restore did not carry the position")
 	}
-	tr2.Record(dedupe.Delivery{Feed: "f", Epoch: 0, Position: 99})
-	if tr2.Last("f") != (dedupe.Applied{Epoch: 3, Position: 10}) {
+	tr2.Record(tidemark.Delivery{Feed: "f", Epoch: 0, Position: 99})
+	if tr2.Last("f") != (tidemark.Applied{Epoch: 3, Position: 10}) {
 		t.Fatal("epoch 0 recorded")
 	}
 }
 
 func TestTrackerConcurrentDuplicatesApplyOnce(t *testing.T) {
-	tr := dedupe.NewTracker()
+	tr := tidemark.NewTracker()
 	var applied atomic.Int64
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
@@ -147,7 +147,7 @@ func TestTrackerConcurrentDuplicatesApplyOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for pos := int64(1); pos <= 500; pos++ {
-				d := dedupe.Delivery{Feed: "f", Epoch: 1, Position: pos}
+				d := tidemark.Delivery{Feed: "f", Epoch: 1, Position: pos}
 				if _, err := tr.Apply(d, func() error { applied.Add(1); return nil }); err != nil {
 					t.Error(err)
 				}

@@ -1,5 +1,14 @@
-// Package dedupe is the delivery context of a line, [Delivery], and the rule
-// that tells a re-delivered line from a new one, [AlreadyApplied].
+// Package tidemark is the vocabulary that tidemark's packages share: the
+// delivery context of a line, [Delivery], what a store records as applied,
+// [Applied] and [Lineage], and the rule that tells a re-delivered line from a
+// new one, [AlreadyApplied]. It imports no other package of the module.
+//
+// The library itself is in the subpackages: package framework runs feeds and
+// processor groups, package feed reads files, package state keeps a
+// processor's state with what it applied, package tidemarktest tests a
+// processor. A processor sees this package in its Handle method:
+//
+//	func (p *proc) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error
 //
 // # Caveats
 //
@@ -26,12 +35,12 @@
 // A processor that records the last (epoch, position) it applied, in the same
 // transaction as its state, can skip them:
 //
-//	if dedupe.AlreadyApplied(d, last) {
+//	if tidemark.AlreadyApplied(d, last) {
 //		return nil // applied before the crash
 //	}
 //	apply(line)
-//	last = dedupe.Advance(last, d) // saved with the state
+//	last = tidemark.Advance(last, d) // saved with the state
 //
 // [Tracker] does this bookkeeping per feed for a processor that keeps its own
 // state. The package knows nothing of files, stores or queues.
-package dedupe
+package tidemark

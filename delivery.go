@@ -1,4 +1,4 @@
-package dedupe
+package tidemark
 
 // Delivery is the context of one line handed to a processor: which feed it
 // came from, the epoch (position space) it was read in, the byte offset just

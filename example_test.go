@@ -1,17 +1,17 @@
-package dedupe_test
+package tidemark_test
 
 import (
 	"fmt"
 
-	"github.com/tidemark-go/tidemark/dedupe"
+	"github.com/tidemark-go/tidemark"
 )
 
 // A processor that keeps a running total in memory skips the lines
 // re-delivered to it.
 func ExampleTracker() {
-	tr := dedupe.NewTracker()
+	tr := tidemark.NewTracker()
 	total := 0
-	deliveries := []dedupe.Delivery{
+	deliveries := []tidemark.Delivery{
 		{Feed: "orders", Epoch: 1, Position: 6},
 		{Feed: "orders", Epoch: 1, Position: 12},
 		{Feed: "orders", Epoch: 1, Position: 6}, // re-delivered
@@ -34,10 +34,10 @@ func ExampleTracker() {
 }
 
 func ExampleAlreadyApplied() {
-	last := dedupe.Applied{Epoch: 4, Position: 120}
-	fmt.Println(dedupe.AlreadyApplied(dedupe.Delivery{Epoch: 4, Position: 120}, last))
-	fmt.Println(dedupe.AlreadyApplied(dedupe.Delivery{Epoch: 4, Position: 121}, last))
-	fmt.Println(dedupe.AlreadyApplied(dedupe.Delivery{Epoch: 5, Position: 10}, last))
+	last := tidemark.Applied{Epoch: 4, Position: 120}
+	fmt.Println(tidemark.AlreadyApplied(tidemark.Delivery{Epoch: 4, Position: 120}, last))
+	fmt.Println(tidemark.AlreadyApplied(tidemark.Delivery{Epoch: 4, Position: 121}, last))
+	fmt.Println(tidemark.AlreadyApplied(tidemark.Delivery{Epoch: 5, Position: 10}, last))
 	// Output:
 	// true
 	// false
