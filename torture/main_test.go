@@ -34,10 +34,11 @@ import (
 	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/state"
+	"github.com/tidemark-go/tidemark/torture/internal/rig"
 )
 
 // long reports whether the long versions run (TIDEMARK_TORTURE=1).
-var long = os.Getenv("TIDEMARK_TORTURE") == "1"
+var long = rig.Long
 
 // ledgerExe is the ledger program, built once by TestMain.
 var ledgerExe string
@@ -59,22 +60,12 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(feedChildEnv); v != "" {
 		os.Exit(feedChild(v))
 	}
-	dir, err := os.MkdirTemp("", "tidemark-torture-bin-")
+	exe, cleanup, err := rig.BuildLedger("torture")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "torture:", err)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(goroot(), "bin", "go")
-	}
-	ledgerExe = filepath.Join(dir, "ledger")
-	cmd := exec.Command(goTool, "build", "-o", ledgerExe, "github.com/tidemark-go/tidemark/examples/ledger")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "torture: go build ledger: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(2)
-	}
+	ledgerExe = exe
 	code := m.Run()
 	mode := "short"
 	if long {
@@ -83,53 +74,17 @@ func TestMain(m *testing.M) {
 	fmt.Printf("torture figures (%s): runs %d, kills survived %d, power cuts survived %d, faults injected %d, inputs tried %d, lines lost %d, lines applied twice %d\n",
 		mode, figures.runs.Load(), figures.kills.Load(), figures.powerCuts.Load(), figures.faults.Load(),
 		figures.inputs.Load(), figures.lost.Load(), figures.twice.Load())
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
-func goroot() string {
-	out, err := exec.Command("go", "env", "GOROOT").Output()
-	if err != nil {
-		return "/usr/local/go"
-	}
-	return strings.TrimSpace(string(out))
-}
+// The suite's knobs, shared with torture/distributed (package rig).
+var (
+	newRand = rig.NewRand
+	tempDir = rig.TempDir
+)
 
-// pick returns short or long by mode.
-func pick[T any](short, long_ T) T {
-	if long {
-		return long_
-	}
-	return short
-}
-
-// newRand returns a seeded random source and logs the seed.
-// TIDEMARK_TORTURE_SEED replays a run.
-func newRand(t *testing.T) *rand.Rand {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("TIDEMARK_TORTURE_SEED"); s != "" {
-		if n, err := strconv.ParseUint(s, 10, 64); err == nil {
-			seed = n
-		}
-	}
-	t.Logf("seed %d (TIDEMARK_TORTURE_SEED=%d replays it)", seed, seed)
-	return rand.New(rand.NewPCG(seed, 7))
-}
-
-// tempDir is t.TempDir, or a kept folder when TIDEMARK_TORTURE_KEEP=1 (its
-// path is logged), to read the runs' logs after a failure.
-func tempDir(t *testing.T) string {
-	t.Helper()
-	if os.Getenv("TIDEMARK_TORTURE_KEEP") != "1" {
-		return t.TempDir()
-	}
-	d, err := os.MkdirTemp("", "torture-"+strings.ReplaceAll(t.Name(), "/", "-")+"-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("keeping %s", d)
-	return d
-}
+func pick[T any](short, long T) T { return rig.Pick(short, long) }
 
 // ---- the child ----
 
