@@ -332,6 +332,10 @@ func (r *runner) buildPeer() {
 	logf("building the peer (%s) ...", r.cfg.peers)
 	cmd := exec.Command("go", "build", "-o", bin, ".")
 	cmd.Dir = r.cfg.peers
+	// The peer is a module of its own, outside the repository's go.work:
+	// inside the workspace, its folder would be taken for a package of the
+	// bench module.
+	cmd.Env = append(os.Environ(), "GOWORK=off")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
