@@ -28,37 +28,67 @@ type Entry struct {
 // decimal integer that fits in 64 bits. Anything else is malformed: the error
 // wraps errMalformed and says why.
 func ParseLine(line []byte) (Entry, error) {
-	if len(line) == 0 {
-		return Entry{}, malformed("empty line")
-	}
-	i := bytes.IndexByte(line, ',')
-	if i < 0 {
-		return Entry{}, malformed("want 3 comma-separated fields, found 1")
-	}
-	rest := line[i+1:]
-	j := bytes.IndexByte(rest, ',')
-	if j < 0 {
-		return Entry{}, malformed("want 3 comma-separated fields, found 2")
-	}
-	idField, account, amountField := line[:i], rest[:j], rest[j+1:]
-	if bytes.IndexByte(amountField, ',') >= 0 {
-		return Entry{}, malformed("want 3 comma-separated fields, found more")
-	}
-	id, err := parseID(idField)
-	if err != nil {
-		return Entry{}, err
-	}
-	if len(account) == 0 {
-		return Entry{}, malformed("empty account")
-	}
-	if !utf8.Valid(account) {
-		return Entry{}, malformed("account is not valid UTF-8")
-	}
-	amount, err := parseAmount(amountField)
+	id, account, amount, err := parseFields(line)
 	if err != nil {
 		return Entry{}, err
 	}
 	return Entry{ID: id, Account: string(account), Amount: amount}, nil
+}
+
+// parseFields is ParseLine without the account's string: account is a
+// part of line. The ledger's Handle takes the string from its intern table
+// (interned), so that a line of an account seen before allocates nothing.
+func parseFields(line []byte) (id int64, account []byte, amount int64, err error) {
+	if len(line) == 0 {
+		return 0, nil, 0, malformed("empty line")
+	}
+	i := bytes.IndexByte(line, ',')
+	if i < 0 {
+		return 0, nil, 0, malformed("want 3 comma-separated fields, found 1")
+	}
+	rest := line[i+1:]
+	j := bytes.IndexByte(rest, ',')
+	if j < 0 {
+		return 0, nil, 0, malformed("want 3 comma-separated fields, found 2")
+	}
+	idField, account, amountField := line[:i], rest[:j], rest[j+1:]
+	if bytes.IndexByte(amountField, ',') >= 0 {
+		return 0, nil, 0, malformed("want 3 comma-separated fields, found more")
+	}
+	if id, err = parseID(idField); err != nil {
+		return 0, nil, 0, err
+	}
+	if len(account) == 0 {
+		return 0, nil, 0, malformed("empty account")
+	}
+	if !utf8.Valid(account) {
+		return 0, nil, 0, malformed("account is not valid UTF-8")
+	}
+	if amount, err = parseAmount(amountField); err != nil {
+		return 0, nil, 0, err
+	}
+	return id, account, amount, nil
+}
+
+// interned is an intern table of account names: the string of an account
+// seen before is the one made the first time. It keeps at most maxNames
+// names (about 60 bytes each): past them, a line of a new account makes
+// its own string, as ParseLine does.
+type interned map[string]string
+
+// maxNames bounds an intern table: 16,384 accounts, about 1 MiB.
+const maxNames = 1 << 14
+
+// of returns account as a string.
+func (n interned) of(account []byte) string {
+	if s, ok := n[string(account)]; ok { // no string is made for the lookup
+		return s
+	}
+	s := string(account)
+	if len(n) < maxNames {
+		n[s] = s
+	}
+	return s
 }
 
 // AppendLine appends e as an input line with its newline.
@@ -97,21 +127,32 @@ func parseID(b []byte) (int64, error) {
 }
 
 func parseAmount(b []byte) (int64, error) {
-	digits := b
+	digits, neg := b, false
 	if len(digits) > 0 && (digits[0] == '-' || digits[0] == '+') {
-		digits = digits[1:]
+		digits, neg = digits[1:], digits[0] == '-'
 	}
 	if len(digits) == 0 {
 		return 0, malformed(fmt.Sprintf("amount %q is not an integer", b))
 	}
+	// The magnitude, up to 2^63 (the magnitude of math.MinInt64).
+	const limit = uint64(1) << 63
+	var n uint64
 	for _, c := range digits {
 		if c < '0' || c > '9' {
 			return 0, malformed(fmt.Sprintf("amount %q is not an integer", b))
 		}
+		d := uint64(c - '0')
+		if n > (limit-d)/10 {
+			n = limit + 1 // too large; the other digits are still checked
+			continue
+		}
+		n = n*10 + d
 	}
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil {
+	if n > limit || (n == limit && !neg) {
 		return 0, malformed(fmt.Sprintf("amount %q does not fit in 64 bits", b))
 	}
-	return n, nil
+	if neg {
+		return int64(-n), nil // -(2^63) wraps to math.MinInt64, as it should
+	}
+	return int64(n), nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -19,6 +20,9 @@ func TestParseLine(t *testing.T) {
 		{"3, spaced name ,1", Entry{3, " spaced name ", 1}},
 		{"9223372036854775807,max,-9223372036854775808", Entry{1<<63 - 1, "max", -1 << 63}},
 		{"5,a,007", Entry{5, "a", 7}},
+		{"6,a,-0", Entry{6, "a", 0}},
+		{"8,a,+9223372036854775807", Entry{8, "a", 1<<63 - 1}},
+		{"10,a,-0000000000000000000009223372036854775808", Entry{10, "a", -1 << 63}},
 	}
 	for _, tc := range good {
 		got, err := ParseLine([]byte(tc.line))
@@ -50,6 +54,12 @@ func TestParseLine(t *testing.T) {
 		"1,alice,0x10",
 		"1,alice,1_000",
 		"1,alice,9223372036854775808",
+		"1,alice,-9223372036854775809",
+		"1,alice,+9223372036854775808",
+		"1,alice,99999999999999999999999",
+		"1,alice,99999999999999999999x",
+		"1,alice,+",
+		"1,alice,--1",
 		"1,\xff\xfe,100",
 		"1,alice,100\r",
 	}
@@ -120,6 +130,32 @@ func FuzzParseLine(f *testing.F) {
 		again, err := ParseLine(out[:len(out)-1])
 		if err != nil || again != e {
 			t.Fatalf("ParseLine(%q) = %+v; printed back as %q it parses to %+v, %v", line, e, out, again, err)
+		}
+	})
+}
+
+// FuzzParseAmount checks the ledger's amount parser against strconv: a
+// field of an optional sign and decimal digits is accepted exactly when
+// strconv.ParseInt takes it, with the same value; anything else is
+// malformed.
+func FuzzParseAmount(f *testing.F) {
+	for _, s := range []string{"0", "-1", "+7", "007", "9223372036854775807", "-9223372036854775808", "9223372036854775808", "-", "1x", "99999999999999999999x"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := parseAmount(b)
+		digits := strings.TrimLeft(string(b), "+-")
+		wellFormed := len(b)-len(digits) <= 1 && digits != "" && strings.Trim(digits, "0123456789") == ""
+		want, serr := strconv.ParseInt(string(b), 10, 64)
+		switch {
+		case wellFormed && serr == nil:
+			if err != nil || got != want {
+				t.Fatalf("parseAmount(%q) = %d, %v; strconv says %d", b, got, err, want)
+			}
+		case err == nil:
+			t.Fatalf("parseAmount(%q) = %d; want an error (strconv: %v)", b, got, serr)
+		case !errors.Is(err, errMalformed):
+			t.Fatalf("parseAmount(%q): error %v does not wrap errMalformed", b, err)
 		}
 	})
 }

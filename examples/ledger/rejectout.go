@@ -59,6 +59,9 @@ type rejects struct {
 	// group takes from it on its own.
 	mu      sync.Mutex
 	pending []pendingReject
+	// npending is len(pending), set under mu: a line finds out without
+	// the lock that there is nothing to stage or drop.
+	npending atomic.Int32
 	// lastEpoch is the epoch of the last line handled (group goroutine).
 	lastEpoch uint64
 	// rec and cw encode one record (group goroutine).
@@ -77,6 +80,7 @@ func (r *rejects) skippedBySource(rj feed.Reject) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pending = append(r.pending, pendingReject{epoch: rj.Epoch, pos: rj.End, reason: fmt.Sprintf("%s (%d bytes)", rj.Reason, rj.Length)})
+	r.npending.Store(int32(len(r.pending)))
 }
 
 // before reports whether the pending reject p comes before the line d, or
@@ -93,6 +97,11 @@ func (r *rejects) before(p pendingReject, d tidemark.Delivery) bool {
 // stage writes into tx the records of the pending rejects before d and
 // returns how many. They stay pending until taken (done).
 func (r *rejects) stage(tx *state.Tx, d tidemark.Delivery) (int, error) {
+	if r.npending.Load() == 0 {
+		// A reject the source adds meanwhile is of a line after d: the
+		// source reports a skipped line before it delivers the next.
+		return 0, nil
+	}
 	r.mu.Lock()
 	var ps []pendingReject
 	for _, p := range r.pending {
@@ -116,6 +125,10 @@ func (r *rejects) done(d tidemark.Delivery, applied bool, n int) {
 	if applied {
 		r.written.Add(uint64(n))
 	}
+	if r.npending.Load() == 0 {
+		r.lastEpoch = d.Epoch
+		return
+	}
 	r.mu.Lock()
 	kept := r.pending[:0]
 	for _, p := range r.pending {
@@ -125,6 +138,7 @@ func (r *rejects) done(d tidemark.Delivery, applied bool, n int) {
 	}
 	clear(r.pending[len(kept):])
 	r.pending = kept
+	r.npending.Store(int32(len(kept)))
 	r.mu.Unlock()
 	r.lastEpoch = d.Epoch
 }

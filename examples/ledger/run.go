@@ -169,6 +169,14 @@ type ledger struct {
 	pace   time.Duration
 	buf    []byte
 
+	// The line being applied, for applyFn (group goroutine): a function
+	// made once, so that a line allocates no closure.
+	e        Entry
+	d        tidemark.Delivery
+	staged   int // reject records applyFn staged
+	applyFn  func(tx *state.Tx) error
+	accounts interned
+
 	applied, skipped, malformed atomic.Uint64
 	// rej is the ledger's side of the reject log (rejectout.go).
 	rej rejects
@@ -198,36 +206,44 @@ func (l *ledger) Handle(ctx context.Context, d tidemark.Delivery, line []byte) e
 	if l.pace > 0 {
 		time.Sleep(l.pace)
 	}
-	e, err := ParseLine(line)
+	id, account, amount, err := parseFields(line)
 	if err != nil {
 		l.malformed.Add(1)
 		return l.reject(ctx, d, rejectReasonMalformed, err, line)
 	}
+	if l.applyFn == nil {
+		l.applyFn, l.accounts = l.applyLine, make(interned)
+	}
+	l.e, l.d, l.staged = Entry{ID: id, Account: l.accounts.of(account), Amount: amount}, d, 0
 	// Without de-duplication, a delivery without positions is never taken
 	// for a re-delivery: the store applies it again. The ledger records
 	// the position itself (applyEntry), in the same transaction.
-	n := 0
-	applied, err := l.st.Apply(ctx, l.applyDelivery(d), func(tx *state.Tx) error {
-		var err error
-		if l.buf, err = applyEntry(tx, e, d, l.buf); err != nil {
-			return err
-		}
-		n, err = l.rej.stage(tx, d)
-		return err
-	})
+	applied, err := l.st.Apply(ctx, l.applyDelivery(d), l.applyFn)
 	if errors.Is(err, state.ErrTooLarge) {
 		return l.reject(ctx, d, framework.ReasonTooLarge, err, line)
 	}
 	if err != nil {
 		return err
 	}
-	l.rej.done(d, applied, n)
+	l.rej.done(d, applied, l.staged)
 	if applied {
 		l.applied.Add(1)
 	} else {
 		l.skipped.Add(1)
 	}
 	return nil
+}
+
+// applyLine is the function Handle applies: the balance, counters and
+// output line of l.e, and the reject records of the lines the source
+// skipped before it.
+func (l *ledger) applyLine(tx *state.Tx) error {
+	var err error
+	if l.buf, err = applyEntry(tx, l.e, l.d, l.buf); err != nil {
+		return err
+	}
+	l.staged, err = l.rej.stage(tx, l.d)
+	return err
 }
 
 // dieAfterSave is the store observer of --die-after-save: it kills the

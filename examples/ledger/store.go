@@ -142,7 +142,10 @@ func decodeBalance(v []byte) (int64, error) {
 // applyEntry applies one ledger line in tx: the balance, the counters, the
 // ledger's own record of the position, and the output line.
 func applyEntry(tx *state.Tx, e Entry, d tidemark.Delivery, buf []byte) ([]byte, error) {
-	bal, err := tx.Bucket(balancesBucket).AddInt64([]byte(e.Account), e.Amount)
+	// buf holds the key first (a []byte of the string would be made on
+	// the heap): the store copies keys, so it serves the output line next.
+	buf = append(buf[:0], e.Account...)
+	bal, err := tx.Bucket(balancesBucket).AddInt64(buf, e.Amount)
 	if err != nil {
 		return buf, err
 	}
