@@ -22,6 +22,9 @@ const boltFile = "state.bolt"
 
 var boltBucket = []byte("tidemark")
 
+// boltInitialMmap is the size of bbolt's first mapping of its file.
+const boltInitialMmap = 1 << 30
+
 type boltEngine struct {
 	db        *bolt.DB
 	dir, path string
@@ -91,6 +94,12 @@ func openBolt(dir string, opts *Options) (_ *boltEngine, err error) {
 			file = f
 			return f, err
 		},
+		// bbolt maps its file again when it grows past the mapping, and
+		// waits for every read transaction to end to do it: a snapshot
+		// (Store.Snapshot, Backup) held during such a commit would stall
+		// it. A mapping of 1 GiB from the start (address space, not
+		// memory) leaves that to a file growing past each GiB.
+		InitialMmapSize: boltInitialMmap,
 		// NoSync stays false: every commit writes and syncs the data
 		// pages, then the meta page.
 	}

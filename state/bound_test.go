@@ -3,6 +3,8 @@ package state
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -152,6 +154,23 @@ func TestFileSetRecordsPerFile(t *testing.T) {
 				}
 				if l, ok := s.Applied("logs"); !ok || l.Position != 3 {
 					t.Fatalf("Applied = %+v %v", l, ok)
+				}
+				// A transaction lists the same records, a snapshot's too.
+				feeds := func(tx *Tx) error {
+					fs, err := tx.Feeds()
+					if err != nil {
+						return err
+					}
+					if got := fs["logs"]; len(fs) != 1 || !slices.Equal(got, all) {
+						return fmt.Errorf("Tx.Feeds = %+v, want %+v", fs, all)
+					}
+					return nil
+				}
+				if err := s.View(feeds); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Snapshot(context.Background(), feeds); err != nil {
+					t.Fatal(err)
 				}
 			}
 			check(s)

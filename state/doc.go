@@ -5,11 +5,15 @@
 //
 // # Caveats
 //
-//   - Values returned by [Tx.Get] and passed to ForEach are valid only inside
-//     the function given to Apply or View, and must not be modified. Copy what
-//     you keep. A [Tx] must not be used after its function returned.
+//   - Values returned by [Tx.Get] are valid only inside the function given
+//     to Apply, View or Snapshot, and the keys and values of a loop (see
+//     "Iteration") only until its next step; none may be modified. Copy
+//     what you keep. A [Tx] must not be used after its function returned.
+//     A [Table]'s values are decoded copies.
 //   - The function given to Apply must not call the store: Apply and View are
-//     serialized, one at a time, for the whole store.
+//     serialized, one at a time, for the whole store. A read beside a
+//     running processor (a status page, a query, a tool) belongs in
+//     [Store.Snapshot], which blocks neither.
 //   - In the default, batched mode, Apply returns before the change is
 //     durable. A crash loses the changes staged since the last commit; that
 //     is safe only because the store, not the processor, tells the feed what
@@ -92,6 +96,8 @@
 // processor group's checkpoint, and apply each line in the processor's
 // Handle:
 //
+//	var balances = state.NewTable("balances", state.String{}, state.Int64{})
+//
 //	st, err := state.Open("bbolt:data/state", nil) // or "pebble:DIR"
 //	...
 //	defer st.Close() // flushes
@@ -100,12 +106,103 @@
 //
 //	// in Handle(ctx, d tidemark.Delivery, line []byte):
 //	_, err := ledger.Apply(ctx, d, func(tx *state.Tx) error {
-//		_, err := tx.Bucket("balances").AddInt64([]byte(account), amount)
+//		_, err := balances.Add(tx, account, amount)
 //		return err
 //	})
 //
 // The backend ("bbolt" or "pebble") is recorded in the directory's STORE
 // file: a tool opens an existing store with [OpenDir] (or Open("DIR")).
+//
+// # Tables
+//
+// A [Table] is a typed bucket: NewTable(bucket, keyCodec, valueCodec).
+// Its Get, Put, Delete, Update and Add work in any transaction, its loops
+// (All, Range, Prefix, ...) return decoded keys and values. The codecs
+// [Int64], [Uint64], [String], [Bytes] and [JSON] are built in; a type of
+// your own implements [Codec] (values) or [KeyCodec] (keys, in an order
+// preserving encoding). The encodings:
+//
+//	codec    as a value                       as a key
+//	Int64    8 bytes big-endian, two's        8 bytes big-endian, sign bit
+//	         complement (PutInt64's)          flipped: -1 sorts before 0
+//	Uint64   8 bytes big-endian               the same
+//	String   the bytes of the string          the same
+//	Bytes    the bytes                        the same
+//	JSON     encoding/json                    (not a key codec)
+//
+// So a Table[string, int64] reads the values that [Bucket.AddInt64] and
+// [Bucket.PutInt64] wrote, and the other way round: a store written
+// before tables existed reads through them. (Raw keys written with
+// PutInt64's encoding do not read back through the Int64 key codec, whose
+// bytes differ for the order's sake.)
+//
+// The first write through a table in a run records the table's [Schema]
+// (its codecs' names) in the store, read back by [Bucket.Schema]: so that
+// tidemark store show decodes its keys and values.
+//
+// # Iteration
+//
+// A bucket's or a table's All, Range, From, Prefix and their Reverse forms
+// return an [iter.Seq2] for a range loop. The loop reads the backend as it
+// goes (a bbolt cursor a page at a time, a Pebble iterator, pages of rows
+// of PostgreSQL) and merges in key order the changes staged in memory
+// (the batches not yet durable, and the transaction's own writes), which
+// win over the backend's; a staged delete hides a key. Nothing is copied
+// but a page of the backend's keys and the staged changes' order (bounded
+// by the batches), so a bucket of any size iterates in bounded memory.
+// [Bucket.ForEach] is All as a callback.
+//
+// An iteration's error (a read that failed, a value whose checksum does
+// not match, which is a [*CorruptError] naming the key, a value its codec
+// cannot decode) ends the loop and fails the transaction: [Tx.Err] returns it,
+// and Apply, View and Snapshot return it even when their function returns
+// nil; a failed Apply stages nothing of its line.
+//
+// # Snapshots
+//
+// [Store.Snapshot] runs a read-only function on a consistent snapshot of
+// the durable state: bbolt's read transaction, a Pebble snapshot, or a
+// PostgreSQL transaction REPEATABLE READ, READ ONLY on a connection of its
+// own. It takes neither the lock of Apply and View nor the store's: the
+// processor applies and commits while it runs, and its own View keeps
+// seeing what it staged. The snapshot holds on to what it reads while it
+// lasts: bbolt keeps the pages it sees (its file grows by what commits
+// meanwhile; the store maps the first GiB of the file from the start, so
+// that bbolt does not wait for the snapshot to map a growing file again
+// below that), Pebble its tables, PostgreSQL its row versions (VACUUM
+// waits). Keep snapshots short: a page of a listing, not a session.
+// [Tx.Namespaces], [Tx.Buckets] and [Tx.Feeds] list what a snapshot holds,
+// for tools.
+//
+// # Backup
+//
+// [Store.Backup] writes a consistent copy of the whole store into a new
+// folder while the store is in use: a snapshot's durable state, with the
+// applied positions of every feed in it and the outputs cut at the
+// lengths it records. bbolt writes its file from a read transaction
+// (Tx.WriteTo); Pebble makes a checkpoint (hard links to its tables where
+// the folder is on the same file system); a PostgreSQL store is copied
+// into a bbolt store (its outputs become files), since a folder is what a
+// backup is. The copy is built beside the folder and renamed into place
+// once synced: the folder is either absent or a complete store, which
+// OpenDir opens.
+//
+// A backup reads every value it copies and checks its checksum (and the
+// backend's own checks run on the way: bbolt's pages, Pebble's blocks), so
+// that damage is found when the copy is made, not when it is needed: a
+// damaged value fails the backup with a [*CorruptError] naming the
+// record, and leaves no folder. The outputs' files are copied up to their
+// committed lengths; the copy of a PostgreSQL store records the checksum
+// of each output file's bytes, as a local store does.
+//
+// Opening the copy is a restore: the store is behind its feeds, and a
+// feed resumes from the store (the framework reads [Store.AppliedAll]),
+// so the lines after the backup are read again and applied once. To
+// restore, stop the process, move the store's folder away, put the copy
+// (or a copy of it) in its place, and start again. A PostgreSQL store's
+// backup is a local bbolt store: open it as one (to read it, or to run
+// on); the database's own backups (pg_dump, base backups) are the way to
+// restore the database.
 //
 // # How a line is applied
 //

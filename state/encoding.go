@@ -16,6 +16,7 @@ import (
 //	'd' uvarint(len ns) ns uvarint(len b) b key → value        (data)
 //	'a' uvarint(len ns) ns feed            → lineage record   (applied position)
 //	'o' name                               → uint64 length    (committed output length)
+//	's' uvarint(len ns) ns uvarint(len b) b → table schema     (see Schema)
 //	'O' uvarint(len name) name uint64 off  → bytes            (output bytes at off, for an
 //	                                                            engine that keeps outputs)
 //
@@ -34,6 +35,7 @@ const (
 	tagData    = 'd'
 	tagApplied = 'a'
 	tagOutput  = 'o'
+	tagSchema  = 's'
 	// tagOutputData keys the output bytes of an engine without local
 	// files (see outputsInEngine).
 	tagOutputData = 'O'

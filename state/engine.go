@@ -1,5 +1,7 @@
 package state
 
+import "context"
+
 // engine is a backend: a sorted key/value space that commits a set of writes
 // in one durable transaction. The store above it does everything else
 // (staging, de-duplication, batching, outputs), so a new backend only has
@@ -10,6 +12,24 @@ type engine interface {
 	// scan calls fn for every key with the prefix, in key order. k and v are
 	// valid only during the call.
 	scan(prefix []byte, fn func(k, v []byte) error) error
+	// cursor returns a cursor over the keys in [lo, hi) (see reader). The
+	// store iterates it inside Apply and View, where the only change the
+	// backend can see meanwhile is the commit of a batch that the store
+	// overlays anyway (see iter.go): so the cursor may read in pages, each
+	// from the backend as it is then, and hold nothing between them.
+	cursor(lo, hi []byte, reverse bool) cursor
+	// snapshot returns a consistent read-only view of the durable state:
+	// nothing committed after it is seen. It must not block commits for
+	// long (see Store.Snapshot).
+	snapshot(ctx context.Context) (snapshot, error)
+	// backup writes a consistent copy of the backend's data into the new
+	// store folder dir (state.bolt, or pebble/), as a store of kind it
+	// returns, and returns the committed lengths of the outputs in the
+	// copy. An engine without local files writes the bytes of its outputs
+	// to files in dir too (see Store.Backup).
+	// verify checks a value read from the backend and returns it without
+	// its checksum (see sumEngine); nil means the values are as written.
+	backup(ctx context.Context, dir string, verify func(k, v []byte) ([]byte, error)) (kind string, outputs map[string]int64, err error)
 	// commit writes ws in one transaction and makes it durable before it
 	// returns. On error nothing of ws may be visible after a reopen.
 	commit(ws []write) error
@@ -26,4 +46,11 @@ type engine interface {
 type write struct {
 	key, val []byte
 	del      bool
+}
+
+// snapshot is a consistent read-only view of a backend's durable state.
+type snapshot interface {
+	reader
+	// close releases the snapshot.
+	close() error
 }

@@ -21,6 +21,7 @@ const pebbleDir = "pebble"
 
 type pebbleEngine struct {
 	db  *pebble.DB
+	fs  pebblevfs.FS
 	log *slog.Logger
 	// bgErr receives Pebble's background errors (a failed flush or
 	// compaction), so that a flush the store waits for can give up.
@@ -58,7 +59,7 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 	if fs == nil {
 		fs = pebblevfs.Default
 	}
-	e := &pebbleEngine{log: opts.logger(), bgErr: make(chan error, 1), dir: dir, path: path}
+	e := &pebbleEngine{fs: fs, log: opts.logger(), bgErr: make(chan error, 1), dir: dir, path: path}
 	logger := pebbleLogger{log: opts.logger()}
 	po := &pebble.Options{
 		FS:     fs,
@@ -212,7 +213,13 @@ func (e *pebbleEngine) get(key []byte) (_ []byte, _ bool, err error) {
 		return nil, false, errPebbleFatal
 	}
 	defer e.recoverFatal(&err)
-	v, closer, err := e.db.Get(key)
+	return e.getFrom(e.db, key)
+}
+
+// getFrom returns a copy of the value of key in r (the database or a
+// snapshot of it), and whether it exists.
+func (e *pebbleEngine) getFrom(r pebble.Reader, key []byte) ([]byte, bool, error) {
+	v, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
 	}

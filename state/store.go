@@ -51,7 +51,17 @@ type Namespace interface {
 	// View calls fn with a read-only transaction of this namespace. It sees
 	// every change staged by an Apply that returned, durable or not yet: the
 	// state as the processor knows it. Writes fail with [ErrReadOnly].
+	// View and Apply are serialized: for a long read beside a running
+	// processor (a status page, a query), use Snapshot.
 	View(fn func(tx *Tx) error) error
+	// Snapshot calls fn with a read-only transaction of this namespace over
+	// a consistent snapshot of the durable state: what the commits made
+	// durable before it began, not what is staged. It runs beside Apply
+	// and View, blocking neither: reads for operators belong here. Writes
+	// fail with [ErrReadOnly]. ctx bounds the snapshot's reads where they
+	// go over a network (PostgreSQL). See the package documentation,
+	// "Snapshots", for what each backend holds while fn runs.
+	Snapshot(ctx context.Context, fn func(tx *Tx) error) error
 	// Applied returns the last position applied in this namespace for feed
 	// that is durable, with its lineage, and whether there is one. Right
 	// after Open it is what the store found on disk. For a feed of a set
@@ -72,6 +82,11 @@ type Namespace interface {
 // A Store is safe for concurrent use. Apply and View calls are serialized.
 type Store interface {
 	Namespace
+	// Backup writes a consistent copy of the whole store (every namespace,
+	// the applied positions, the outputs) into the new folder dir, while
+	// the store is in use: the durable state of one moment. Opening the
+	// copy is a restore (see the package documentation, "Backup").
+	Backup(ctx context.Context, dir string) error
 	// AppliedAll returns every durable record of feed in the whole store,
 	// one per namespace (and, for a feed of a set of files, per file:
 	// Lineage.File names it) that holds one, in namespace then file order:
@@ -111,7 +126,7 @@ type Store interface {
 	Stats() Stats
 	// Dir returns the store's directory.
 	Dir() string
-	// Backend returns the backend's name: [Bolt] or [Pebble].
+	// Backend returns the backend's name: [Bolt], [Pebble] or [Postgres].
 	Backend() string
 }
 
@@ -311,6 +326,10 @@ type core struct {
 	// tries to cut.
 	cutWanted atomic.Bool
 	cutting   atomic.Bool
+
+	// snapMu is held for reading by each snapshot and backup, and for
+	// writing by close before it closes the backend.
+	snapMu sync.RWMutex
 
 	outMu   sync.Mutex // serializes output declarations
 	outputs map[string]*Output
@@ -1305,6 +1324,8 @@ func (c *core) close() error {
 		c.mu.Unlock()
 		close(c.stop)
 		<-c.stopped
+		c.snapMu.Lock() // the snapshots and backups running end first
+		defer c.snapMu.Unlock()
 		c.closeErr = errors.Join(ferr, c.closeOutputs(), c.eng.close(), c.lock.release())
 	})
 	return c.closeErr
@@ -1370,6 +1391,9 @@ func (s *nsStore) View(fn func(tx *Tx) error) error {
 	}
 	err := fn(tx)
 	tx.done = true
+	if err == nil {
+		err = tx.err // an iteration's (see Tx.Err)
+	}
 	return err
 }
 

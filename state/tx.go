@@ -3,8 +3,6 @@ package state
 import (
 	"encoding/binary"
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/tidemark-go/tidemark"
 )
@@ -22,6 +20,8 @@ import (
 type Tx struct {
 	*txState
 	done bool
+	// err is the first error of an iteration (see fail).
+	err error
 	// The first bucket handed out, kept here so that a line that uses one
 	// allocates nothing. The methods of Tx use the root bucket without a
 	// handle.
@@ -48,6 +48,50 @@ type txState struct {
 	ow *OutputWriter
 	// bks are the last buckets handed out past Tx.bk.
 	bks [4]*Bucket
+
+	// snap is set in a transaction of Store.Snapshot: it reads rd, has no
+	// staged batches, and shares nothing with Apply and View (it runs
+	// beside them): its buckets are its own, kbuf its key buffer.
+	snap bool
+	rd   reader
+	kbuf []byte
+	// tk and tv are the scratch space of the tables' keys and values.
+	tk, tv []byte
+	// ord keeps the staged batches sorted for iteration (see iter.go).
+	ord *[2]stagedOrder
+	// schemas are the buckets whose table schema this run has recorded
+	// (see Table).
+	schemas map[[2]string]bool
+}
+
+// reader returns what the transaction reads durable state from.
+func (ts *txState) reader() reader {
+	if ts.rd != nil {
+		return ts.rd
+	}
+	return ts.c.eng
+}
+
+// Err returns the first error met by an iteration of the transaction (a
+// read of the backend that failed, a key or value its table's codec cannot
+// decode), or nil. Such an error ends its loop early and fails the
+// transaction: Apply, View and Snapshot return it even when the function
+// returns nil, and Apply stages nothing of the line.
+func (tx *Tx) Err() error { return tx.err }
+
+// fail records err, the error of an iteration: it fails the transaction.
+func (tx *Tx) fail(err error) {
+	if tx.err == nil {
+		tx.err = err
+	}
+	if w := tx.w; w != nil && !tx.done && w.refused == nil {
+		w.refused = err
+	}
+}
+
+// readErr wraps an error of reading the backend.
+func (c *core) readErr(err error) error {
+	return fmt.Errorf("read %s store %s: %w", c.kind, c.dir, err)
 }
 
 // Delivery returns the delivery being applied; the zero Delivery in View.
@@ -69,6 +113,18 @@ func (tx *Tx) Bucket(name string) *Bucket {
 	case tx.done:
 		// A Tx used late: its methods fail; do not touch the store.
 		bi = &bucketInfo{ns: tx.ns, name: name}
+	case tx.snap:
+		// Beside Apply: nothing of the store's is touched.
+		if name == "" {
+			bi = tx.nss.root
+		} else {
+			bi = newBucketInfo(tx.ns, name)
+		}
+		if tx.bk.bucketInfo == nil {
+			tx.bk.bucketInfo = bi
+			return &tx.bk
+		}
+		return &Bucket{tx: tx, bucketInfo: bi}
 	case name == "":
 		bi = tx.nss.root
 	default:
@@ -154,7 +210,7 @@ func (tx *Tx) ForEach(fn func(key, value []byte) error) error {
 // needed). The bytes are appended when the transaction's batch commits,
 // exactly once. Writing inside View fails with [ErrReadOnly].
 func (tx *Tx) Output(name string) *OutputWriter {
-	if tx.done {
+	if tx.done || tx.snap {
 		return &OutputWriter{tx: tx, name: name}
 	}
 	// The writers of the running transaction are remembered in its
@@ -312,6 +368,9 @@ type bucketInfo struct {
 	ns, name string
 	prefix   []byte
 	ph       uint64 // hashPrefix(prefix)
+	// schema is the schema of the table that wrote the bucket last in
+	// this run (see Table); set by the holder of the token.
+	schema *Schema
 }
 
 func newBucketInfo(ns, name string) *bucketInfo {
@@ -331,6 +390,9 @@ func (b *Bucket) Get(key []byte) ([]byte, bool, error) {
 }
 
 func (tx *Tx) get(q *bkey) ([]byte, bool, error) {
+	if tx.snap {
+		return tx.getDurable(q)
+	}
 	if e := tx.cur.get(q); e != nil {
 		if w := tx.w; w != nil && e.got != w.gen {
 			e.got = w.gen
@@ -338,6 +400,29 @@ func (tx *Tx) get(q *bkey) ([]byte, bool, error) {
 		return e.val[:len(e.val):len(e.val)], !e.del, nil
 	}
 	return tx.getOlder(q)
+}
+
+// peek is get for a caller that decodes the value at once and keeps none
+// of its bytes (a Table): a later write of the key by the same Apply may
+// change it in place.
+func (tx *Tx) peek(q *bkey) ([]byte, bool, error) {
+	if tx.snap {
+		return tx.getDurable(q)
+	}
+	if e := tx.cur.get(q); e != nil {
+		return e.val, !e.del, nil
+	}
+	return tx.getOlder(q)
+}
+
+// getDurable reads q from a snapshot.
+func (tx *Tx) getDurable(q *bkey) ([]byte, bool, error) {
+	tx.kbuf = q.appendTo(tx.kbuf[:0])
+	v, ok, err := tx.rd.get(tx.kbuf)
+	if err != nil {
+		return nil, false, tx.c.readErr(err)
+	}
+	return v, ok, nil
 }
 
 // put changes q to v, or deletes it, in the staging batch. e is q's entry
@@ -524,58 +609,6 @@ func (tx *Tx) tooLarge(bi *bucketInfo, key, value []byte) error {
 		tx.w.refused = e
 	}
 	return e
-}
-
-// ForEach calls fn for every key of the bucket in key order, as the
-// transaction sees it (durable, staged and its own writes). It reads the
-// bucket's durable keys into memory first. key and value are valid only
-// during the call. fn must not write to the transaction.
-func (b *Bucket) ForEach(fn func(key, value []byte) error) error {
-	if err := b.tx.check(false); err != nil {
-		return err
-	}
-	c := b.tx.c
-	// Take the staged batches before reading the durable state: a batch
-	// that commits during the scan is then overlaid anyway, with the same
-	// values. Nothing newer can reach the backend meanwhile: the caller
-	// holds the token that serializes Apply, so no other change is
-	// staged. The transaction's own writes are in the staging batch.
-	c.mu.Lock()
-	staged := [][]*entry{c.cur.writes}
-	if c.sealed != nil {
-		staged = [][]*entry{c.sealed.writes, c.cur.writes}
-	}
-	c.mu.Unlock()
-	all := make(map[string][]byte)
-	err := c.eng.scan(b.prefix, func(k, v []byte) error {
-		all[string(k)] = append([]byte{}, v...)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("scan bucket %q of %s store %s: %w", b.name, c.kind, c.dir, err)
-	}
-	p := string(b.prefix)
-	set := func(k string, val []byte, del bool) {
-		if len(k) < len(p) || k[:len(p)] != p {
-			return
-		}
-		if del {
-			delete(all, k)
-		} else {
-			all[k] = val
-		}
-	}
-	for _, ws := range staged {
-		for _, e := range ws {
-			set(string(e.key), e.val, e.del)
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(all)) {
-		if err := fn([]byte(k[len(p):]), all[k]); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // OutputWriter stages bytes for an output file inside one transaction.
