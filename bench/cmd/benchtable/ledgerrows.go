@@ -213,7 +213,7 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 	}
 
 	variants := []ledgerVariant{variantTidemark, variantMap, variantBounded}
-	big := cacheFor(sc.accounts) > state.DefaultCacheSize
+	big := cacheFor(ls.store, sc.accounts) > state.DefaultCacheSize
 	if big {
 		variants = append(variants, variantTidemarkCache)
 	}
@@ -240,7 +240,7 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 			} else if err := resetLedger(l); err != nil {
 				return err
 			}
-			rr, err := r.runLedger(v, ls.store, l, sc.lines, cacheFor(sc.accounts))
+			rr, err := r.runLedger(v, ls.store, l, sc.lines, cacheFor(ls.store, sc.accounts))
 			if err != nil {
 				x.err = err
 				logf("%s %s: %v", label, v.key, err)
@@ -259,7 +259,7 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 	mapWhat := what + ", default cache budget; against the naive program, every balance in a map"
 	if big {
 		tmc = res["tidemark-cache"]
-		mapWhat = fmt.Sprintf("%s, --cache-size %d MiB; against the naive program, every balance in a map", what, cacheFor(sc.accounts)>>20)
+		mapWhat = fmt.Sprintf("%s, --cache-size %d MiB; against the naive program, every balance in a map", what, cacheFor(ls.store, sc.accounts)>>20)
 	}
 	t.rate(ls.row, mapWhat, tmc, res["map"], "naive, map", 1.0)
 	t.rate(ls.row, what+", default cache budget; against the naive program, misses read from the database", tmr, res["bounded"], "naive, bounded", 1.0)
@@ -278,7 +278,7 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 		if tidemark {
 			budget := int64(state.DefaultCacheSize)
 			if v == variantTidemarkCache {
-				budget = cacheFor(sc.accounts)
+				budget = cacheFor(ls.store, sc.accounts)
 			}
 			limit += float64(budget >> 20)
 			base = fmt.Sprintf("64 MiB + the cache budget, %d MiB", budget>>20)
@@ -381,10 +381,17 @@ var (
 )
 
 // cacheFor is a cache budget that holds every balance of accounts
-// accounts, and the values of Pebble's index and filter blocks (a quarter
-// of the budget): 320 bytes an account, the default at least.
-func cacheFor(accounts int) int64 {
-	return max(int64(accounts)*320, state.DefaultCacheSize)
+// accounts in a store of store: 350 bytes an account (the value cache
+// counts an entry of a 16-byte account as 165 bytes, and keeps its entries
+// within half its budget, for the garbage collector's headroom); with
+// Pebble, whose index and filter blocks take a quarter of the budget, 470;
+// the default at least.
+func cacheFor(store string, accounts int) int64 {
+	per := int64(350)
+	if store == state.Pebble {
+		per = 470
+	}
+	return max(int64(accounts)*per, state.DefaultCacheSize)
 }
 
 // runLedger runs variant v over l's input into l's data folder and
