@@ -14,6 +14,20 @@
 //	                            with one line per check (below)
 //	POST /feeds/{feed}/release  consumer=<group>: give up the hold a removed
 //	                            consumer has on the feed's pointer
+//	GET  /stores                the stores reported ([StoreInfo])
+//	GET  /stores/{store}        the store's namespaces, applied records, buckets,
+//	                            keys and values ([StoreListing], [ShowOptions])
+//	POST /stores/{store}/backup dir=<folder>: a consistent copy of the store
+//	                            ([state.Store.Backup]), written on the server's host
+//
+// The store endpoints read on snapshots of the durable state, beside the
+// running processors, without blocking them: a listing decodes the keys
+// and values of a bucket that a [state.Table] wrote (its codecs are
+// recorded in the store), and holds at most limit keys per bucket
+// ([DefaultShowLimit] by default; from= pages on). A backup is written into
+// a new folder, renamed into place once complete: opening it is a restore.
+// tidemark store show and tidemark store backup take --addr to use them,
+// and work on a stopped server's store folder as well.
 //
 // A release is what the spec calls delivery.release: the feed's pointer may
 // then move past the lines the removed consumer left unfinished, and that
@@ -95,7 +109,7 @@
 // request are never closed for room; their time is bounded by
 // ReadHeaderTimeout (5 s), ReadTimeout (10 s, the body included),
 // WriteTimeout (30 s, to the end of the response) and, between requests,
-// IdleTimeout (60 s). A request body is read only by a release and is at
+// IdleTimeout (60 s). A request body is read only by a release and a backup, and is at
 // most [MaxRequestBody] (64 KiB, else 413); a GET with a body is refused
 // (400), and a refused request's body is never read: its connection is
 // closed after the answer. Refusals are counted by reason and logged at

@@ -228,6 +228,12 @@ type Config struct {
 //	GET  /readyz                   200 when ready, 503 when not, with the checks (Report.Health)
 //	POST /feeds/{feed}/release     give up a removed consumer's hold:
 //	                               consumer=<group> in the query or form
+//	GET  /stores                   the stores reported, with backend and folder ([StoreInfo])
+//	GET  /stores/{store}           its namespaces, applied records, buckets, keys and values,
+//	                               read on a snapshot ([StoreListing], see [ShowOptions]):
+//	                               namespace=, bucket= (repeatable), prefix=, from=, limit=, count=1
+//	POST /stores/{store}/backup    dir=<new folder on the server's host>: a consistent copy
+//	                               of the running store ([state.Store.Backup])
 //
 // Make one with New, then Start it; Close stops it.
 type Listener struct {
@@ -339,6 +345,9 @@ func New(cfg Config) (*Listener, error) {
 	mux.HandleFunc("GET /status", l.serveStatus)
 	mux.HandleFunc("GET /status/{feed}", l.serveFeedStatus)
 	mux.HandleFunc("POST /feeds/{feed}/release", l.serveRelease)
+	mux.HandleFunc("GET /stores", l.serveStores)
+	mux.HandleFunc("GET /stores/{store}", l.serveStoreShow)
+	mux.HandleFunc("POST /stores/{store}/backup", l.serveStoreBackup)
 	mux.HandleFunc("GET /{$}", l.servePage)
 	mux.HandleFunc("GET /livez", serveAlive)
 	mux.HandleFunc("GET /healthz", serveAlive)

@@ -1,14 +1,18 @@
 // Command tidemark is the operator's tool for tidemark: it inspects and
 // repairs pointer files, reads the status of a running server and releases
 // its holds through the server's operator listener (package ops), and shows
-// what a store holds.
+// what a store holds and backs it up, on a stopped server's store folder or
+// through a running server's listener.
 //
 //	tidemark pointer show FILE.readPointer [--input PATH]
 //	tidemark pointer set FILE.readPointer --position N [--force] [--input PATH]
 //	tidemark pointer migrate FILE.readPointer [--utf16] [--dry-run] [--input PATH]
 //	tidemark status --addr HOST:PORT [--token T] [--json] [--check]
 //	tidemark release --addr HOST:PORT --feed FEED --consumer GROUP [--token T]
-//	tidemark store show DIR [--feed FEED]... [--config FILE.yaml]
+//	tidemark store show DIR [--namespace NS]... [--bucket B]... [--prefix P] [--from K] [--limit N] [--count] [--json]
+//	tidemark store show --addr HOST:PORT [--store NAME] [the flags above]
+//	tidemark store backup DIR DEST
+//	tidemark store backup --addr HOST:PORT [--store NAME] DEST
 //	tidemark help [COMMAND]
 //
 // Flags may follow the positional arguments. The exit status is 0 when the

@@ -25,7 +25,8 @@ Usage:
   tidemark pointer migrate FILE.readPointer [--utf16] [--dry-run] [--input PATH]
   tidemark status --addr HOST:PORT [--token T] [--json] [--check]
   tidemark release --addr HOST:PORT --feed FEED --consumer GROUP [--token T]
-  tidemark store show DIR [--feed FEED]... [--config FILE.yaml] [--namespace NS] [--bucket B]... [--wait D]
+  tidemark store show DIR | --addr HOST:PORT [--store NAME] [--namespace NS]... [--bucket B]... [--prefix P] [--from K] [--limit N] [--count] [--json]
+  tidemark store backup DIR DEST | --addr HOST:PORT [--store NAME] DEST
   tidemark help [COMMAND]
 
 Exit status: 0 done, 1 failed or refused (the message says why and what to

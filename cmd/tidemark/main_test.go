@@ -135,7 +135,7 @@ func TestUsageAndHelp(t *testing.T) {
 		"pointer": "Why a new epoch",
 		"status":  "GET /status",
 		"release": "POST /feeds/FEED/release",
-		"store":   "DIR/STORE",
+		"store":   "POST /stores/NAME/backup",
 	} {
 		r = tm("help", cmd)
 		expect(t, r, exitOK)
