@@ -95,7 +95,7 @@ func (l *partLedger) Handle(ctx context.Context, d tidemark.Delivery, line []byt
 	}
 	applied, err := l.st.Apply(ctx, d, func(tx *state.Tx) error {
 		var err error
-		l.buf, err = applyEntry(tx, e, d, l.buf)
+		l.buf, err = applyEntry(tx, e, d, true, l.buf)
 		return err
 	})
 	if errors.Is(err, state.ErrTooLarge) {

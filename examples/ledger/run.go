@@ -239,7 +239,7 @@ func (l *ledger) Handle(ctx context.Context, d tidemark.Delivery, line []byte) e
 // skipped before it.
 func (l *ledger) applyLine(tx *state.Tx) error {
 	var err error
-	if l.buf, err = applyEntry(tx, l.e, l.d, l.buf); err != nil {
+	if l.buf, err = applyEntry(tx, l.e, l.d, !l.dedupe, l.buf); err != nil {
 		return err
 	}
 	l.staged, err = l.rej.stage(tx, l.d)

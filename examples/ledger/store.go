@@ -29,8 +29,8 @@ var (
 	keyApplied = []byte("applied") // lines applied
 	keyTotal   = []byte("total")   // sum of the amounts applied
 	// keyEpoch and keyPosition are the last line applied, recorded by the
-	// ledger itself in the same transaction: the store records it too, but
-	// not when de-duplication is off (see applyOptions).
+	// ledger itself in the same transaction when de-duplication is off:
+	// the store records it then no more (see applyDelivery).
 	keyEpoch    = []byte("epoch")
 	keyPosition = []byte("position")
 )
@@ -140,8 +140,11 @@ func decodeBalance(v []byte) (int64, error) {
 }
 
 // applyEntry applies one ledger line in tx: the balance, the counters, the
-// ledger's own record of the position, and the output line.
-func applyEntry(tx *state.Tx, e Entry, d tidemark.Delivery, buf []byte) ([]byte, error) {
+// output line, and, with own, the ledger's own record of d's position
+// (without de-duplication the store records none; with it, the store's
+// record is the one ReadStore reports, and two more writes a line would
+// only repeat it).
+func applyEntry(tx *state.Tx, e Entry, d tidemark.Delivery, own bool, buf []byte) ([]byte, error) {
 	// buf holds the key first (a []byte of the string would be made on
 	// the heap): the store copies keys, so it serves the output line next.
 	buf = append(buf[:0], e.Account...)
@@ -155,7 +158,7 @@ func applyEntry(tx *state.Tx, e Entry, d tidemark.Delivery, buf []byte) ([]byte,
 	if _, err := tx.AddInt64(keyTotal, e.Amount); err != nil {
 		return buf, err
 	}
-	if d.Epoch != 0 {
+	if own && d.Epoch != 0 {
 		if err := tx.PutInt64(keyEpoch, int64(d.Epoch)); err != nil {
 			return buf, err
 		}
