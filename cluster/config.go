@@ -55,7 +55,10 @@ type Config struct {
 	// subject transform (partition(N, ...)).
 	Partitions int
 	// FilterSubject returns the subjects of partition p: the filter of its
-	// consumer, e.g. "orders.3.>". Two partitions must not overlap.
+	// consumer, e.g. "orders.3" for a stream that stores partition 3's
+	// messages as orders.3 (a literal filter is the fast one for the
+	// server: see natsfeed, "Partitions"). Two partitions must not
+	// overlap.
 	FilterSubject func(p int) string
 	// Database is the URL of the PostgreSQL database that holds the
 	// partitions' stores and the job's table of workers
@@ -149,7 +152,7 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("%d partitions: want 1 to %d", c.Partitions, MaxPartitions)
 	}
 	if c.FilterSubject == nil {
-		return bad("FilterSubject is nil: it names each partition's subjects (e.g. orders.P.>)")
+		return bad("FilterSubject is nil: it names each partition's subjects (e.g. orders.P)")
 	}
 	seen := map[string]int{}
 	for p := range c.Partitions {

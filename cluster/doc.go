@@ -69,7 +69,7 @@
 //	js, _ := jetstream.New(nc) // nc: nats.Connect(url, nats.MaxReconnects(-1))
 //	sup, err := cluster.New(cluster.Config{
 //		Name: "ledger", JetStream: js, Stream: "ORDERS", Partitions: 6,
-//		FilterSubject: func(p int) string { return fmt.Sprintf("orders.%d.>", p) },
+//		FilterSubject: func(p int) string { return fmt.Sprintf("orders.%d", p) }, // stored as orders.P
 //		Database:      "postgres://app@db:5432/app?sslmode=verify-full",
 //		Partition: func(p cluster.Partition) (framework.Config, framework.Processors, error) {
 //			return framework.Config{

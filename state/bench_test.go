@@ -121,6 +121,9 @@ func benchLedger(b *testing.B, be backend, o *Options) {
 	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "lines/s")
 	b.ReportMetric(float64(s.Stats().Commits), "commits")
+	// Lines that waited for a full batch's predecessor to commit: 0 when
+	// staging is the bound, about one a commit when committing is.
+	b.ReportMetric(float64(s.Stats().BackPressure), "waits")
 }
 
 // commitTimes adds up the time of the commits.

@@ -172,6 +172,20 @@ func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer)
 	case parts == 0:
 		return exitFailed, fmt.Errorf("stream %s does not exist (yet): make it with ledger publish --partitions N, or give --partitions N to wait for it", t.stream)
 	}
+	// Whether the stream stores keyed subjects: known once the stream
+	// exists (a worker started before it looks again at each take).
+	var keyedMu sync.Mutex
+	keyedKnown, isKeyed := info != nil, info != nil && keyedSubjects(info)
+	keyed := func(ctx context.Context) bool {
+		keyedMu.Lock()
+		defer keyedMu.Unlock()
+		if !keyedKnown {
+			if info, err := lookupStream(ctx, js, t.stream); err == nil && info != nil {
+				keyedKnown, isKeyed = true, keyedSubjects(info)
+			}
+		}
+		return isKeyed
+	}
 	var mu sync.Mutex
 	procs := map[int]*partLedger{} // the running processor of each partition held
 	sopts := func() *state.Options {
@@ -187,7 +201,7 @@ func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer)
 		JetStream:     js,
 		Stream:        t.stream,
 		Partitions:    parts,
-		FilterSubject: func(p int) string { return filterOf(t.stream, p) },
+		FilterSubject: func(p int) string { return filterOf(t.stream, p, keyed(ctx)) },
 		Database:      o.Store,
 		StoreName:     func(p int) string { return storeNameOf(o.Job, t.stream, p) },
 		Lease:         o.Lease,
@@ -383,7 +397,7 @@ func redactURL(s string) string {
 }
 
 // cmdRunPartitioned checks the flags of a partitioned run and runs it.
-func cmdRunPartitioned(o RunOptions, set map[string]bool, fs *flag.FlagSet, stdout, stderr io.Writer) int {
+func cmdRunPartitioned(o RunOptions, set map[string]bool, fs *flag.FlagSet, cpuprofile string, stdout, stderr io.Writer) int {
 	for _, name := range []string{"input", "data", "pointer-dir", "dedupe", "follow", "die-after-save"} {
 		if set[name] {
 			fmt.Fprintf(stderr, "ledger run: --%s does not go with --source: a partitioned run reads the stream until SIGTERM, keeps everything in its PostgreSQL stores and always de-duplicates\n", name)
@@ -398,6 +412,11 @@ func cmdRunPartitioned(o RunOptions, set map[string]bool, fs *flag.FlagSet, stdo
 		fs.Usage()
 		return exitUsage
 	}
+	stopProfile, ok := startCPUProfile(cpuprofile, stderr)
+	if !ok {
+		return exitFailed
+	}
+	defer stopProfile()
 	code, err := runPartitioned(context.Background(), o, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "ledger run:", err)

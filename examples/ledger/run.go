@@ -115,7 +115,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	o.storeSet = set["store"]
 	if o.Source != "" {
-		return cmdRunPartitioned(o, set, fs, stdout, stderr)
+		return cmdRunPartitioned(o, set, fs, *cpuprofile, stdout, stderr)
 	}
 	for _, name := range []string{"partitions", "worker", "lease", "job"} {
 		if set[name] {
@@ -139,22 +139,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ledger run: --progress %q: want auto, bar, lines or none\n", o.Progress)
 		return exitUsage
 	}
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintln(stderr, "ledger run: --cpuprofile:", err)
-			return exitFailed
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			if err := f.Close(); err != nil {
-				fmt.Fprintln(stderr, "ledger run: --cpuprofile:", err)
-			}
-		}()
+	stopProfile, ok := startCPUProfile(*cpuprofile, stderr)
+	if !ok {
+		return exitFailed
 	}
+	defer stopProfile()
 	code, err := Run(context.Background(), o, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "ledger run:", err)
@@ -561,4 +550,28 @@ func pointerSlots(path string) []pointer.Record {
 		}
 	}
 	return ps
+}
+
+// startCPUProfile starts writing a CPU profile to path ("" for none); ok is
+// false when it cannot (said on stderr). stop ends the profile.
+func startCPUProfile(path string, stderr io.Writer) (stop func(), ok bool) {
+	if path == "" {
+		return func() {}, true
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		if err = pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "ledger run: --cpuprofile:", err)
+		return nil, false
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintln(stderr, "ledger run: --cpuprofile:", err)
+		}
+	}, true
 }

@@ -20,12 +20,20 @@ import (
 //	name         STREAM (the last part of the --source/--to URL)
 //	subjects     STREAM.KEY, as published: KEY is the line's account as a
 //	             subject token (see accountKey)
-//	stored as    STREAM.P.KEY by the stream's subject transform
-//	             STREAM.* -> STREAM.{{partition(N,1)}}.{{wildcard(1)}}:
-//	             every line of an account is in the same partition P
+//	stored as    STREAM.P by the stream's subject transform
+//	             STREAM.* -> STREAM.{{partition(N,1)}}: every line of an
+//	             account is in the same partition P
 //	metadata     tidemark_partitions: N
 //
 // Each message is one ledger line, without its newline.
+//
+// The stored subject is the partition alone, not STREAM.P.KEY: a consumer
+// whose filter has a wildcard (STREAM.P.>) makes nats-server walk every
+// subject of a message block for each message it delivers (its file
+// store's firstMatching), which at 1,000 accounts cut a partition's
+// delivery rate to a third (bench/scale). A literal filter (STREAM.P) is
+// one lookup. A stream made by an earlier `ledger publish` (STREAM.P.KEY)
+// is still read, through the filter STREAM.P.>.
 
 // partitionsMeta is the stream's metadata key that holds its partition
 // count.
@@ -78,20 +86,30 @@ func (t natsTarget) connect(name string) (*nats.Conn, jetstream.JetStream, error
 	return nc, js, nil
 }
 
-// filterOf is partition p's subjects.
-func filterOf(stream string, p int) string { return fmt.Sprintf("%s.%d.>", stream, p) }
+// filterOf is partition p's subjects: STREAM.P, or STREAM.P.> in a stream
+// whose stored subjects keep the key (keyed, see keyedSubjects).
+func filterOf(stream string, p int, keyed bool) string {
+	if keyed {
+		return fmt.Sprintf("%s.%d.>", stream, p)
+	}
+	return fmt.Sprintf("%s.%d", stream, p)
+}
 
-// partitionOfSubject returns the partition of a stored subject
-// STREAM.P.KEY.
+// keyedSubjects reports whether the stream of info stores its subjects as
+// STREAM.P.KEY (made by an earlier ledger publish) rather than STREAM.P.
+func keyedSubjects(info *jetstream.StreamInfo) bool {
+	tr := info.Config.SubjectTransform
+	return tr != nil && strings.Contains(tr.Destination, "{{wildcard(1)}}")
+}
+
+// partitionOfSubject returns the partition of a stored subject STREAM.P
+// (or STREAM.P.KEY).
 func partitionOfSubject(stream, subject string) (int, bool) {
 	rest, ok := strings.CutPrefix(subject, stream+".")
 	if !ok {
 		return 0, false
 	}
-	ps, _, ok := strings.Cut(rest, ".")
-	if !ok {
-		return 0, false
-	}
+	ps, _, _ := strings.Cut(rest, ".")
 	p, err := strconv.Atoi(ps)
 	return p, err == nil && p >= 0
 }
@@ -143,7 +161,7 @@ func streamConfig(name string, partitions, replicas int, retention jetstream.Ret
 		Subjects:    []string{name + ".*"},
 		SubjectTransform: &jetstream.SubjectTransformConfig{
 			Source:      name + ".*",
-			Destination: fmt.Sprintf("%s.{{partition(%d,1)}}.{{wildcard(1)}}", name, partitions),
+			Destination: fmt.Sprintf("%s.{{partition(%d,1)}}", name, partitions),
 		},
 		Retention: retention,
 		Storage:   jetstream.FileStorage,
