@@ -56,11 +56,14 @@ func TestPowerLoss(t *testing.T) {
 				c.kill()
 				c.checkNotAhead()
 				// What the ledger reported durable: every well-formed line
-				// before its durable position. (Its applied count is not
-				// that: a rejected line's record is applied too, through
-				// the store's output, and counted.)
-				pos := c.lastDurable()["position"]
+				// before its durable position, which is its applied count
+				// (read from the same snapshot of its durable state).
+				last := c.lastDurable()
+				pos := last["position"]
 				reported := wellFormedBefore(b, pos)
+				if last["applied"] != reported {
+					t.Fatalf("cut %d: the ledger reported %d lines applied at position %d, where %d well-formed lines end", k, last["applied"], pos, reported)
+				}
 				m.cut()
 				if _, err := os.Stat(input); err != nil {
 					t.Fatalf("cut %d: the input is gone after the power cut: %v", k, err)

@@ -18,8 +18,11 @@ import (
 // (the demo, the tests) to follow its progress:
 //
 //	durable epoch=E position=P applied=A   a batch of state is durable: the
-//	                                       store holds A applied lines, up to
-//	                                       position P of epoch E
+//	                                       durable state (one snapshot of
+//	                                       it) holds A lines the ledger
+//	                                       applied, in this run and before
+//	                                       (rejected lines not counted), up
+//	                                       to position P of epoch E
 //	ahead epoch=E pointer=P durable=D      the pointer file was seen ahead of
 //	                                       the durable state (a broken
 //	                                       guarantee; never expected). A

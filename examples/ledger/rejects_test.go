@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/csv"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -87,4 +89,94 @@ func FuzzReadRejects(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The durable event counts the lines the ledger applied, from its durable
+// state: rejected lines, which the store applies too (their records go
+// through its output), are not counted, and the lines of earlier runs are.
+// Every event's count is exactly the well-formed lines before its position.
+func TestDurableEventCountsLedgerLines(t *testing.T) {
+	for _, store := range []string{"bbolt", "pebble"} {
+		for _, dedupe := range []string{"true", "false"} {
+			t.Run(store+"/dedupe="+dedupe, func(t *testing.T) {
+				dir := t.TempDir()
+				input := filepath.Join(dir, "ledger.csv")
+				data := filepath.Join(dir, "data")
+				run := func(before, after int64) {
+					t.Helper()
+					var out, errb bytes.Buffer
+					args := []string{"run", "--input", input, "--data", data, "--store", store, "--dedupe=" + dedupe, "--progress", "none", "--events", "--batch", "3"}
+					if code := Main(args, &out, &errb); code != 0 {
+						t.Fatalf("exit %d\n%s", code, errb.String())
+					}
+					b, err := os.ReadFile(input)
+					if err != nil {
+						t.Fatal(err)
+					}
+					events := 0
+					for _, line := range strings.Split(out.String(), "\n") {
+						ev, ok := parseEvent(line)
+						if !ok || ev.kind != evDurable {
+							continue
+						}
+						events++
+						pos, applied := ev.fields["position"], ev.fields["applied"]
+						if want := wellFormedBefore(b, pos); applied != want {
+							t.Errorf("%q: %d lines applied, but %d well-formed lines end at or before position %d", line, applied, want, pos)
+						}
+						if applied < before || applied > after {
+							t.Errorf("%q: %d lines applied, want %d to %d (the well-formed lines of the runs before, to those of this one)", line, applied, before, after)
+						}
+					}
+					if events == 0 {
+						t.Fatalf("no durable event:\n%s", out.String())
+					}
+				}
+				// 40 lines, every fifth malformed.
+				var b strings.Builder
+				for i := range 40 {
+					if i%5 == 4 {
+						b.WriteString("not a ledger line\n")
+						continue
+					}
+					fmt.Fprintf(&b, "%d,acct%d,%d\n", i, i%3, i+1)
+				}
+				if err := os.WriteFile(input, []byte(b.String()), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				first := wellFormedBefore([]byte(b.String()), int64(b.Len()))
+				if first == 0 || first == 40 {
+					t.Fatalf("%d of 40 lines well-formed: the test needs some of each", first)
+				}
+				run(0, first)
+				// A second run on more lines: the count goes on from the
+				// first run's.
+				f, err := os.OpenFile(input, os.O_APPEND|os.O_WRONLY, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fmt.Fprintf(f, "40,acct1,5\nbad\n41,acct2,6\n")
+				if err := f.Close(); err != nil {
+					t.Fatal(err)
+				}
+				run(first, first+2)
+			})
+		}
+	}
+}
+
+// wellFormedBefore counts the ledger lines of b that end at or before pos.
+func wellFormedBefore(b []byte, pos int64) int64 {
+	var n, start int64
+	for start < pos {
+		i := bytes.IndexByte(b[start:], '\n')
+		if i < 0 || start+int64(i)+1 > pos {
+			break
+		}
+		if _, err := ParseLine(b[start : start+int64(i)]); err == nil {
+			n++
+		}
+		start += int64(i) + 1
+	}
+	return n
 }

@@ -386,11 +386,7 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 	}
 	var ev *eventPrinter
 	if o.Events {
-		start, _, err := readLedger(ns)
-		if err != nil {
-			return exitFailed, errors.Join(err, srv.Stop(context.Background()))
-		}
-		ev = startEvents(stdout, srv, st, ns, pointer.Path(o.Input, o.PointerDir), start.Applied, proc)
+		ev = startEvents(stdout, srv, st, ns, pointer.Path(o.Input, o.PointerDir), proc)
 	}
 
 	runErr := srv.Run(ctx)
@@ -458,7 +454,7 @@ type eventPrinter struct {
 	once    sync.Once
 }
 
-func startEvents(w io.Writer, srv *framework.Server, st state.Store, ns state.Namespace, pointerPath string, appliedAtOpen int64, proc *ledger) *eventPrinter {
+func startEvents(w io.Writer, srv *framework.Server, st state.Store, ns state.Namespace, pointerPath string, proc *ledger) *eventPrinter {
 	e := &eventPrinter{done: make(chan struct{}), stopped: make(chan struct{})}
 	go func() {
 		defer close(e.stopped)
@@ -500,10 +496,17 @@ func startEvents(w io.Writer, srv *framework.Server, st state.Store, ns state.Na
 				}
 			}
 			if first || s.Commits != last.commits || durable.Position != last.pos {
-				first = false
-				last.commits, last.pos = s.Commits, durable.Position
-				fmt.Fprintf(w, "%s epoch=%d position=%d applied=%d\n", evDurable,
-					durable.Epoch, durable.Position, appliedAtOpen+int64(s.Applied)-int64(s.Staged))
+				// The event's figures come from one snapshot of the durable
+				// state: the ledger's own count of the lines it applied
+				// (rejected lines, which the store applies too, are not
+				// counted) and the position the same commits made durable.
+				// A snapshot that fails is tried again at the next tick:
+				// the store's failure ends the run with its own error.
+				if at, applied, err := durableEvent(ns, proc); err == nil {
+					first = false
+					last.commits, last.pos = s.Commits, durable.Position
+					fmt.Fprintf(w, "%s epoch=%d position=%d applied=%d\n", evDurable, at.Epoch, at.Position, applied)
+				}
 			}
 			select {
 			case <-e.done:
@@ -518,6 +521,38 @@ func startEvents(w io.Writer, srv *framework.Server, st state.Store, ns state.Na
 func (e *eventPrinter) stop() {
 	e.once.Do(func() { close(e.done) })
 	<-e.stopped
+}
+
+// durableEvent reads, in one snapshot of the durable state, the last line
+// applied and how many lines the ledger has applied: the store's record
+// when the ledger de-duplicates, else the ledger's own (see applyEntry).
+func durableEvent(ns state.Namespace, proc *ledger) (at tidemark.Applied, applied int64, err error) {
+	err = ns.Snapshot(context.Background(), func(tx *state.Tx) error {
+		var err error
+		if applied, err = tx.GetInt64(keyApplied); err != nil {
+			return err
+		}
+		if proc.dedupe {
+			feeds, err := tx.Feeds()
+			if err != nil {
+				return err
+			}
+			for _, l := range feeds[feedName] {
+				if l.File == "" {
+					at = l.Applied
+				}
+			}
+			return nil
+		}
+		epoch, err := tx.GetInt64(keyEpoch)
+		if err != nil {
+			return err
+		}
+		at.Epoch = uint64(epoch)
+		at.Position, err = tx.GetInt64(keyPosition)
+		return err
+	})
+	return at, applied, err
 }
 
 // durablePosition is the last position known durable: the store's record
