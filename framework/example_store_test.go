@@ -13,6 +13,9 @@ import (
 	"github.com/tidemark-go/tidemark/tidemarktest"
 )
 
+// counts is a table of the group's store: a count (int64) per line.
+var counts = state.NewTable("counts", state.Bytes{}, state.Int64{})
+
 // countLines is the smallest exactly-once processor: it counts the lines of
 // the orders feed per order in its group's store. The framework opened the
 // store, binds it to the feed, and resumes the feed from what it holds.
@@ -29,7 +32,7 @@ func (c *countLines) Start(ctx context.Context, fc *framework.Context) error {
 
 func (c *countLines) Handle(ctx context.Context, d tidemark.Delivery, line []byte) error {
 	_, err := c.st.Apply(ctx, d, func(tx *state.Tx) error { // skipped if already applied
-		_, err := tx.Bucket("counts").AddInt64(line, 1)
+		_, err := counts.Add(tx, line, 1)
 		return err
 	})
 	return err
@@ -61,8 +64,8 @@ func Example_exactlyOnce() {
 		st, _ := state.OpenDir(data, nil)
 		defer st.Close()
 		_ = st.View(func(tx *state.Tx) error {
-			a, _ := tx.Bucket("counts").GetInt64([]byte("o-1"))
-			b, _ := tx.Bucket("counts").GetInt64([]byte("o-2"))
+			a, _, _ := counts.Get(tx, []byte("o-1"))
+			b, _, _ := counts.Get(tx, []byte("o-2"))
 			fmt.Printf("%s: o-1 %d, o-2 %d\n", when, a, b)
 			return nil
 		})

@@ -39,7 +39,7 @@ import (
 const defaultJob = "ledger"
 
 // keyRejected counts the lines a partition rejected.
-var keyRejected = []byte("rejected")
+const keyRejected = "rejected"
 
 // storeNameOf names partition p's store.
 func storeNameOf(job, stream string, p int) string { return job + "/" + stream + "/" + strconv.Itoa(p) }
@@ -72,11 +72,11 @@ func (l *partLedger) Start(ctx context.Context, fc *framework.Context) error {
 	}
 	l.root, l.st = st, st.Namespace(namespace)
 	if err := l.st.View(func(tx *state.Tx) error {
-		a, err := tx.GetInt64(keyApplied)
+		a, _, err := counters.Get(tx, keyApplied)
 		if err != nil {
 			return err
 		}
-		r, err := tx.GetInt64(keyRejected)
+		r, _, err := counters.Get(tx, keyRejected)
 		l.atOpen = a + r
 		return err
 	}); err != nil {
@@ -123,7 +123,7 @@ func (l *partLedger) reject(ctx context.Context, d tidemark.Delivery, reason str
 		if _, err := tx.Output(rejectsFile).Write([]byte(b.String())); err != nil {
 			return err
 		}
-		_, err := tx.AddInt64(keyRejected, 1)
+		_, err := counters.Add(tx, keyRejected, 1)
 		return err
 	})
 	if err != nil {

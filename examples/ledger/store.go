@@ -20,19 +20,25 @@ const (
 	processorName = "ledger"
 	// namespace is the ledger's namespace in the store.
 	namespace = "ledger"
-	// balancesBucket holds one int64 per account, keyed by the account.
-	balancesBucket = "balances"
 )
 
-// Keys of the ledger's root bucket.
+// The ledger's tables in its namespace.
 var (
-	keyApplied = []byte("applied") // lines applied
-	keyTotal   = []byte("total")   // sum of the amounts applied
-	// keyEpoch and keyPosition are the last line applied, recorded by the
-	// ledger itself in the same transaction when de-duplication is off:
-	// the store records it then no more (see applyDelivery).
-	keyEpoch    = []byte("epoch")
-	keyPosition = []byte("position")
+	// balances holds one balance per account.
+	balances = state.NewTable("balances", state.String{}, state.Int64{})
+	// counters is the root bucket: the lines applied, the sum of their
+	// amounts, and, when de-duplication is off, the last line applied as
+	// the ledger records it itself in the same transaction (keyEpoch,
+	// keyPosition): the store records it then no more (see applyDelivery).
+	counters = state.NewTable("", state.String{}, state.Int64{})
+)
+
+// Keys of the counters.
+const (
+	keyApplied  = "applied"
+	keyTotal    = "total"
+	keyEpoch    = "epoch"
+	keyPosition = "position"
 )
 
 // StoreInfo is what a data folder's store holds.
@@ -102,41 +108,16 @@ func readLedger(ns state.Namespace) (st LedgerState, last tidemark.Applied, err 
 // readLedgerTx reads the ledger's state in tx; see readLedger.
 func readLedgerTx(tx *state.Tx) (st LedgerState, last tidemark.Applied, err error) {
 	st.Balances = make(map[string]int64)
-	if st.Applied, err = tx.GetInt64(keyApplied); err != nil {
-		return st, last, err
+	c := make(map[string]int64)
+	for k, v := range counters.All(tx) {
+		c[k] = v
 	}
-	if st.Total, err = tx.GetInt64(keyTotal); err != nil {
-		return st, last, err
+	st.Applied, st.Total = c[keyApplied], c[keyTotal]
+	last = tidemark.Applied{Epoch: uint64(c[keyEpoch]), Position: c[keyPosition]}
+	for account, bal := range balances.All(tx) {
+		st.Balances[account] = bal
 	}
-	epoch, err := tx.GetInt64(keyEpoch)
-	if err != nil {
-		return st, last, err
-	}
-	if last.Position, err = tx.GetInt64(keyPosition); err != nil {
-		return st, last, err
-	}
-	last.Epoch = uint64(epoch)
-	err = tx.Bucket(balancesBucket).ForEach(func(k, v []byte) error {
-		n, err := decodeBalance(v)
-		if err != nil {
-			return fmt.Errorf("balance of %q: %w", k, err)
-		}
-		st.Balances[string(k)] = n
-		return nil
-	})
-	return st, last, err
-}
-
-// decodeBalance decodes a value written by Bucket.PutInt64.
-func decodeBalance(v []byte) (int64, error) {
-	if len(v) != 8 {
-		return 0, fmt.Errorf("%d bytes, want 8", len(v))
-	}
-	var n uint64
-	for _, b := range v {
-		n = n<<8 | uint64(b)
-	}
-	return int64(n), nil
+	return st, last, tx.Err()
 }
 
 // applyEntry applies one ledger line in tx: the balance, the counters, the
@@ -145,24 +126,21 @@ func decodeBalance(v []byte) (int64, error) {
 // record is the one ReadStore reports, and two more writes a line would
 // only repeat it).
 func applyEntry(tx *state.Tx, e Entry, d tidemark.Delivery, own bool, buf []byte) ([]byte, error) {
-	// buf holds the key first (a []byte of the string would be made on
-	// the heap): the store copies keys, so it serves the output line next.
-	buf = append(buf[:0], e.Account...)
-	bal, err := tx.Bucket(balancesBucket).AddInt64(buf, e.Amount)
+	bal, err := balances.Add(tx, e.Account, e.Amount)
 	if err != nil {
 		return buf, err
 	}
-	if _, err := tx.AddInt64(keyApplied, 1); err != nil {
+	if _, err := counters.Add(tx, keyApplied, 1); err != nil {
 		return buf, err
 	}
-	if _, err := tx.AddInt64(keyTotal, e.Amount); err != nil {
+	if _, err := counters.Add(tx, keyTotal, e.Amount); err != nil {
 		return buf, err
 	}
 	if own && d.Epoch != 0 {
-		if err := tx.PutInt64(keyEpoch, int64(d.Epoch)); err != nil {
+		if err := counters.Put(tx, keyEpoch, int64(d.Epoch)); err != nil {
 			return buf, err
 		}
-		if err := tx.PutInt64(keyPosition, d.Position); err != nil {
+		if err := counters.Put(tx, keyPosition, d.Position); err != nil {
 			return buf, err
 		}
 	}
