@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -260,11 +262,18 @@ func BenchmarkChecksum(b *testing.B) {
 	}
 }
 
-// BenchmarkOpenVerify measures the check of a bbolt store's whole file at
-// open (see Options.NoVerify): an open of a store of 10,000 and 1,000,000
-// values, with and without it.
+// BenchmarkOpenVerify measures the check of a bbolt store's file at open
+// (see Options.VerifyMaxBytes) for stores of 10,000 and 1,000,000 values
+// (TIDEMARK_BENCH_KEYS=N adds a store of N): an open without the check, an
+// open that checks the file before it returns, and one that checks it in
+// the background: how long Open takes, and how long until the first commit
+// (which waits for the check) is durable.
 func BenchmarkOpenVerify(b *testing.B) {
-	for _, n := range []int{10000, 1000000} {
+	sizes := []int{10000, 1000000}
+	if n, err := strconv.Atoi(os.Getenv("TIDEMARK_BENCH_KEYS")); err == nil {
+		sizes = append(sizes, n)
+	}
+	for _, n := range sizes {
 		dir := b.TempDir()
 		s := openFormat(b, backend{name: Bolt, open: OpenBolt}, dir, &Options{}, true)
 		c := s.(*nsStore).c
@@ -280,17 +289,44 @@ func BenchmarkOpenVerify(b *testing.B) {
 		if err := s.Close(); err != nil {
 			b.Fatal(err)
 		}
-		for _, verify := range []bool{false, true} {
-			b.Run(fmt.Sprintf("values=%d/verify=%v", n, verify), func(b *testing.B) {
+		fi, err := os.Stat(filepath.Join(dir, boltFile))
+		if err != nil {
+			b.Fatal(err)
+		}
+		line := 0
+		for _, m := range []struct {
+			name        string
+			max         int64
+			firstCommit bool
+		}{
+			{"check=none", -1, false},
+			{"check=at-open", math.MaxInt64, false},
+			{"check=background/open", 1, false},
+			{"check=none/first-commit", -1, true},
+			{"check=background/first-commit", 1, true},
+		} {
+			b.Run(fmt.Sprintf("values=%d/%s", n, m.name), func(b *testing.B) {
 				for b.Loop() {
-					s, err := OpenBolt(dir, &Options{Logger: quietLogger(), VerifyMaxBytes: map[bool]int64{false: -1, true: math.MaxInt64}[verify]})
+					s, err := OpenBolt(dir, &Options{Logger: quietLogger(), Unbound: true, VerifyMaxBytes: m.max})
 					if err != nil {
 						b.Fatal(err)
+					}
+					if m.firstCommit {
+						line++
+						if _, err := s.Apply(context.Background(), del("bench", 1, line), func(tx *Tx) error {
+							return tx.Bucket("balances").PutInt64([]byte("account-holder-00000000"), int64(line))
+						}); err != nil {
+							b.Fatal(err)
+						}
+						if err := s.Flush(context.Background()); err != nil {
+							b.Fatal(err)
+						}
 					}
 					if err := s.Close(); err != nil {
 						b.Fatal(err)
 					}
 				}
+				b.ReportMetric(float64(fi.Size())/(1<<20), "file-MiB")
 			})
 		}
 	}

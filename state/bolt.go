@@ -31,6 +31,9 @@ type boltEngine struct {
 	// broken is the error of a panic or fault inside bbolt: the file is
 	// damaged, and every later call returns it.
 	broken atomic.Pointer[CorruptError]
+	// bg is the check of the file running in the background since open,
+	// nil when none was started (see checkAtOpen).
+	bg *bgCheck
 }
 
 // guard runs in a deferred call of every method that calls into bbolt,
@@ -118,10 +121,21 @@ func openBolt(dir string, opts *Options) (_ *boltEngine, err error) {
 		}
 		return nil, fmt.Errorf("open bbolt %s: %w", path, err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(boltBucket)
-		return err
-	})
+	// The bucket is made once: an open writes nothing to an existing
+	// file before it was checked (a commit, even an empty one, writes a
+	// freelist to pages a damaged freelist may say are free).
+	var has bool
+	err = db.View(func(tx *bolt.Tx) error { has = tx.Bucket(boltBucket) != nil; return nil })
+	if err == nil && !has && opts.existing {
+		return nil, errors.Join(&CorruptError{Backend: Bolt, Dir: dir, File: path, Record: "the bbolt database",
+			Detail: "its bucket is missing, though the folder's STORE file says the store was made: its root page is damaged, or the file was replaced"}, db.Close())
+	}
+	if err == nil && !has {
+		err = db.Update(func(tx *bolt.Tx) error {
+			_, err := tx.CreateBucketIfNotExists(boltBucket)
+			return err
+		})
+	}
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("open bbolt %s: create bucket: %w", path, err), db.Close())
 	}
@@ -188,6 +202,7 @@ func (e *boltEngine) commit(ws []write) (err error) {
 }
 
 func (e *boltEngine) close() (err error) {
+	e.stopChecking()
 	defer func(old bool) { e.guard(old, recover(), &err) }(debug.SetPanicOnFault(true))
 	return e.db.Close()
 }
@@ -209,45 +224,4 @@ func (e *boltEngine) size() int64 {
 	var n int64
 	_ = e.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
 	return n
-}
-
-// verify reads the whole tree of the database and calls fn for every key
-// and value: each key must come after the one before it and be found
-// again by a lookup from the root (a damaged branch page sends a lookup
-// astray, where a scan still finds the key), and no value may be a nested
-// bucket (the store makes none). A panic or fault on a damaged page is
-// caught as in every other call.
-func (e *boltEngine) verify(fn func(k, v []byte) error) (err error) {
-	if err := e.check(); err != nil {
-		return err
-	}
-	defer func(old bool) { e.guard(old, recover(), &err) }(debug.SetPanicOnFault(true))
-	return e.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(boltBucket)
-		if b == nil {
-			return &CorruptError{Backend: Bolt, Dir: e.dir, File: e.path, Record: "the bbolt database", Detail: "its bucket is missing"}
-		}
-		var prev []byte
-		c := b.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			bad := ""
-			switch {
-			case prev != nil && bytes.Compare(prev, k) >= 0:
-				bad = fmt.Sprintf("it comes after key %s in the file, out of order", quoteKey(prev))
-			case v == nil:
-				bad = "it holds a nested bucket, which the store never writes"
-			case !bytes.Equal(b.Get(k), v):
-				bad = "a lookup from the root does not find it: a page on its path is damaged"
-			}
-			if bad != "" {
-				rec, ns, bk := describeKey(k)
-				return &CorruptError{Backend: Bolt, Dir: e.dir, File: e.path, Record: rec, Namespace: ns, Bucket: bk, Key: bytes.Clone(k), Detail: bad}
-			}
-			if err := fn(k, v); err != nil {
-				return err
-			}
-			prev = append(prev[:0], k...)
-		}
-		return nil
-	})
 }

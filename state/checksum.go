@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"log/slog"
 	"path/filepath"
 	"strconv"
 )
@@ -122,31 +121,6 @@ func (s *sumEngine) commit(ws []write) error {
 		out[i].val = buf[n:len(buf):len(buf)]
 	}
 	return s.engine.commit(out)
-}
-
-// verifyAll checks the whole store at open, where the backend can be
-// damaged without saying so: bbolt trusts its pages (see
-// boltEngine.verify). Every value's checksum is checked on the way. Pebble
-// checks the checksum of every block it reads, so its damage is found on
-// the read that meets it, and a full read at open is not needed.
-// A file larger than maxBytes is not checked (a note says so).
-func (s *sumEngine) verifyAll(maxBytes int64, log *slog.Logger) error {
-	v, ok := s.engine.(interface {
-		size() int64
-		verify(fn func(k, v []byte) error) error
-	})
-	if !ok || maxBytes < 0 {
-		return nil
-	}
-	if n := v.size(); n > maxBytes {
-		log.Info("state: the bbolt file is larger than the check at open covers: its values are checked as they are read, its pages are not",
-			"store", s.dir, "file", s.file, "bytes", n, "verify_max_bytes", maxBytes)
-		return nil
-	}
-	return v.verify(func(k, v []byte) error {
-		_, err := s.verify(k, v)
-		return err
-	})
 }
 
 // limits leaves room for the checksum in bbolt's longest value, which is

@@ -99,6 +99,17 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 		damage = d
 	}
 	if !create {
+		// What Pebble would open past (see pebble_manifest.go).
+		md, err := checkManifest(fs, path)
+		switch {
+		case err != nil:
+			opts.logger().Warn("state: could not read pebble's MANIFEST before opening it", "store", dir, "err", err)
+		case md != nil && md.lastTornOnly:
+			opts.logger().Warn("state: pebble's MANIFEST ends with a record that does not verify (a write cut by a crash, or a damaged byte): Pebble drops that last change of its tables and makes them again from its WALs",
+				"store", dir, "manifest", md.file, "offset", md.offset, "records", md.records)
+		case md != nil:
+			return nil, md.err(dir, path)
+		}
 		if err := e.check(fs, po, opts.verifyMaxBytes()); err != nil {
 			return nil, err
 		}

@@ -444,7 +444,7 @@ func (c *core) load() error {
 	default:
 		return fmt.Errorf("open store %s: format %q, want %q or %q: %w", c.dir, v, formatVersion, formatV1, ErrCorrupt)
 	}
-	if err := sums.verifyAll(c.opts.verifyMaxBytes(), c.log); err != nil {
+	if err := c.checkStore(sums); err != nil {
 		return err
 	}
 	err = c.eng.scan([]byte{tagApplied}, func(k, v []byte) error {
@@ -1208,6 +1208,9 @@ func (c *core) commit(b *batch) {
 
 // write writes b: outputs, then the backend transaction.
 func (c *core) write(b *batch) error {
+	if err := c.checked(); err != nil {
+		return err
+	}
 	ws := make([]write, 0, len(b.writes)+len(b.applied)+len(b.outputs))
 	for _, e := range b.writes {
 		ws = append(ws, write{key: e.key, val: e.val, del: e.del})

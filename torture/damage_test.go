@@ -1,6 +1,7 @@
 package torture
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
@@ -8,8 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // TestDamagedFiles is the corruption scenario: a ledger run to its end,
@@ -25,17 +30,38 @@ func TestDamagedFiles(t *testing.T) {
 	track(t)
 	lines := pick(20_000, 100_000)
 	flips := pick(6, 60)
-	for _, store := range []string{"bbolt", "pebble"} {
-		t.Run(store, func(t *testing.T) {
+	for _, v := range []struct {
+		name, store string
+		args        []string
+	}{
+		{"bbolt", "bbolt", nil},
+		// A bbolt file larger than the check before the run covers is
+		// checked while the run starts, its first save waiting for it.
+		{"bbolt-checked-while-running", "bbolt", []string{"--verify-max-bytes", "1"}},
+		{"pebble", "pebble", nil},
+	} {
+		store := v.store
+		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
 			rng := newRand(t)
 			dir := tempDir(t)
 			input := filepath.Join(dir, "ledger.csv")
 			base := filepath.Join(dir, "base")
-			gen(t, input, lines, rng.Uint64(), 1, 0)
+			// Accounts enough for a tree of several levels of pages in
+			// state.bolt.
+			genAccounts(t, input, lines, damageAccounts, rng.Uint64(), 1)
 			figures.inputs.Add(1)
 			runToEnd(t, dir, runArgs(input, base, "--store", store, "--batch", "500")...)
 			checkExact(t, base, input)
+			// Lines the damaged runs read and apply: each run commits, so
+			// that what it read from the damaged store would be saved.
+			more := filepath.Join(dir, "more.csv")
+			genAccounts(t, more, lines/10, damageAccounts, rng.Uint64(), int64(lines)+1)
+			b, err := os.ReadFile(more)
+			if err != nil {
+				t.Fatal(err)
+			}
+			appendFile(t, input, b)
 
 			var damages []damage
 			for range flips {
@@ -53,6 +79,14 @@ func TestDamagedFiles(t *testing.T) {
 				deleteDamage(rng, only("output.csv")),
 				flipDamage(rng, only("STORE")),
 			)
+			if store == "pebble" {
+				// Pebble takes a damaged MANIFEST record for the log's end.
+				damages = append(damages, manifestDamage(rng), manifestDamage(rng))
+			}
+			if store == "bbolt" {
+				// Damage bbolt itself does not see: keys silently absent.
+				damages = append(damages, pageCountDamage(rng, "leaf"), pageCountDamage(rng, "leaf"), pageCountDamage(rng, "branch"))
+			}
 			if long {
 				for range 10 {
 					damages = append(damages, zeroDamage(rng, storeFiles(store)), truncDamage(rng, storeFiles(store)),
@@ -65,7 +99,7 @@ func TestDamagedFiles(t *testing.T) {
 				copyTree(t, base, data)
 				what := d(t, data)
 				figures.faults.Add(1)
-				c := start(t, dir, runArgs(input, data, "--store", store)...)
+				c := start(t, dir, runArgs(input, data, append([]string{"--store", store}, v.args...)...)...)
 				err := c.wait()
 				out := c.stderr.String()
 				if bad := crashed(out); bad != "" {
@@ -88,8 +122,21 @@ func TestDamagedFiles(t *testing.T) {
 					t.Errorf("%s: the run exited 0, and the state is not exact (%v):\n%s", what, cerr, r)
 				}
 			}
-			t.Logf("%s: %d damages: %d named errors, %d exact states", store, len(damages), named, exact)
+			t.Logf("%s: %d damages: %d named errors, %d exact states", v.name, len(damages), named, exact)
 		})
+	}
+}
+
+// damageAccounts is how many accounts the damaged ledgers hold.
+const damageAccounts = 3000
+
+// genAccounts writes a generated ledger of lines over accounts to path.
+func genAccounts(t *testing.T, path string, lines, accounts int, seed uint64, firstID int64) {
+	t.Helper()
+	cmd := exec.Command(ledgerExe, "gen", "--lines", strconv.Itoa(lines), "--accounts", strconv.Itoa(accounts),
+		"--seed", strconv.FormatUint(seed, 10), "--first-id", strconv.FormatInt(firstID, 10), "--out", path)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ledger gen: %v\n%s", err, out)
 	}
 }
 
@@ -182,6 +229,72 @@ func deleteDamage(rng *rand.Rand, match func(string) bool) damage {
 	}
 }
 
+// pageCountDamage lowers by one the element count of a page of kind
+// ("leaf" or "branch") that state.bolt's tree uses, by bbolt's own account:
+// the page's last key (or child) is then gone without bbolt noticing.
+func pageCountDamage(rng *rand.Rand, kind string) damage {
+	seed := rng.Uint64()
+	return func(t *testing.T, data string) string {
+		path := filepath.Join(data, "state.bolt")
+		db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int
+		err = db.View(func(tx *bolt.Tx) error {
+			for id := 2; ; id++ {
+				pi, err := tx.Page(id)
+				if err != nil || pi == nil {
+					return err
+				}
+				if pi.Type == kind && pi.Count > 1 {
+					ids = append(ids, id)
+				}
+			}
+		})
+		ps := db.Info().PageSize
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil || len(ids) == 0 {
+			t.Fatalf("no %s page in %s to damage (%v)", kind, path, err)
+		}
+		id := ids[newRandFrom(seed).IntN(len(ids))]
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := binary.NativeEndian.Uint16(b[id*ps+10:]) // bbolt's page header: id, flags, count
+		binary.NativeEndian.PutUint16(b[id*ps+10:], n-1)
+		write(t, path, b)
+		return fmt.Sprintf("the element count of %s page %d of state.bolt lowered from %d to %d", kind, id, n, n-1)
+	}
+}
+
+// manifestDamage flips a bit in the newest MANIFEST of pebble/, short of
+// its last record: Pebble would take the record for the end of the log and
+// open an older version of its tables.
+func manifestDamage(rng *rand.Rand) damage {
+	seed := rng.Uint64()
+	return func(t *testing.T, data string) string {
+		names, err := filepath.Glob(filepath.Join(data, "pebble", "MANIFEST-*"))
+		if err != nil || len(names) == 0 {
+			t.Fatalf("no MANIFEST in %s/pebble (%v)", data, err)
+		}
+		slices.Sort(names) // zero-padded numbers: the newest last
+		path := names[len(names)-1]
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := newRandFrom(seed)
+		off, bit := r.IntN(len(b)/2+1), r.IntN(8)
+		b[off] ^= 1 << bit
+		write(t, path, b)
+		return fmt.Sprintf("bit %d flipped at %d of %s (%d bytes)", bit, off, filepath.Base(path), len(b))
+	}
+}
+
 func write(t *testing.T, path string, b []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, b, 0o644); err != nil {
@@ -191,10 +304,15 @@ func write(t *testing.T, path string, b []byte) {
 
 // crashed says how the output shows a crash (a Go panic, a fault), or "".
 func crashed(out string) string {
-	for _, s := range []string{"panic:", "SIGSEGV", "SIGBUS", "unexpected fault address", "goroutine 1 [", "fatal error:"} {
+	for _, s := range []string{"panic:", "SIGSEGV", "SIGBUS", "unexpected fault address", "goroutine 1 ["} {
 		if strings.Contains(out, s) {
 			return "crashed (" + s + ")"
 		}
+	}
+	// The runtime's, at the start of a line (the framework logs a "fatal
+	// error" of its own in a message).
+	if strings.HasPrefix(out, "fatal error:") || strings.Contains(out, "\nfatal error:") {
+		return "crashed (fatal error:)"
 	}
 	return ""
 }

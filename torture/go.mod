@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/hanwen/go-fuse/v2 v2.9.0
 	github.com/tidemark-go/tidemark v0.0.0
+	go.etcd.io/bbolt v1.4.3
 )
 
 require (
@@ -46,7 +47,6 @@ require (
 	github.com/prometheus/common v0.66.1 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
 	github.com/rogpeppe/go-internal v1.11.0 // indirect
-	go.etcd.io/bbolt v1.4.3 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/exp v0.0.0-20230626212559-97b1e661b5df // indirect

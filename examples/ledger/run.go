@@ -40,8 +40,11 @@ type RunOptions struct {
 	BatchInterval time.Duration
 	// CacheSize is the store's cache budget in bytes (state.Options).
 	CacheSize int64
-	Follow    bool
-	Pace      time.Duration
+	// VerifyMaxBytes is the largest bbolt file checked before the run
+	// starts (state.Options).
+	VerifyMaxBytes int64
+	Follow         bool
+	Pace           time.Duration
 	// Events prints machine-readable events on stdout (see child.go).
 	Events bool
 	// Progress selects the progress display: "auto" (a live bar on a
@@ -82,7 +85,7 @@ const (
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", stderr, "usage: ledger run --input PATH --data DIR [--pointer-dir DIR] [--store bbolt|pebble] [--dedupe=true|false] [--sync]\n"+
-		"                  [--batch N] [--batch-interval D] [--cache-size BYTES] [--follow] [--pace D] [--ops ADDR]\n"+
+		"                  [--batch N] [--batch-interval D] [--cache-size BYTES] [--verify-max-bytes BYTES] [--follow] [--pace D] [--ops ADDR]\n"+
 		"       ledger run --source nats://HOST:PORT/STREAM --store postgres://USER@HOST:PORT/DB [--partitions N] [--worker NAME]\n"+
 		"                  [--lease D] [--job NAME] [--sync] [--batch N] [--batch-interval D] [--cache-size BYTES] [--pace D] [--ops ADDR]")
 	var o RunOptions
@@ -100,6 +103,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Batch, "batch", 0, fmt.Sprintf("lines per batched save (0: %d)", state.DefaultBatchSize))
 	fs.DurationVar(&o.BatchInterval, "batch-interval", 0, fmt.Sprintf("longest wait of a staged line for its save (0: %v)", state.DefaultBatchInterval))
 	fs.Int64Var(&o.CacheSize, "cache-size", 0, fmt.Sprintf("bytes of memory for the store's caches of balances and, with Pebble, of its blocks (0: %d MiB; -1: none); about 350 bytes an account (470 with Pebble) keeps every balance in memory", state.DefaultCacheSize>>20))
+	fs.Int64Var(&o.VerifyMaxBytes, "verify-max-bytes", 0, fmt.Sprintf("a bbolt store of at most this many bytes is checked whole before the run starts; a larger one is checked while the run starts, and the first save waits for the check (0: %d MiB; -1: never)", state.DefaultVerifyMaxBytes>>20))
 	fs.BoolVar(&o.Follow, "follow", false, "tail the input (appends, rotation, truncation) until SIGTERM or SIGINT")
 	fs.DurationVar(&o.Pace, "pace", 0, "sleep this long per line, for demonstrations")
 	fs.BoolVar(&o.Events, "events", false, "print machine-readable progress events on stdout, for a harness")
@@ -272,12 +276,13 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 		obs = ops.NewObserver()
 	}
 	sopts := &state.Options{
-		Sync:          o.Sync,
-		BatchSize:     o.Batch,
-		BatchInterval: o.BatchInterval,
-		CacheSize:     o.CacheSize,
-		Logger:        logger,
-		FS:            faultFS(),
+		Sync:           o.Sync,
+		BatchSize:      o.Batch,
+		BatchInterval:  o.BatchInterval,
+		CacheSize:      o.CacheSize,
+		VerifyMaxBytes: o.VerifyMaxBytes,
+		Logger:         logger,
+		FS:             faultFS(),
 	}
 	if obs != nil {
 		sopts.Observer = obs.ForStore(opsStoreName)

@@ -1,0 +1,276 @@
+package state
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// boltPages lists the pages of a bbolt file in use, by bbolt's own
+// account: the leaves of the store's bucket (more than one element), its
+// branches, and the freelist page.
+type boltPages struct {
+	ps               int
+	leaves, branches []int
+	freelist         int
+}
+
+func listBoltPages(t *testing.T, path string) boltPages {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil) // tx.Page wants the freelist
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	bp := boltPages{ps: db.Info().PageSize}
+	err = db.View(func(tx *bolt.Tx) error {
+		for id := 2; ; id++ {
+			pi, err := tx.Page(id)
+			if err != nil {
+				return err
+			}
+			if pi == nil {
+				break
+			}
+			switch {
+			case pi.Type == "leaf" && pi.Count > 1:
+				bp.leaves = append(bp.leaves, id)
+			case pi.Type == "branch":
+				bp.branches = append(bp.branches, id)
+			case pi.Type == "freelist":
+				bp.freelist = id
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bp
+}
+
+// boltKeys reads the store's bucket of the bbolt file at path with bbolt
+// alone: how many keys a scan sees, and how many of the damage store's
+// keys a lookup finds.
+func boltKeys(path string) (scanned, found int, err error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer db.Close()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("bbolt panicked: %v", r)
+		}
+	}()
+	err = db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(boltBucket)
+		c := b.Cursor()
+		for k, _ := c.Seek(dataPrefix("", "acct")); k != nil && bytes.HasPrefix(k, dataPrefix("", "acct")); k, _ = c.Next() {
+			scanned++
+		}
+		for i := range boltDamageKeys {
+			if b.Get(append(dataPrefix("", "acct"), fmt.Sprintf("account-%05d", i)...)) != nil {
+				found++
+			}
+		}
+		return nil
+	})
+	return scanned, found, err
+}
+
+var le = binary.NativeEndian
+
+// TestBoltPageDamageIsNeverCommitted damages the pages of a bbolt file in
+// ways bbolt itself does not see (it reads the file without a panic, and
+// a key is silently absent, or a page in use is free), and runs a line
+// that reads and adds to every key: with the file checked at open, and
+// with it checked in the background (a file larger than VerifyMaxBytes).
+// Each run ends in an error wrapping ErrCorrupt that names the file, and
+// the file is as it was: nothing read from it was committed.
+func TestBoltPageDamageIsNeverCommitted(t *testing.T) {
+	t.Parallel()
+	orig := t.TempDir()
+	makeDamageStore(t, orig)
+	path := filepath.Join(orig, boltFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp := listBoltPages(t, path)
+	if len(bp.leaves) < 4 || len(bp.branches) < 1 || bp.freelist == 0 {
+		t.Fatalf("the store's tree is too small to damage: %+v", bp)
+	}
+	ps := bp.ps
+	leaf := bp.leaves[len(bp.leaves)/2]
+	// The branch with the most children.
+	branch := slices.MaxFunc(bp.branches, func(a, b int) int {
+		return int(le.Uint16(data[a*ps+10:])) - int(le.Uint16(data[b*ps+10:]))
+	})
+	u16 := func(b []byte, page, off int, delta int) {
+		le.PutUint16(b[page*ps+off:], uint16(int(le.Uint16(b[page*ps+off:]))+delta))
+	}
+	// branchKey returns the offset in the file of element i's key.
+	branchKey := func(b []byte, i int) (off, n int) {
+		el := branch*ps + 16 + 16*i
+		return el + int(le.Uint32(b[el:])), int(le.Uint32(b[el+4:]))
+	}
+	damages := []struct {
+		name    string
+		missing bool // bbolt alone loses keys, without an error
+		fn      func(b []byte)
+	}{
+		{"a leaf's element count one less", true, func(b []byte) { u16(b, leaf, 10, -1) }},
+		{"a leaf's element count one more", false, func(b []byte) { u16(b, leaf, 10, +1) }},
+		{"a branch's element count one less", true, func(b []byte) { u16(b, branch, 10, -1) }},
+		{"a branch's pointer names its next child", true, func(b []byte) {
+			copy(b[branch*ps+16+16+8:branch*ps+16+16+16], b[branch*ps+16+32+8:branch*ps+16+32+16])
+		}},
+		{"a branch's key raised", true, func(b []byte) {
+			off, n := branchKey(b, 1)
+			b[off+n-1]++
+		}},
+		{"a leaf's last key raised", true, func(b []byte) {
+			count := int(le.Uint16(b[leaf*ps+10:]))
+			el := leaf*ps + 16 + 16*(count-1)
+			off := el + int(le.Uint32(b[el+4:])) + int(le.Uint32(b[el+8:])) - 1
+			b[off]++
+		}},
+		{"the freelist holds a leaf in use", false, func(b []byte) {
+			le.PutUint64(b[bp.freelist*ps+16:], uint64(leaf))
+		}},
+		{"a leaf's page id names another page", false, func(b []byte) {
+			le.PutUint64(b[leaf*ps:], uint64(bp.leaves[0]))
+		}},
+	}
+	for _, d := range damages {
+		damaged := append([]byte{}, data...)
+		d.fn(damaged)
+		for _, mode := range []struct {
+			name string
+			max  int64
+		}{{"checked at open", 0}, {"checked in the background", 1}} {
+			t.Run(d.name+"/"+mode.name, func(t *testing.T) {
+				dir := t.TempDir()
+				store, err := os.ReadFile(filepath.Join(orig, storeFile))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, storeFile), store, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				file := filepath.Join(dir, boltFile)
+				if err := os.WriteFile(file, damaged, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if d.missing {
+					// The damage is one bbolt cannot see: a key is gone.
+					scanned, found, err := boltKeys(file)
+					if err != nil || (scanned == boltDamageKeys && found == boltDamageKeys) {
+						t.Fatalf("bbolt alone: %d keys scanned, %d found, %v: want a key lost silently", scanned, found, err)
+					}
+				}
+				o := testOpts()
+				o.VerifyMaxBytes = mode.max
+				err = runOnDamaged(t, dir, o)
+				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "backup") {
+					t.Errorf("run on the damaged file: %v; want an error wrapping ErrCorrupt that names %s and what to do", err, file)
+				}
+				after, err := os.ReadFile(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(after, damaged) {
+					t.Errorf("the damaged file was written: something read from it was committed")
+				}
+			})
+		}
+	}
+}
+
+// runOnDamaged opens the store in dir, applies line 3 (every key plus 1)
+// and flushes it: the first error.
+func runOnDamaged(t *testing.T, dir string, o *Options) error {
+	s, err := OpenBolt(dir, o)
+	if err != nil {
+		return err
+	}
+	_, err = s.Apply(t.Context(), del("f", 1, 3), func(tx *Tx) error {
+		for i := range boltDamageKeys {
+			if _, err := tx.Bucket("acct").AddInt64(fmt.Appendf(nil, "account-%05d", i), 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = s.Flush(t.Context())
+	}
+	return errors.Join(err, s.Close())
+}
+
+// TestBoltCheckPassesWhatBboltWrites checks the files bbolt writes for a
+// store's changes of every shape: keys put and deleted at random (pages
+// split, merged and freed), values spanning several pages, a bucket
+// small enough to be inline, and one emptied. A check that refused a
+// healthy file would stop a healthy store.
+func TestBoltCheckPassesWhatBboltWrites(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := mustOpen(t, backend{name: Bolt, open: OpenBolt}, dir, testOpts())
+	e := s.(*nsStore).c.rawEngine().(*boltEngine)
+	check := func(when string) {
+		t.Helper()
+		if _, err := e.checkFile(nil, nil); err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+	}
+	check("a new store")
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 20 {
+		var ws []write
+		for range rng.IntN(1500) {
+			k := append(dataPrefix("", "b"), fmt.Sprintf("key-%06d", rng.IntN(6000))...)
+			switch r := rng.IntN(10); {
+			case r < 3:
+				ws = append(ws, write{key: k, del: true})
+			case r == 3:
+				ws = append(ws, write{key: k, val: bytes.Repeat([]byte{byte(round)}, 1+rng.IntN(20000))})
+			default:
+				ws = append(ws, write{key: k, val: []byte(fmt.Sprint(rng.Int64()))})
+			}
+		}
+		slices.SortStableFunc(ws, func(a, b write) int { return bytes.Compare(a.key, b.key) })
+		ws = slices.CompactFunc(ws, func(a, b write) bool { return bytes.Equal(a.key, b.key) })
+		if err := e.commit(ws); err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("round %d", round))
+	}
+	// Everything deleted: the tree shrinks back to one leaf.
+	var ws []write
+	if err := e.scan(nil, func(k, v []byte) error {
+		if !isVersionKey(k) {
+			ws = append(ws, write{key: bytes.Clone(k), del: true})
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.commit(ws); err != nil {
+		t.Fatal(err)
+	}
+	check("everything deleted")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
