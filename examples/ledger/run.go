@@ -534,7 +534,7 @@ func (e *eventPrinter) stop() {
 func durableEvent(ns state.Namespace, proc *ledger) (at tidemark.Applied, applied int64, err error) {
 	err = ns.Snapshot(context.Background(), func(tx *state.Tx) error {
 		var err error
-		if applied, err = tx.GetInt64(keyApplied); err != nil {
+		if applied, _, err = counters.Get(tx, keyApplied); err != nil {
 			return err
 		}
 		if proc.dedupe {
@@ -549,12 +549,12 @@ func durableEvent(ns state.Namespace, proc *ledger) (at tidemark.Applied, applie
 			}
 			return nil
 		}
-		epoch, err := tx.GetInt64(keyEpoch)
+		epoch, _, err := counters.Get(tx, keyEpoch)
 		if err != nil {
 			return err
 		}
 		at.Epoch = uint64(epoch)
-		at.Position, err = tx.GetInt64(keyPosition)
+		at.Position, _, err = counters.Get(tx, keyPosition)
 		return err
 	})
 	return at, applied, err
