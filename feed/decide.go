@@ -193,7 +193,7 @@ func (s *stream) begin(h *inputFile, size int64, fp tidemark.Fingerprint, d deci
 // sameContent compares the file with what is known of the file read before
 // (the pointer, or the file left by a reopen). It returns "" when the file
 // may be read on at pos, else why not.
-func (s *stream) sameContent(h *inputFile, size int64, head []byte, pos int64, fp tidemark.Fingerprint, tailLen int, tailHash uint64) string {
+func sameContent(h *inputFile, size int64, head []byte, pos int64, fp tidemark.Fingerprint, tailLen int, tailHash uint64) string {
 	switch {
 	case size < pos:
 		return fmt.Sprintf("the input (%d bytes) is shorter than the position %d: truncated", size, pos)
@@ -264,7 +264,7 @@ func (s *stream) decidePointer(h *inputFile, size int64, fp tidemark.Fingerprint
 	}
 	p := res.Record
 	fresh.prev = p.Epoch
-	why := s.sameContent(h, size, s.head[:fp.Len], p.Position, p.Fingerprint, p.TailLen, p.TailHash)
+	why := sameContent(h, size, s.head[:fp.Len], p.Position, p.Fingerprint, p.TailLen, p.TailHash)
 	if (h.hasID && p.Identity != (tidemark.Identity{}) && p.Identity != h.id) || (s.rotated != "" && why != "") {
 		// The path names another file (or, with Rotated, a file that is
 		// not the one the pointer describes: logrotate's copytruncate

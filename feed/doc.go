@@ -591,13 +591,67 @@
 //     read or not committed is reported (a warning); so is a file of the
 //     registry gone while the source was stopped.
 //
+// # Files renamed within a set
+//
+// A file is one file of the set whatever its name: a file renamed to
+// another name the patterns match (logrotate's dateext, app.log to
+// app-20261201.log under "*.log"; or app.log to app.1.log) is read on
+// under its new name, in its epoch, from where it was, and none of its
+// lines is delivered again, nor read again (a renamed 1 GB file costs a
+// stat, not a second read). Its items name the new name from then on.
+//
+//   - Running, or behind (a paused consumer): at each scan, a new name
+//     that names a file a reader holds open (same device and inode) is
+//     that reader's new name: its registry entry moves there (written
+//     under the new name, then forgotten under the old one), and it reads
+//     on, late writes included. A reader whose path names another file
+//     asks the set before it leaves its file: the next Poll scans, and the
+//     reader leaves only if its file is at no name of the set (renamed out
+//     of it, or deleted: then the path's file is read as a new epoch, as a
+//     single file's source does). When the new name is taken by a file
+//     renamed there too (numbered rotation between two polls: app.1.log to
+//     app.2.log and app.log to app.1.log at once), the files move in order;
+//     a reader whose path names a file another reader holds reads its own
+//     file to its end and leaves the path to it.
+//   - Stopped: the first scan looks at every name, and a name whose file
+//     (identity, and content: the entry's first bytes and the bytes
+//     before its position) is the file of another name's registry entry
+//     takes that entry, which is forgotten under the old name; the old
+//     name's file, if any, is new (read from 0 under a new epoch). Two
+//     entries of one file (a crash between the two writes of a move) are
+//     resolved the same way: the one of the name that names the file wins.
+//   - Compressed (app-20261201.log.gz, when the patterns match it): gzip
+//     writes another file, so it is found by content alone, among the
+//     entries of names gone from the set. It is not started while a reader
+//     still reads a file with its first bytes under a name gone from the
+//     set; once that file is finished, the compressed file takes its entry
+//     and goes on from its position (with nothing more to read).
+//   - A new name Exclude matches is a name out of the set: the file is gone
+//     from the set, read to its end through the reader's descriptor (or,
+//     stopped, found by the reader of its old name in the folder).
+//
+// The store side: an epoch names one file's position space whatever its
+// name, so a store that finds no record of a delivery's epoch under its
+// file takes the record of that epoch under another file of the same
+// feed, and moves it to the new name (package state). A record a file
+// leaves for a new epoch (a new file at its name) is kept under a name of
+// its own, so that the renamed file's lines are still recognised after the
+// old name has recorded the new file's; and ResumeFrom takes a store's
+// record of a file's epoch as its point, whatever file it names. Killed at
+// any moment of a move (the registry moved and the store not, or the
+// reverse), a restart delivers again only lines after the registry's
+// position, and the store skips those it applied.
+//
 // Limits of file sets:
 //
-//   - A file renamed to another name the patterns match is a new file of
-//     the set, read from 0 under its new name: its lines are delivered
-//     again, and a store applies them again (its record is of the old
-//     name). Exclude the names files are rotated to, or name them with
-//     Rotated and "{name}".
+//   - A hard link (a second name of a file of the set) is not a file of
+//     its own: the name is not read while the file's first name names it.
+//   - A file renamed within the set while stopped, and changed so that its
+//     first bytes or the bytes before its position differ: a new file.
+//   - A compressed copy of a file renamed within the set is found only
+//     among the entries of names gone from the set, and by the bytes
+//     before its position: a file read to position 0 (nothing read) is
+//     read from its start.
 //   - One Poll hands out lines of one file; a busy file is read for at most
 //     16 full batches before the next file with lines gets its turn.
 //   - Every file of the set is stat'ed once per idle Poll of its own; a set

@@ -117,10 +117,15 @@ func (h *inputFile) close() error {
 // error of anything but a regular file wraps ErrNotRegular; that of a
 // missing file wraps fs.ErrNotExist.
 func (s *stream) openInput(name string) (vfs.File, fs.FileInfo, error) {
-	if fi, err := s.fs.Stat(name); err == nil && !fi.Mode().IsRegular() {
+	return openRegular(s.fs, name)
+}
+
+// openRegular is openInput on fsys.
+func openRegular(fsys vfs.FS, name string) (vfs.File, fs.FileInfo, error) {
+	if fi, err := fsys.Stat(name); err == nil && !fi.Mode().IsRegular() {
 		return nil, nil, notRegular(name, fi.Mode())
 	}
-	f, err := s.fs.OpenFile(name, os.O_RDONLY|openNonblock, 0)
+	f, err := fsys.OpenFile(name, os.O_RDONLY|openNonblock, 0)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -88,7 +88,7 @@ func (s *stream) openRenamed(name string, p pointer.Record) (*renamedInput, stri
 		return nil, "", errors.Join(fmt.Errorf("feed: the input %s renamed away to %s: %w", s.path, name, err), f.Close())
 	}
 	fp := tidemark.Fingerprint{Len: len(head), Hash: pointer.HashBytes(head)}
-	if why := s.sameContent(h, size, head, p.Position, p.Fingerprint, p.TailLen, p.TailHash); why != "" {
+	if why := sameContent(h, size, head, p.Position, p.Fingerprint, p.TailLen, p.TailHash); why != "" {
 		return nil, why, f.Close()
 	}
 	return &renamedInput{in: h, size: size, fp: fp}, "", nil

@@ -73,6 +73,10 @@ type fileSet struct {
 	seq       uint64
 	unsynced  bool              // the sync after priming new files failed
 	errs      map[string]string // the last error of a file that could not be followed
+	// scans counts the scans; rescan asks the next Poll for one (a
+	// stream asked whether it may leave its file: see mayLeave).
+	scans  uint64
+	rescan bool
 }
 
 // member is one file of a set.
@@ -85,6 +89,12 @@ type member struct {
 	goneAt   time.Time
 	finished bool // found finished and gone: its entry says so
 	reported bool // reported gone unfinished
+	// asked is set when the stream found its path naming another file
+	// and asked to leave its own (mayLeave), at scan askedAt; verdict is
+	// the answer of the scans since (see follow).
+	asked   bool
+	askedAt uint64
+	verdict leaveVerdict
 }
 
 // delivery is a run of lines of one file handed out by consecutive Polls:
@@ -175,18 +185,33 @@ func (fset *fileSet) resumeFrom(points []ResumePoint) error {
 	return nil
 }
 
-// pointsFor returns the resume points of the file key.
-func (fset *fileSet) pointsFor(key string) []ResumePoint {
+// pointsFor returns the resume points of the file key, whose registry
+// entry is of epoch (0: none). A store's record of the entry's epoch is
+// the store's point for the file whatever file it names: the file was
+// renamed (its entry followed it) after the store applied lines of it
+// under its old name. Else the store's record of key, if any.
+func (fset *fileSet) pointsFor(key string, epoch uint64) []ResumePoint {
 	var out []ResumePoint
 	for _, h := range fset.holders {
-		found := false
-		for _, pt := range fset.resume {
-			if pt.Holder == h && pt.Found && pt.Lineage.File == key {
-				out = append(out, pt)
-				found = true
+		var best, own *ResumePoint
+		for i := range fset.resume {
+			pt := &fset.resume[i]
+			if pt.Holder != h || !pt.Found || pt.Lineage.File == "" {
+				continue
+			}
+			if epoch != 0 && pt.Lineage.Epoch == epoch && (best == nil || pt.Lineage.Position > best.Lineage.Position) {
+				best = pt
+			}
+			if pt.Lineage.File == key {
+				own = pt
 			}
 		}
-		if !found {
+		switch {
+		case best != nil:
+			out = append(out, *best)
+		case own != nil:
+			out = append(out, *own)
+		default:
 			out = append(out, ResumePoint{Holder: h})
 		}
 	}
@@ -237,7 +262,7 @@ func (fset *fileSet) poll(ctx context.Context, items []Item) (int, error) {
 		}
 		fset.unsynced = false
 	}
-	if !fset.scanned || fset.now().Sub(fset.lastScan) >= fset.every {
+	if !fset.scanned || fset.rescan || fset.now().Sub(fset.lastScan) >= fset.every {
 		if err := fset.scan(); err != nil {
 			return 0, err
 		}
@@ -463,13 +488,18 @@ func (fset *fileSet) scan() error {
 	}
 	now := fset.now()
 	first := !fset.scanned
-	fset.scanned, fset.lastScan = true, now
+	fset.scanned, fset.lastScan, fset.rescan = true, now, false
+	fset.scans++
+	deferred := fset.follow(names, first)
 	matched := make(map[string]bool, len(names))
 	var added []*member
 	for _, n := range names {
 		matched[n] = true
 		m := fset.members[n]
 		switch {
+		case deferred[n]:
+			// Not started yet: its content may be that of a file of the
+			// set still being read (see follow).
 		case m == nil:
 			m = &member{path: n}
 			if err := fset.start(m, first); err != nil {
@@ -544,9 +574,13 @@ func (fset *fileSet) start(m *member, first bool) error {
 		cfg.Strategy = Earliest // a file that appears later is new: every line of it
 	}
 	var store recordStore
+	var epoch uint64
 	if fset.reg != nil {
 		if _, ok := fset.reg.Entry(m.path); !ok {
 			fset.migrate(m.path)
+		}
+		if e, ok := fset.reg.Entry(m.path); ok {
+			epoch = e.Epoch
 		}
 		store = &regEntry{reg: fset.reg, key: m.path, now: fset.now}
 	}
@@ -555,11 +589,12 @@ func (fset *fileSet) start(m *member, first bool) error {
 		return err
 	}
 	if fset.reg != nil && len(fset.holders) > 0 {
-		if err := st.resumeFrom(fset.pointsFor(m.path)); err != nil {
+		if err := st.resumeFrom(fset.pointsFor(m.path, epoch)); err != nil {
 			return err
 		}
 	}
-	m.st, m.finished, m.reported = st, false, false
+	st.leaveCheck = func() leaveVerdict { return fset.mayLeave(m) }
+	m.st, m.finished, m.reported, m.asked = st, false, false, false
 	return nil
 }
 
@@ -647,6 +682,9 @@ func (fset *fileSet) entriesGone(matched map[string]bool, now time.Time) {
 	for key, e := range fset.entries {
 		if matched[key] || e.Finished {
 			continue
+		}
+		if _, ok := fset.reg.Entry(key); !ok {
+			continue // moved to the file's new name (see adoptEntries)
 		}
 		fset.log.Warn("feed: a file of the set's registry is gone (removed, renamed or no longer matched while the feed was stopped), not marked finished: lines after its position, if it had any, are not read",
 			"path", key, "registry", fset.reg.Path(), "epoch", e.Epoch, "position", e.Position)
@@ -795,27 +833,61 @@ func (fset *fileSet) status() Status {
 }
 
 // regEntry is a file's entry in its set's registry, as a stream's
-// recordStore.
+// recordStore. Its key is the file's path, and changes when the file is
+// renamed (moveTo); mu orders a move with the writes of GroupCommit's
+// writer.
 type regEntry struct {
 	reg *pointer.Registry
-	key string
 	now func() time.Time
+	mu  sync.Mutex
+	key string
+}
+
+func (e *regEntry) name() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.key
 }
 
 func (e *regEntry) Load() (pointer.LoadResult, error) {
-	ent, ok := e.reg.Entry(e.key)
+	key := e.name()
+	ent, ok := e.reg.Entry(key)
 	if !ok {
-		return pointer.LoadResult{Missing: true, Reason: fmt.Sprintf("registry %s has no entry for %s", e.reg.Path(), e.key)}, nil
+		return pointer.LoadResult{Missing: true, Reason: fmt.Sprintf("registry %s has no entry for %s", e.reg.Path(), key)}, nil
 	}
-	return pointer.LoadResult{Record: ent.Record, Found: true, Reason: fmt.Sprintf("registry %s, entry %s", e.reg.Path(), e.key)}, nil
+	return pointer.LoadResult{Record: ent.Record, Found: true, Reason: fmt.Sprintf("registry %s, entry %s", e.reg.Path(), key)}, nil
 }
 
 func (e *regEntry) Store(p pointer.Record) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	return e.reg.Store(e.key, pointer.Entry{Record: p, Stamp: e.now()})
 }
 
+// moveTo moves the entry to key: it is stored under key, then forgotten
+// under the old one. A crash between the two leaves both, of the same
+// file; the next start keeps the one whose path names the file (see
+// adoptEntries). The key is not changed when the store fails.
+func (e *regEntry) moveTo(key string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ent, ok := e.reg.Entry(e.key); ok {
+		ent.Finished, ent.Stamp = false, e.now()
+		if err := e.reg.Store(key, ent); err != nil {
+			return err
+		}
+		if err := e.reg.Forget(e.key); err != nil {
+			old := e.key
+			e.key = key // moved: the old entry is a duplicate the next start drops
+			return fmt.Errorf("feed: the entry of %s moved to %s in registry %s, but the old one stays (a start drops it): %w", old, key, e.reg.Path(), err)
+		}
+	}
+	e.key = key
+	return nil
+}
+
 func (e *regEntry) SyncIfDue() error { return e.reg.SyncIfDue() }
-func (e *regEntry) Path() string     { return e.reg.Path() + " (" + e.key + ")" }
+func (e *regEntry) Path() string     { return e.reg.Path() + " (" + e.name() + ")" }
 func (e *regEntry) Close() error     { return nil }
 
 var _ recordStore = (*regEntry)(nil)

@@ -458,7 +458,7 @@ func (s *stream) openGeneration(sb sibling, p pointer.Record, needID bool) (*ren
 		return nil, "", errors.Join(fmt.Errorf("feed: rotated file %s of input %s: %w", name, s.path, err), f.Close())
 	}
 	fp := tidemark.Fingerprint{Len: len(head), Hash: pointer.HashBytes(head)}
-	if why := s.sameContent(h, size, head, p.Position, p.Fingerprint, p.TailLen, p.TailHash); why != "" {
+	if why := sameContent(h, size, head, p.Position, p.Fingerprint, p.TailLen, p.TailHash); why != "" {
 		return nil, why, f.Close()
 	}
 	return &renamedInput{in: h, size: size, fp: fp}, "", nil

@@ -127,6 +127,14 @@ type stream struct {
 	// file is Item.File of the stream's lines: "" for a feed of one file,
 	// the file's path in a file set.
 	file string
+	// leaveCheck, in a file set, is asked before the stream leaves a
+	// file whose path names another file now (a rename): the file may
+	// have been renamed to another name of the set, which then reads it
+	// on (see fileSet.follow). retiring: the set said the path's file is
+	// another file of the set; the stream reads its open file to its
+	// end, and opens nothing else.
+	leaveCheck func() leaveVerdict
+	retiring   bool
 
 	mu               sync.Mutex // guards st, reopens, the reopen facts and the commit facts
 	st               Status
@@ -348,6 +356,19 @@ func (s *stream) close() error {
 	s.setState(StateStopped, "")
 	s.publish()
 	return err
+}
+
+// moveTo makes path (a file set's name its file was renamed to, rotated
+// its Rotated pattern) the stream's path: its lines name it, and a reopen
+// started because the old path names another file is called off, the new
+// path naming the open file.
+func (s *stream) moveTo(path, rotated string) {
+	s.path, s.file, s.rotated = path, path, rotatedPattern(path, rotated)
+	if s.reopenReason == ReasonReplaced {
+		s.reopenReason = ""
+		s.setState(StateBehind, "")
+	}
+	s.publish()
 }
 
 // status is Status of the stream; see [FileSource].

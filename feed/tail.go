@@ -67,7 +67,7 @@ func (s *stream) continues(c *continuation, h *inputFile, size int64, head []byt
 	case c.moved && c.hasID && h.hasID && h.id != c.id:
 		return "the file left is still in the folder under another name (rotated): the file at the path is another file"
 	}
-	return s.sameContent(h, size, head, c.end, c.fp, c.tailLen, c.tailHash)
+	return sameContent(h, size, head, c.end, c.fp, c.tailLen, c.tailHash)
 }
 
 // caughtUp records that the source is at the end of its input.
@@ -91,6 +91,15 @@ func (s *stream) caughtUp() {
 // is read again from 0 under a new epoch (it holds the lines written since
 // the truncation), then the path's file is opened as after any rotation.
 func (s *stream) check() (bool, error) {
+	if s.retiring {
+		// The path is another file of the set's: only the open file's own
+		// growth (a late write) is read.
+		ofi, err := s.in.f.Stat()
+		if err != nil {
+			return false, fmt.Errorf("feed: stat the open input %s (epoch %d, read to %d), which the path no longer names: %w; the next poll retries", s.path, s.epoch, s.fr.off, err)
+		}
+		return ofi.Size() > s.fr.off, nil
+	}
 	fi, err := s.fs.Stat(s.path)
 	gone, replaced := false, false
 	switch {
@@ -214,6 +223,19 @@ func (s *stream) reopen() error {
 				s.setState(StateBehind, fmt.Sprintf("%s: reading the rotated file %s until it has been quiet for %v (written %v ago)", reason, s.in.name, s.wait, quiet.Round(time.Millisecond)))
 				return nil
 			}
+		}
+	}
+	if !forceNew && reason != ReasonRenamedAway && s.leaveCheck != nil {
+		switch s.leaveCheck() {
+		case leaveWait:
+			s.setState(StateBehind, reason+": waiting for the file set to look for the file's new name")
+			return nil
+		case leaveRetire:
+			s.retiring, s.reopenReason = true, ""
+			s.log.Info("feed: the file's path names another file of the set, renamed there: the file is read to its end, and its path is left to that file",
+				"path", s.path, "epoch", s.epoch, "position", s.fr.position())
+			s.setState(StateWaiting, "its path names another file of the set: read to its end")
+			return nil
 		}
 	}
 	c := s.leaving(reason)

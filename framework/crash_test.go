@@ -35,6 +35,8 @@ func runChild(mode string) int {
 		return runSignalChild()
 	case childCounter, childUnbound:
 		return runReadmeChild(mode)
+	case childFileSetKill, childFileSetFinish:
+		return runFileSetChild(mode)
 	}
 	dir := os.Getenv("TIDEMARK_DIR")
 	run := os.Getenv("TIDEMARK_RUN")
@@ -64,19 +66,25 @@ func runChild(mode string) int {
 		time.Sleep(2 * time.Minute) // the parent kills us long before
 		return 3
 	case "finish":
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := s.WaitSettled(ctx, "orders"); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 4
-		}
-		if err := s.Stop(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 5
-		}
-		return 0
+		return settleAndStop(s, "orders")
 	}
 	return 2
+}
+
+// settleAndStop is the end of a child's "finish" run: it waits for feed to
+// settle, stops the server, and returns the exit code.
+func settleAndStop(s *framework.Server, feed string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := s.WaitSettled(ctx, feed); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 4
+	}
+	if err := s.Stop(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 5
+	}
+	return 0
 }
 
 // stateProc writes each line to its state file, durably, before returning.

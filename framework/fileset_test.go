@@ -80,3 +80,51 @@ func TestFileSetFeedWithStore(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, "ptr", "logs.registry"))
 	require.NoError(t, err)
 }
+
+// TestFileSetRenamedFileAppliedOnce: a file of the set renamed to another
+// name the set's glob matches (logrotate's dateext, or app.log to
+// app.1.log under *.log), with a new file at the old name, while the
+// server runs and while it is stopped: the store applies every line once
+// (the renamed file is read on under its new name, in its epoch, and the
+// store recognises the lines it applied under the old one).
+func TestFileSetRenamedFileAppliedOnce(t *testing.T) {
+	for _, running := range []bool{false, true} {
+		t.Run(fmt.Sprintf("running=%v", running), func(t *testing.T) {
+			dir, data := t.TempDir(), t.TempDir()
+			app := filepath.Join(dir, "app.log")
+			writeLines(t, app, 1, 100)
+			c := &counter{feed: "logs"}
+			s := startServer(t, fileSetCfg(dir, data), framework.Processors{"c": c})
+			waitFor(t, "the first lines handled", func() bool { return c.handled.Load() >= 100 })
+			settle(t, s, "logs")
+			if !running {
+				stopServer(t, s)
+			}
+			// dateext, then numbered: each rotation with a new file at app.log.
+			require.NoError(t, os.Rename(app, filepath.Join(dir, "app-20261201.log")))
+			writeLines(t, filepath.Join(dir, "app-20261201.log"), 101, 110) // a late write
+			writeLines(t, app, 111, 150)
+			if running {
+				waitFor(t, "the lines after the rotation handled", func() bool { return c.handled.Load() >= 150 })
+				settle(t, s, "logs")
+				stopServer(t, s)
+			}
+			c = &counter{feed: "logs"}
+			s = startServer(t, fileSetCfg(dir, data), framework.Processors{"c": c})
+			settle(t, s, "logs")
+			stopServer(t, s)
+			n, _, _ := readCount(t, data, "", "logs")
+			require.Equal(t, int64(150), n, "lines applied")
+
+			require.NoError(t, os.Rename(app, filepath.Join(dir, "app.1.log")))
+			writeLines(t, app, 151, 160)
+			c = &counter{feed: "logs"}
+			s = startServer(t, fileSetCfg(dir, data), framework.Processors{"c": c})
+			waitFor(t, "the lines of the new file handled", func() bool { return c.handled.Load() >= 10 })
+			settle(t, s, "logs")
+			stopServer(t, s)
+			n, _, _ = readCount(t, data, "", "logs")
+			require.Equal(t, int64(160), n, "lines applied")
+		})
+	}
+}

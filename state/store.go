@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -181,6 +182,9 @@ type feedState struct {
 	// admitted is set once an Apply of the feed passed the checks of
 	// admit: bound (or exempt), a record key the backend takes.
 	admitted bool
+	// renameChecked is the last epoch followRename looked for under
+	// another file of the feed.
+	renameChecked uint64
 }
 
 // appliedRec is the highest position of a feed in a batch.
@@ -219,6 +223,9 @@ type batch struct {
 	writes  []*entry
 	idx     index
 	applied []appliedRec
+	// forget lists the records of epochs left behind (see keepLeft)
+	// deleted by the batch.
+	forget  []feedKey
 	seq     uint64 // 1, 2, ... in the order of the batches
 	outputs map[string][]byte
 	count   int
@@ -301,7 +308,7 @@ func (b *batch) add(q *bkey) *entry {
 }
 
 func (b *batch) empty() bool {
-	return b.count == 0 && len(b.writes) == 0 && len(b.applied) == 0 && len(b.outputs) == 0
+	return b.count == 0 && len(b.writes) == 0 && len(b.applied) == 0 && len(b.outputs) == 0 && len(b.forget) == 0
 }
 
 // core is the store shared by its namespaces.
@@ -572,7 +579,8 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *tidemark.Delivery, fn 
 	fs := c.lastFeed
 	var tx *Tx
 	if c.fastOK && c.fastVer == c.ver.Load() && fs != nil && fs.fk.feed == d.Feed && fs.fk.file == d.File && fs.fk.ns == ns.ns &&
-		(d.Epoch == 0 || fs.latest.Epoch == 0 || d.Position > fs.latest.Position) {
+		(d.Epoch == 0 || (d.Epoch == fs.latest.Epoch && d.Position > fs.latest.Position) ||
+			(d.Epoch != fs.latest.Epoch && (d.File == "" || fs.renameChecked == d.Epoch) && (fs.latest.Epoch == 0 || d.Position > fs.latest.Position))) {
 		tx = c.newTx(ns, d, false)
 	} else {
 		var skip bool
@@ -629,6 +637,9 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *tidemark.Delivery, fn 
 			b.applied = append(b.applied, appliedRec{fs: fs, lin: fs.latest, origin: fs.origin})
 		}
 		if d.Epoch != fs.latest.Epoch || d.Position > fs.latest.Position {
+			if d.Epoch != fs.latest.Epoch && fs.latest.Epoch != 0 && d.File != "" {
+				c.keepLeft(fs, b)
+			}
 			// Field by field, here and in the batch's record: a copy of
 			// the record just written would wait for the stores.
 			r := &b.applied[fs.idx]
@@ -685,6 +696,9 @@ func (c *core) enter(ctx context.Context, ns *nsStore, d *tidemark.Delivery) (fs
 			c.mu.Unlock()
 			return nil, nil, false, err
 		}
+	}
+	if d.File != "" && d.Epoch != 0 && d.Epoch != fs.latest.Epoch && fs.renameChecked != d.Epoch {
+		c.followRename(fs, d)
 	}
 	// A line at or below the recorded position is a re-delivery in the
 	// same epoch; in another epoch, the lineage decides.
@@ -785,6 +799,121 @@ func (c *core) beforeApply(ctx context.Context, d tidemark.Delivery) error {
 		c.cut()
 	}
 	return nil
+}
+
+// followRename looks, once per epoch of a file of a file set, for a
+// record of the same feed and namespace under another file in d's epoch:
+// the feed's file was renamed within the set and is read on in its epoch
+// under its new name (an epoch names one file's position space, whatever
+// its name). The record, the highest of that epoch, becomes the record of
+// d's file, staged in the batch being filled: it is durable no later than
+// any later change of the old name's record (a new file there), so a
+// restart finds the lines applied under the old name whichever it reads.
+// c.mu and the token held.
+func (c *core) followRename(fs *feedState, d *tidemark.Delivery) {
+	fs.renameChecked = d.Epoch
+	var from *feedState
+	for fk, o := range c.feeds {
+		if o == fs || fk.ns != fs.fk.ns || fk.feed != fs.fk.feed || o.latest.Epoch != d.Epoch {
+			continue
+		}
+		if from == nil || o.latest.Position > from.latest.Position {
+			from = o
+		}
+	}
+	if from == nil {
+		return
+	}
+	b := c.cur
+	if fs.latest.Epoch != 0 {
+		c.keepLeft(fs, b)
+	}
+	if fs.stagedIn != b.seq {
+		fs.stagedIn, fs.idx = b.seq, len(b.applied)
+		b.applied = append(b.applied, appliedRec{fs: fs})
+	}
+	fs.latest, fs.origin, fs.cached = from.latest, d.Origin, false
+	r := &b.applied[fs.idx]
+	r.lin, r.origin = fs.latest, d.Origin
+	if isLeftFile(from.fk.file) {
+		c.dropLeft(from, b) // the record is the file's again
+	}
+	c.log.Info("state: a file of the feed continues an epoch recorded under another file (renamed within its file set): its record moves with it, and the lines applied under the old name are skipped",
+		"store", c.dir, "feed", fs.fk.feed, "file", fs.fk.file, "from", from.fk.file, "namespace", fs.fk.ns, "epoch", d.Epoch, "position", from.latest.Position)
+}
+
+// maxLeft bounds the records of epochs left behind kept per feed and
+// namespace (see keepLeft); past it, the oldest epoch's is deleted.
+const maxLeft = 1 << 16
+
+// leftPrefix starts the file name of the record of an epoch left behind:
+// a NUL, which no path holds.
+const leftPrefix = "\x00epoch "
+
+func leftFile(epoch uint64) string { return leftPrefix + strconv.FormatUint(epoch, 10) }
+
+func isLeftFile(file string) bool { return strings.HasPrefix(file, leftPrefix) }
+
+// keepLeft keeps the record of fs, a file of a file set about to record
+// another epoch, when no other file of the feed records its epoch: the
+// file of that epoch may have been renamed within the set, and its record
+// is then the one the feed resumes it from (ResumeFrom, by epoch) and
+// followRename moves to its new name. It is kept under a file name of its
+// own (leftFile), staged in b with the change that leaves it. c.mu and the
+// token held.
+func (c *core) keepLeft(fs *feedState, b *batch) {
+	old := fs.latest
+	var oldest *feedState
+	left := 0
+	for fk, o := range c.feeds {
+		if o == fs || fk.ns != fs.fk.ns || fk.feed != fs.fk.feed {
+			continue
+		}
+		if o.latest.Epoch == old.Epoch && o.latest.Position >= old.Position {
+			return // recorded under another file already
+		}
+		if isLeftFile(fk.file) {
+			left++
+			if oldest == nil || o.latest.Epoch < oldest.latest.Epoch {
+				oldest = o
+			}
+		}
+	}
+	if left >= maxLeft && oldest != nil {
+		c.log.Warn("state: too many records of epochs left behind by the files of a file set: the oldest is deleted (a file of that epoch still in the set and renamed within it would be read again by the stores that lost its record)",
+			"store", c.dir, "feed", fs.fk.feed, "namespace", fs.fk.ns, "epoch", oldest.latest.Epoch, "max", maxLeft)
+		c.dropLeft(oldest, b)
+	}
+	fk := feedKey{fs.fk.ns, fs.fk.feed, leftFile(old.Epoch)}
+	// Never deleted and written by one batch (bbolt sorts the writes).
+	b.forget = slices.DeleteFunc(b.forget, func(k feedKey) bool { return k == fk })
+	lf := c.feeds[fk] // left behind before, at a lower position
+	if lf == nil {
+		lf = &feedState{fk: fk, admitted: true}
+		c.feeds[fk] = lf
+	}
+	lf.latest, lf.origin = old, fs.origin
+	if lf.stagedIn != b.seq {
+		lf.stagedIn, lf.idx = b.seq, len(b.applied)
+		b.applied = append(b.applied, appliedRec{fs: lf})
+	}
+	b.applied[lf.idx].lin, b.applied[lf.idx].origin = old, fs.origin
+}
+
+// dropLeft deletes the record of an epoch left behind (in b). c.mu and the
+// token held.
+func (c *core) dropLeft(lf *feedState, b *batch) {
+	delete(c.feeds, lf.fk)
+	if c.lastFeed == lf {
+		c.lastFeed = nil
+	}
+	if lf.stagedIn == b.seq {
+		b.applied = slices.Delete(b.applied, lf.idx, lf.idx+1)
+		for i := lf.idx; i < len(b.applied); i++ {
+			b.applied[i].fs.idx = i
+		}
+	}
+	b.forget = append(b.forget, lf.fk)
 }
 
 // otherEpoch decides whether d, at or below the recorded position of fs in
@@ -1215,6 +1344,10 @@ func (c *core) write(b *batch) error {
 	for _, e := range b.writes {
 		ws = append(ws, write{key: e.key, val: e.val, del: e.del})
 	}
+	for _, fk := range b.forget {
+		// No record in the batch is of these keys (see keepLeft).
+		ws = append(ws, write{key: appliedKey(fk.ns, fk.feed, fk.file), del: true})
+	}
 	for i := range b.applied {
 		// The tail hash is read once per feed per batch, for the highest
 		// position. Only the committer touches a sealed batch's records.
@@ -1236,6 +1369,7 @@ func (c *core) write(b *batch) error {
 		}
 		ws = append(ws, write{key: appliedKey(r.fs.fk.ns, r.fs.fk.feed, r.fs.fk.file), val: encodeLineage(lin)})
 	}
+
 	lens := make(map[*Output]int64, len(b.outputs))
 	for name, p := range b.outputs {
 		c.outMu.Lock()

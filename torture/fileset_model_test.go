@@ -14,10 +14,11 @@ import (
 // TestFileSetModel is the model-based test of file sets (issue 16): a
 // writer drives random sequences of appends (whole and partial lines) to
 // the files of a glob, new files, deletions of files the consumer has
-// delivered, pauses of the consumer (SIGSTOP) while the writer goes on,
-// clean stops and kill -9 of the consumer, a real child process that
-// follows the glob as one file set (its registry in the folder) and writes
-// every line before committing it. It checks what TestRotationModel
+// delivered, renames of files to other names of the glob (with or without
+// a new file at the old name), pauses of the consumer (SIGSTOP) while the
+// writer goes on (and renames), clean stops and kill -9 of the consumer, a
+// real child process that follows the glob as one file set (its registry
+// in the folder) and writes every line before committing it. It checks what TestRotationModel
 // checks: every line written delivered, none never written, and within a
 // run the lines of each file in order and once.
 func TestFileSetModel(t *testing.T) {
@@ -79,6 +80,31 @@ func runSetModel(t *testing.T, rng *rand.Rand, ops int) {
 		g.partial = l[:1+rng.IntN(len(l)-1)]
 		appendFile(t, name, []byte(g.partial))
 	}
+	// rename renames a file to another name the glob matches (logrotate's
+	// dateext under *.log), sometimes with a new file at the old name: the
+	// set reads it on under its new name, so no line of it comes twice in
+	// a run.
+	renames := 0
+	rename := func() {
+		name, g := pickFile()
+		if g == nil {
+			return
+		}
+		renames++
+		to := filepath.Join(dir, fmt.Sprintf("f%03d-%d.log", g.id, renames))
+		if err := os.Rename(name, to); err != nil {
+			t.Fatal(err)
+		}
+		delete(files, name)
+		files[to] = g
+		if rng.IntN(2) == 0 {
+			ng := m.newGen()
+			if err := os.WriteFile(name, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			files[name] = ng
+		}
+	}
 	for range 1 + rng.IntN(3) {
 		create()
 		appendTo()
@@ -87,12 +113,14 @@ func runSetModel(t *testing.T, rng *rand.Rand, ops int) {
 	defer m.stop(syscall.SIGKILL)
 	for range ops {
 		switch r := rng.IntN(100); {
-		case r < 40:
+		case r < 36:
 			appendTo()
-		case r < 48:
+		case r < 44:
 			partial()
-		case r < 60:
+		case r < 54:
 			create()
+		case r < 62:
+			rename()
 		case r < 68:
 			// A file every line of which was delivered (a partial line
 			// ended first) is removed: the set reads it to its end and
@@ -117,8 +145,11 @@ func runSetModel(t *testing.T, rng *rand.Rand, ops int) {
 			}
 			m.child.Process.Signal(syscall.SIGSTOP)
 			for range 1 + rng.IntN(4) {
-				if rng.IntN(3) == 0 {
+				switch rng.IntN(4) {
+				case 0:
 					create()
+				case 1:
+					rename()
 				}
 				appendTo()
 			}

@@ -1,0 +1,324 @@
+package feed
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// This file tests a file of a set renamed to another name the set's
+// patterns match (issue 16's double application): the file keeps its
+// epoch and position under its new name, so none of its lines is
+// delivered again, in every way a rotation can meet the source.
+
+// renameRun drives a file set and checks every line it is handed: each
+// line (they are all distinct) is handed out once in the whole test, and
+// by the end every line written has been.
+type renameRun struct {
+	t      *testing.T
+	dir    string
+	cfg    Config
+	globs  []string
+	s      *tsrc
+	seen   map[string]string // line -> the file it was handed out under
+	epoch  map[string]uint64 // line -> its epoch
+	lines  []string          // every line written, in order
+	writes int
+}
+
+func newRenameRun(t *testing.T, cfg Config, globs ...string) *renameRun {
+	cfg.ScanInterval = time.Nanosecond // every Poll matches the globs again
+	r := &renameRun{t: t, dir: t.TempDir(), cfg: cfg, globs: globs, seen: map[string]string{}, epoch: map[string]uint64{}}
+	return r
+}
+
+func (r *renameRun) path(name string) string { return filepath.Join(r.dir, name) }
+
+// write appends n new lines, prefixed by the file's name, to name.
+func (r *renameRun) write(name string, n int) {
+	r.t.Helper()
+	from := len(r.lines)
+	// The write's number keeps lines of files that take the same name in
+	// turn distinct.
+	r.writes++
+	content := genLines(name+"#"+strconv.Itoa(r.writes), from, n)
+	appendTo(r.t, r.path(name), content)
+	r.lines = append(r.lines, strings.Split(strings.TrimSuffix(content, "\n"), "\n")...)
+}
+
+func (r *renameRun) rename(from, to string) {
+	r.t.Helper()
+	if err := os.Rename(r.path(from), r.path(to)); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *renameRun) open() {
+	r.t.Helper()
+	r.s = openSet(r.t, r.dir, r.cfg, slices.Clone(r.globs)...)
+}
+
+func (r *renameRun) close() {
+	r.t.Helper()
+	if err := r.s.Close(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.s = nil
+}
+
+// note records lines handed out, failing on a line handed out before.
+func (r *renameRun) note(g []setItem) {
+	r.t.Helper()
+	for _, x := range g {
+		if f, ok := r.seen[x.Line]; ok {
+			r.t.Fatalf("line %q handed out again under %s (first under %s)\nlog:\n%s", x.Line, x.File, f, r.s.log)
+		}
+		r.seen[x.Line] = x.File
+		r.epoch[x.Line] = x.Epoch
+	}
+}
+
+// pollOnce polls once without committing.
+func (r *renameRun) pollOnce() {
+	r.t.Helper()
+	r.note(r.s.pollSet())
+}
+
+// collect polls, committing each batch, until the set is caught up and
+// several polls in a row hand out nothing (each poll matches the globs
+// again, so a renamed file is seen).
+func (r *renameRun) collect() {
+	r.t.Helper()
+	quiet := 0
+	for range 100000 {
+		g := r.s.pollSet()
+		r.note(g)
+		if len(g) > 0 {
+			quiet = 0
+			last := g[len(g)-1]
+			if err := r.s.Commit(last.Epoch, last.Position); err != nil {
+				r.t.Fatal(err)
+			}
+			continue
+		}
+		if st := r.s.Status(); st.State == StateCaughtUp || st.State == StateWaiting {
+			if quiet++; quiet == 5 {
+				return
+			}
+		}
+	}
+	r.t.Fatalf("the set never caught up: %+v\nlog:\n%s", r.s.Status(), r.s.log)
+}
+
+// wantAll checks that every line written was handed out.
+func (r *renameRun) wantAll() {
+	r.t.Helper()
+	for _, l := range r.lines {
+		if _, ok := r.seen[l]; !ok {
+			r.t.Fatalf("line %q never handed out (%d of %d seen)\nlog:\n%s", l, len(r.seen), len(r.lines), r.s.log)
+		}
+	}
+}
+
+// sameEpoch checks that the lines of name's first and last generation
+// written so far were handed out in one epoch (the file kept its position
+// space across its renames), the last under file.
+func (r *renameRun) sameEpoch(first, last string) {
+	r.t.Helper()
+	if r.epoch[first] == 0 || r.epoch[first] != r.epoch[last] {
+		r.t.Fatalf("%q in epoch %d, %q in epoch %d: the renamed file was not read on in its epoch", first, r.epoch[first], last, r.epoch[last])
+	}
+}
+
+func TestSetRenamedFileNotReadAgain(t *testing.T) {
+	logrotate := func(r *renameRun) { // numbered: app.1.log -> app.2.log, app.log -> app.1.log, new app.log
+		if _, err := os.Stat(r.path("app.1.log")); err == nil {
+			r.rename("app.1.log", "app.2.log")
+		}
+		r.rename("app.log", "app.1.log")
+		r.write("app.log", 20)
+	}
+	rows := []struct {
+		name  string
+		cfg   Config
+		globs []string
+		run   func(r *renameRun)
+	}{
+		{"while running", Config{}, []string{"*.log"}, func(r *renameRun) {
+			r.write("app.log", 100)
+			r.collect()
+			r.rename("app.log", "app-20261201.log")
+			r.collect()
+			r.write("app-20261201.log", 10) // a writer that has not reopened
+			r.collect()
+			r.sameEpoch(r.lines[0], r.lines[len(r.lines)-1])
+			if f := r.seen[r.lines[len(r.lines)-1]]; f != r.path("app-20261201.log") {
+				r.t.Fatalf("a late write handed out under %s", f)
+			}
+		}},
+		{"while running, a new file at the old name", Config{}, []string{"*.log"}, func(r *renameRun) {
+			r.write("app.log", 100)
+			r.collect()
+			r.rename("app.log", "app-20261201.log")
+			r.write("app.log", 30)
+			r.collect()
+			r.write("app-20261201.log", 10)
+			r.write("app.log", 5)
+			r.collect()
+		}},
+		{"while behind (a paused consumer)", Config{}, []string{"*.log"}, func(r *renameRun) {
+			r.write("app.log", 300)
+			r.pollOnce() // 64 lines handed out, not committed
+			r.rename("app.log", "app-20261201.log")
+			r.write("app.log", 30)
+			r.write("app-20261201.log", 10)
+			r.collect()
+			r.sameEpoch(r.lines[0], r.lines[339])
+		}},
+		{"while stopped", Config{}, []string{"*.log"}, func(r *renameRun) {
+			r.write("app.log", 100)
+			r.collect()
+			r.close()
+			r.rename("app.log", "app-20261201.log")
+			r.write("app-20261201.log", 10)
+			r.write("app.log", 30)
+			r.open()
+			r.collect()
+			r.sameEpoch(r.lines[0], r.lines[109])
+			// Not read again either: the bytes read are those of the
+			// late writes and of the new file (40 lines of 32 bytes).
+			if n := r.s.Status().BytesRead; n != 40*32 {
+				r.t.Fatalf("%d bytes read after the restart, want %d", n, 40*32)
+			}
+		}},
+		{"while stopped part way", Config{}, []string{"*.log"}, func(r *renameRun) {
+			r.write("app.log", 300)
+			r.pollOnce()
+			last := r.lines[63]
+			if err := r.s.Commit(r.epoch[last], int64(64*32)); err != nil {
+				r.t.Fatal(err)
+			}
+			r.close()
+			r.rename("app.log", "app.1.log")
+			r.write("app.log", 30)
+			r.open()
+			r.collect()
+			r.sameEpoch(r.lines[0], r.lines[299])
+		}},
+		{"renamed twice while running", Config{}, []string{"*.log"}, func(r *renameRun) {
+			r.write("app.log", 100)
+			r.collect()
+			logrotate(r)
+			r.collect()
+			r.write("app.1.log", 5)
+			logrotate(r)
+			r.collect()
+			r.write("app.2.log", 5)
+			r.write("app.1.log", 5)
+			r.collect()
+		}},
+		{"renamed twice between two polls while behind", Config{}, []string{"*.log"}, func(r *renameRun) {
+			r.write("app.log", 100)
+			r.collect()
+			logrotate(r) // app.log -> app.1.log
+			r.write("app.1.log", 100)
+			r.collect()
+			r.write("app.log", 200)
+			r.pollOnce()
+			logrotate(r) // app.1.log -> app.2.log, app.log -> app.1.log, at once
+			r.write("app.2.log", 5)
+			r.write("app.1.log", 5)
+			r.collect()
+		}},
+		{"rotated over a deleted file between two polls while behind", Config{}, []string{"*.log"}, func(r *renameRun) {
+			// logrotate's rotate 1: app.1.log removed, app.log renamed to
+			// app.1.log, a new app.log, with lines of both not read yet.
+			r.write("app.log", 100)
+			r.collect()
+			logrotate(r)
+			r.collect()
+			r.write("app.1.log", 100)
+			r.write("app.log", 200)
+			r.pollOnce()
+			if err := os.Remove(r.path("app.1.log")); err != nil {
+				r.t.Fatal(err)
+			}
+			r.rename("app.log", "app.1.log")
+			r.write("app.log", 20)
+			r.collect()
+			if len(r.s.log.find(slog.LevelInfo, "its path is left to that file")) == 0 {
+				r.t.Fatalf("the reader of the deleted file did not leave its path to the renamed file:\n%s", r.s.log)
+			}
+		}},
+		{"renamed twice while stopped", Config{}, []string{"*.log"}, func(r *renameRun) {
+			r.write("app.log", 100)
+			r.collect()
+			r.close()
+			logrotate(r)
+			r.open()
+			r.collect()
+			r.close()
+			r.write("app.1.log", 5)
+			logrotate(r)
+			r.write("app.2.log", 5)
+			r.open()
+			r.collect()
+		}},
+		{"renamed then compressed while running", Config{}, []string{"app*"}, func(r *renameRun) {
+			r.write("app.log", 100)
+			r.collect()
+			r.rename("app.log", "app-20261201.log")
+			r.write("app.log", 10)
+			r.collect()
+			compress(r.t, r.path("app-20261201.log"))
+			r.collect()
+		}},
+		{"renamed then compressed while stopped", Config{}, []string{"app*"}, func(r *renameRun) {
+			r.write("app.log", 100)
+			r.collect()
+			r.close()
+			r.rename("app.log", "app-20261201.log")
+			r.write("app.log", 10)
+			compress(r.t, r.path("app-20261201.log"))
+			r.open()
+			r.collect()
+		}},
+		{"renamed to a name Exclude matches, while stopped", Config{Exclude: []string{"app-*"}}, []string{"*.log"}, func(r *renameRun) {
+			r.write("app.log", 100)
+			r.collect()
+			r.close()
+			r.rename("app.log", "app-20261201.log")
+			r.write("app-20261201.log", 10)
+			r.write("app.log", 10)
+			r.open()
+			r.collect()
+		}},
+		{"renamed to a name Exclude matches, while running", Config{Exclude: []string{"app-*"}}, []string{"*.log"}, func(r *renameRun) {
+			r.write("app.log", 100)
+			r.collect()
+			r.rename("app.log", "app-20261201.log")
+			r.write("app-20261201.log", 10)
+			r.write("app.log", 10)
+			r.collect()
+		}},
+	}
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			r := newRenameRun(t, row.cfg, row.globs...)
+			r.open()
+			row.run(r)
+			r.collect()
+			r.wantAll()
+			// A restart hands out nothing again.
+			r.close()
+			r.open()
+			r.collect()
+			r.close()
+		})
+	}
+}
