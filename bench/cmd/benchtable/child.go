@@ -114,6 +114,12 @@ func measureCase(name string, a childArgs) (r result, err error) {
 		r, err = caseRestartSetup(a)
 	case "restart":
 		r, err = caseRestart(a)
+	case "state-iter":
+		r, err = caseStateIter(a)
+	case "state-apply-reader":
+		r, err = caseStateApplyReader(a)
+	case "state-backup":
+		r, err = caseStateBackup(a)
 	default:
 		err = fmt.Errorf("unknown case %q", name)
 	}
