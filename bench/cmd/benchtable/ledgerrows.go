@@ -54,8 +54,8 @@ func (r *runner) ledgerScales() []ledgerScale {
 	all := []ledgerScale{{20, false, 5_000_000}, {10_000, false, 5_000_000}, {1_000_000, true, 1_000_000}, {10_000_000, true, 1_000_000}}
 	if r.cfg.short {
 		// Under 60 s: a store of 1,000,000 accounts takes 10 to 40 s to
-		// set up per program.
-		all = []ledgerScale{{20, false, 200_000}, {10_000, false, 200_000}, {100_000, true, 50_000}}
+		// set up per program; one of 100,000, 1 to 8 s.
+		all = []ledgerScale{{20, false, 100_000}, {10_000, false, 100_000}, {100_000, true, 20_000}}
 	}
 	if r.cfg.accounts == "" {
 		return all
@@ -87,22 +87,18 @@ var (
 )
 
 // buildPrograms builds the ledger and the naive program into the work
-// directory.
+// directory, in one go build: the packages they share are built once.
 func (r *runner) buildPrograms() error {
-	for _, p := range []struct {
-		dst *string
-		pkg string
-	}{{&r.ledgerBin, "./examples/ledger"}, {&r.naiveBin, "./bench/cmd/naiveledger"}} {
-		bin := filepath.Join(r.work, filepath.Base(p.pkg))
-		logf("building %s ...", p.pkg)
-		cmd := exec.Command("go", "build", "-o", bin, p.pkg)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("build %s: %v: %s", p.pkg, err, strings.TrimSpace(out.String()))
-		}
-		*p.dst = bin
+	pkgs := []string{"./examples/ledger", "./bench/cmd/naiveledger"}
+	logf("building %s ...", strings.Join(pkgs, " and "))
+	dir := r.binDir()
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("build %s: %v: %s", strings.Join(pkgs, " "), err, strings.TrimSpace(out.String()))
 	}
+	r.ledgerBin, r.naiveBin = filepath.Join(dir, "ledger"), filepath.Join(dir, "naiveledger")
 	return nil
 }
 
@@ -129,18 +125,24 @@ func (l *ledgerLine) appendLines(n int64, accounts int, seed uint64) error {
 	return err
 }
 
-// ledgerRows measures rows 5 and 6 (and the restart row 14, and the
-// memory of each run in row 10).
-func (r *runner) ledgerRows(t *table) error {
-	want := false
+// wantsLedger reports whether a ledger row runs: 5, 6, or the rows that
+// join them (10, 14).
+func (r *runner) wantsLedger() bool {
+	want := r.wants("10") || r.wants("14")
 	for _, ls := range ledgerStores {
 		want = want || r.wants(ls.row)
 	}
-	if !want && !r.wants("10") && !r.wants("14") {
+	return want
+}
+
+// ledgerRows measures rows 5 and 6 (and the restart row 14, and the
+// memory of each run in row 10).
+func (r *runner) ledgerRows(t *table) error {
+	if !r.wantsLedger() {
 		return nil
 	}
-	if err := r.buildPrograms(); err != nil {
-		return err
+	if r.buildErr != nil {
+		return r.buildErr
 	}
 	for _, sc := range r.ledgerScales() {
 		if !sc.preload {
