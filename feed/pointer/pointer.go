@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/tidemark-go/tidemark"
@@ -333,14 +332,8 @@ type LoadResult struct {
 // A File is safe for concurrent use, but Store is meant to be called
 // by one goroutine.
 type File struct {
-	path     string
-	tmpPath  string
-	fs       vfs.FS
-	policy   SyncPolicy
-	interval time.Duration
-	log      *slog.Logger
+	writer // path, policy, mu, closed, pending; Path, Sync, SyncIfDue
 
-	mu sync.Mutex
 	// f is the pointer file open for reading and writing in place; nil
 	// until prepared, or when the file must be (re)created first.
 	f vfs.File
@@ -357,29 +350,14 @@ type File struct {
 	// forward-only rule.
 	last     Record
 	haveLast bool
-	pending  bool // a write not yet made durable
-	lastSync time.Time
-	closed   bool
 	buf      [RecordSize]byte
-	// lockf, once Lock took the lock, is an open file of the inode at path
-	// that holds it. A create locks its temporary file before renaming it
-	// over path, and lockf becomes that file. made is set when Lock
-	// created the (empty) file.
-	lockf vfs.File
-	made  bool
 }
 
 // Open prepares the pointer file at path; it does not read it.
 func Open(path string, opts Options) *File {
-	opts = opts.withDefaults()
-	return &File{
-		path:     path,
-		tmpPath:  path + TempSuffix,
-		fs:       opts.FS,
-		policy:   opts.Sync,
-		interval: opts.SyncInterval,
-		log:      opts.Logger,
-	}
+	pf := &File{writer: newWriter(path, opts)}
+	pf.flush = pf.sync
+	return pf
 }
 
 // withDefaults returns opts with its zero fields set to their defaults.
@@ -395,9 +373,6 @@ func (opts Options) withDefaults() Options {
 	}
 	return opts
 }
-
-// Path returns the pointer file's path.
-func (pf *File) Path() string { return pf.path }
 
 // slotState is what one slot of a file held.
 type slotState struct {
@@ -655,9 +630,6 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// removeTemp removes a leftover temporary file; it is never read.
-func (pf *File) removeTemp() { removeTemp(pf.fs, pf.log, pf.tmpPath, pf.path) }
-
 // removeTemp removes tmp, a leftover temporary file of the file at path
 // (a pointer file or a registry), which is never read.
 func removeTemp(fsys vfs.FS, log *slog.Logger, tmp, path string) {
@@ -759,14 +731,6 @@ func (pf *File) Store(p Record) error {
 	return nil
 }
 
-// syncIfDue syncs a pending write when the interval has passed.
-func (pf *File) syncIfDue() error {
-	if pf.pending && pf.policy == SyncInterval && time.Since(pf.lastSync) >= pf.interval {
-		return pf.sync()
-	}
-	return nil
-}
-
 // sync makes the slot last written durable; it becomes the slot to keep.
 func (pf *File) sync() error {
 	if !pf.pending || pf.f == nil {
@@ -791,19 +755,8 @@ func (pf *File) create(p Record, seq uint64) (err error) {
 	}
 	img := make([]byte, FileSize)
 	appendRecord(img[:0], p, seq)
-	locked := pf.lockf != nil
-	t, what, err := replaceFile(pf.fs, pf.tmpPath, pf.path, img, locked)
-	if err != nil {
+	if what, err := pf.replace(img, "pointer"); err != nil {
 		return fail(what, err)
-	}
-	if locked {
-		// The file at the path is t now, locked: the lock of the file it
-		// replaced is not needed any more.
-		old := pf.lockf
-		pf.lockf, pf.made = t, false
-		if err := old.Close(); err != nil {
-			pf.log.Warn("feed: closing the replaced pointer file failed", "pointer", pf.path, "err", err)
-		}
 	}
 	if err := pf.fs.SyncDir(filepath.Dir(pf.path)); err != nil {
 		// The new file may or may not survive a power loss: the next Store
@@ -857,33 +810,6 @@ func replaceFile(fsys vfs.FS, tmp, path string, img []byte, lock bool) (f vfs.Fi
 		return nil, "close " + tmp, err
 	}
 	return nil, "", nil
-}
-
-// Sync makes a write pending under SyncInterval durable now. Under the
-// other policies it does nothing.
-func (pf *File) Sync() error {
-	pf.mu.Lock()
-	defer pf.mu.Unlock()
-	if pf.closed {
-		return ErrClosed
-	}
-	if pf.policy == SyncNever {
-		return nil
-	}
-	return pf.sync()
-}
-
-// SyncIfDue makes a write pending under SyncInterval durable when the
-// interval since the last sync has passed; otherwise it does nothing and
-// makes no system call. A source calls it when idle, so that the last
-// commit before a pause does not wait for the next Store to become durable.
-func (pf *File) SyncIfDue() error {
-	pf.mu.Lock()
-	defer pf.mu.Unlock()
-	if pf.closed {
-		return ErrClosed
-	}
-	return pf.syncIfDue()
 }
 
 // Close makes a pending write durable (except under SyncNever) and closes

@@ -7,7 +7,6 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
-	"log/slog"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark"
-	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // RegistrySuffix ends the name of a file set's registry file.
@@ -123,25 +121,14 @@ type RegistryLoad struct {
 //
 // A Registry is safe for concurrent use; writes are serialised.
 type Registry struct {
-	path     string
-	tmpPath  string
-	fs       vfs.FS
-	policy   SyncPolicy
-	interval time.Duration
-	log      *slog.Logger
+	writer // path, policy, mu, closed, pending; Path, Sync, SyncIfDue
 
-	mu       sync.Mutex
 	cond     sync.Cond // signals the end of a sync
-	lockf    vfs.File  // the locked file at path; the file written
-	made     bool
 	prepared bool
 	live     map[string]Entry
 	end      int64 // offset of the next append
 	liveSize int64 // bytes of a snapshot of live
 	rewrite  bool  // the file must be rewritten before the next append
-	pending  bool  // an append not yet synced
-	lastSync time.Time
-	closed   bool
 	buf      []byte
 	// Appends are numbered; synced is the number of the last one a sync
 	// made durable, and syncing is set while a sync runs (without mu):
@@ -158,21 +145,11 @@ type Registry struct {
 
 // OpenRegistry prepares the registry file at path; it does not read it.
 func OpenRegistry(path string, opts Options) *Registry {
-	opts = opts.withDefaults()
-	r := &Registry{
-		path:     path,
-		tmpPath:  path + TempSuffix,
-		fs:       opts.FS,
-		policy:   opts.Sync,
-		interval: opts.SyncInterval,
-		log:      opts.Logger,
-	}
+	r := &Registry{writer: newWriter(path, opts)}
+	r.flush = r.sync
 	r.cond.L = &r.mu
 	return r
 }
-
-// Path returns the registry file's path.
-func (r *Registry) Path() string { return r.path }
 
 // Lock takes the registry's lock: an exclusive OS lock on the file, held
 // until Close, as [File.Lock] does for a pointer file (a missing file is
@@ -188,7 +165,7 @@ func (r *Registry) Lock() error {
 	if r.lockf != nil {
 		return nil
 	}
-	pf := &File{path: r.path, fs: r.fs, log: r.log}
+	pf := &File{writer: writer{path: r.path, fs: r.fs, log: r.log}}
 	if err := pf.Lock(); err != nil {
 		return err
 	}
@@ -605,17 +582,8 @@ func (r *Registry) compact(live map[string]Entry) error {
 	for _, k := range slices.Sorted(maps.Keys(live)) {
 		img = appendEntry(img, k, live[k], false)
 	}
-	locked := r.lockf != nil
-	t, what, err := replaceFile(r.fs, r.tmpPath, r.path, img, locked)
-	if err != nil {
+	if what, err := r.replace(img, "registry"); err != nil {
 		return fail(what, err)
-	}
-	if locked {
-		old := r.lockf
-		r.lockf, r.made = t, false
-		if err := old.Close(); err != nil {
-			r.log.Warn("feed: closing the replaced registry failed", "registry", r.path, "err", err)
-		}
 	}
 	r.end, r.rewrite, r.pending = int64(len(img)), false, false
 	r.appended++
@@ -673,40 +641,6 @@ func (r *Registry) syncTo(n uint64) error {
 	}
 	return nil
 }
-
-func (r *Registry) syncIfDue() error {
-	if r.pending && r.policy == SyncInterval && time.Since(r.lastSync) >= r.interval {
-		return r.sync()
-	}
-	return nil
-}
-
-// SyncIfDue makes appends pending under SyncInterval durable when the
-// interval has passed.
-func (r *Registry) SyncIfDue() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return ErrClosed
-	}
-	return r.syncIfDue()
-}
-
-// Sync makes appends pending under SyncInterval durable now.
-func (r *Registry) Sync() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return ErrClosed
-	}
-	if r.policy == SyncNever {
-		return nil
-	}
-	return r.sync()
-}
-
-// removeTemp removes a leftover temporary file; it is never read.
-func (r *Registry) removeTemp() { removeTemp(r.fs, r.log, r.tmpPath, r.path) }
 
 // Close makes pending appends durable (except under SyncNever) and
 // releases the lock. Closing twice returns nil.
