@@ -13,9 +13,14 @@
 //	                               lines/s, and its ratio to a bare durable
 //	                               pull consumer that acknowledges every
 //	                               1,000 messages (AckAll), on the same stream
+//	BenchmarkHighCardinality       one worker, one partition, 1,000,000
+//	                               accounts (nearly every line a new key):
+//	                               lines/s and distinct keys/s
 //	BenchmarkPartitions/P=N        one worker holding N partitions: lines/s
 //	BenchmarkFailover              a worker's SIGKILL to the first save of
 //	                               its successor on the partition: p50, max
 //
-// Nothing here asserts a speed; see bench/README.md for the figures.
+// TIDEMARK_SCALE_PROFILE=DIR writes a CPU profile of each measured worker
+// into DIR (ledger run --cpuprofile). Nothing here asserts a speed; see
+// bench/README.md for the figures.
 package scale

@@ -359,6 +359,50 @@ func BenchmarkJetStreamToPostgres(b *testing.B) {
 		l, lc/1000, r, rc/1000, l/r, lines, b.N, loadAvg())
 }
 
+// BenchmarkHighCardinality: the ledger, one worker, one partition, over
+// 1,000,000 accounts, so that nearly every line changes an account no
+// earlier line did: each batch commits about as many keys as it has lines.
+// keys/s is the distinct accounts made durable a second.
+func BenchmarkHighCardinality(b *testing.B) {
+	const lines, accounts = 200_000, 1_000_000
+	e := newEnv(b)
+	e.fill(map[string]int{"WIDE": 1}, lines, accounts)
+	keys := e.distinctAccounts()
+	var rates []float64
+	for range b.N {
+		r, _ := e.ledgerRate("WIDE", lines)
+		rates = append(rates, r)
+	}
+	r := median(rates)
+	k := r * float64(keys) / lines
+	b.ReportMetric(r, "lines/s")
+	b.ReportMetric(k, "keys/s")
+	fmt.Printf("scale: high cardinality, one worker, %d lines over %d accounts (%d distinct): %.0f lines/s, %.0f distinct keys/s (load average %s)\n",
+		lines, accounts, keys, r, k, loadAvg())
+}
+
+// distinctAccounts counts the accounts of the input fill generated.
+func (e *env) distinctAccounts() int {
+	e.b.Helper()
+	f, err := os.Open(filepath.Join(e.dir, "ledger.csv"))
+	if err != nil {
+		e.b.Fatal(err)
+	}
+	defer f.Close()
+	seen := map[string]struct{}{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if _, rest, ok := strings.Cut(sc.Text(), ","); ok {
+			acct, _, _ := strings.Cut(rest, ",")
+			seen[acct] = struct{}{}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		e.b.Fatal(err)
+	}
+	return len(seen)
+}
+
 // BenchmarkPartitions: one worker holding 1, 2, 4 and 8 partitions of a
 // stream, each partition's store a PostgreSQL store of its own.
 func BenchmarkPartitions(b *testing.B) {

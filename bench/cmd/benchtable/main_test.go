@@ -126,3 +126,26 @@ func TestRunProcAndLedgerSummary(t *testing.T) {
 		t.Fatal("ledger run without its summary taken for a run")
 	}
 }
+
+// TestKeptSection: the scale section written by hand at the end of a
+// report is carried into the next one; a report without one adds nothing.
+func TestKeptSection(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "RESULTS.md")
+	if got := keptSection(path); got != "" {
+		t.Fatalf("no report: kept %q", got)
+	}
+	section := scaleSection + "\n| row | figure |\n|---|---|\n| failover | 1.2 s |\n"
+	if err := os.WriteFile(path, []byte("# tidemark benchmark results\n\n| a | b |\n"+section), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := keptSection(path); got != section {
+		t.Fatalf("kept %q, want %q", got, section)
+	}
+	if err := os.WriteFile(path, []byte("# tidemark benchmark results\n\n## Notes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := keptSection(path); got != "" {
+		t.Fatalf("a report without the section: kept %q", got)
+	}
+}

@@ -176,7 +176,8 @@ func run(cfg config) error {
 	if err := drawChart(chart, t.chart); err != nil {
 		logf("chart: %v", err)
 	}
-	if err := os.WriteFile(out, []byte(t.markdown(filepath.Base(chart))), 0o644); err != nil {
+	md := t.markdown(filepath.Base(chart)) + keptSection(out)
+	if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
 		return err
 	}
 	logf("wrote %s and %s", out, chart)
@@ -724,4 +725,24 @@ func repeatFile(dst, src string, n int64) error {
 		w += int64(k)
 	}
 	return f.Close()
+}
+
+// scaleSection heads the part of RESULTS.md that this program does not
+// measure: the partitioned ledger's figures (bench/scale, which needs a
+// NATS server and a PostgreSQL cluster), written by hand from its output.
+const scaleSection = "\n## The partitioned ledger (bench/scale)\n"
+
+// keptSection returns the scale section of the report at path, to be kept
+// when the report is written again: from its heading to the end of the
+// file ("" when there is none).
+func keptSection(path string) string {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	i := strings.Index(string(old), scaleSection)
+	if i < 0 {
+		return ""
+	}
+	return string(old[i:])
 }
