@@ -87,7 +87,7 @@ func (r *runner) stateRows(t *table) error {
 				result: fmt.Sprintf("%.2f s (store %.0f MB on disk, copy %.0f MB: %.0f MB/s)", secs, x.extra("store_bytes")/1e6, x.extra("copy_bytes")/1e6, x.extra("store_bytes")/1e6/max(secs, 1e-9)),
 				load:   x.loadText()})
 		}
-		t.note("18", "Row 18: a bbolt backup is Tx.WriteTo (every page copied); a Pebble backup is a checkpoint (the tables hard-linked where the folder is on the same file system, the WAL and the manifest copied) with the memtable flushed first, then the copy opened read-only to read the outputs' committed lengths.")
+		t.note("18", "Row 18: a bbolt backup is Tx.WriteTo (every page copied); a Pebble backup is a checkpoint (the tables hard-linked where the folder is on the same file system, the WAL and the manifest copied) with the memtable flushed first, then the copy opened read-only to read the outputs' committed lengths. Either way every value copied is read once and its checksum checked (a damaged store fails its backup), which the time includes.")
 	}
 	return nil
 }
