@@ -59,9 +59,10 @@ type Options struct {
 	// BatchSize is how many applied deliveries make a batch; 0 means
 	// [DefaultBatchSize]. A batch is also cut when it is BatchInterval old.
 	BatchSize int
-	// BatchInterval is how often the committer cuts whatever is staged; 0
-	// means [DefaultBatchInterval]. It is also how often the checkpoints of
-	// an idle store are brought up to date.
+	// BatchInterval is the age at which a batch is cut whatever its size:
+	// the longest a staged change waits for its batch to be cut; 0 means
+	// [DefaultBatchInterval]. It is also how often the checkpoints of an
+	// idle store are brought up to date.
 	BatchInterval time.Duration
 	// LockTimeout is how long Open waits for another process to release
 	// the store; 0 means [DefaultLockTimeout].

@@ -1228,11 +1228,20 @@ func lineageMatches(rec tidemark.Lineage, o *tidemark.Origin) bool {
 	return err == nil && h == rec.TailHash
 }
 
-// committer commits sealed batches, and cuts one every BatchInterval.
+// committer commits sealed batches, and cuts the staged batch when it is
+// BatchInterval old (Apply cuts a full one).
 func (c *core) committer() {
 	defer close(c.stopped)
-	t := time.NewTicker(c.opts.batchInterval())
+	interval := c.opts.batchInterval()
+	t := time.NewTicker(interval)
 	defer t.Stop()
+	// due fires when the staged batch a tick found younger than the
+	// interval comes of age: a batch is cut when it is full or interval
+	// old, not at whatever age the tick finds it (under load, most
+	// batches were cut young, and every commit costs its syncs).
+	due := time.NewTimer(interval)
+	due.Stop()
+	defer due.Stop()
 	for {
 		tick := false
 		select {
@@ -1241,12 +1250,16 @@ func (c *core) committer() {
 		case <-c.wake:
 		case <-t.C:
 			tick = true
+		case <-due.C:
+			tick = true
 		}
 		c.mu.Lock()
 		// The staging batch is the running Apply's: only its count, set
 		// under c.mu, says whether it holds anything.
 		if (tick || c.cutWanted.Load()) && c.sealed == nil && c.unusable() == nil {
-			if c.cur.count > 0 {
+			if age := time.Since(c.cur.started); c.cur.count > 0 && tick && !c.cutWanted.Load() && age < interval {
+				due.Reset(interval - age)
+			} else if c.cur.count > 0 {
 				c.tryCut()
 			} else if tick && len(c.binds) > 0 {
 				// Nothing staged, nothing committing: everything finished
