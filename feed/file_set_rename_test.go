@@ -235,6 +235,23 @@ func TestSetRenamedFileNotReadAgain(t *testing.T) {
 			r.write("app.1.log", 5)
 			r.collect()
 		}},
+		{"rotated over a deleted file being read, the renamed file's reader first to see it", Config{}, []string{"*.log"}, func(r *renameRun) {
+			// As above, but the reader of the file renamed (app.log) is at
+			// its end and the reader of the deleted one far behind: the
+			// first asks to leave first, and must wait for the other.
+			r.write("app.log", 100)
+			r.collect()
+			logrotate(r)
+			r.collect()
+			r.write("app.1.log", 3000)
+			if err := os.Remove(r.path("app.1.log")); err != nil {
+				r.t.Fatal(err)
+			}
+			r.rename("app.log", "app.1.log")
+			r.write("app.log", 20)
+			r.write("app.1.log", 10)
+			r.collect()
+		}},
 		{"rotated over a deleted file between two polls while behind", Config{}, []string{"*.log"}, func(r *renameRun) {
 			// logrotate's rotate 1: app.1.log removed, app.log renamed to
 			// app.1.log, a new app.log, with lines of both not read yet.

@@ -118,12 +118,18 @@ func (fset *fileSet) follow(names []string, first bool) map[string]bool {
 			holder[m.st.in.id] = m
 		}
 	}
-	// The names to look at: the new ones, the paths of the streams that
-	// asked, and the names moves free.
+	// The names to look at: the new ones and the names moves free; every
+	// name at the first scan, and when a stream asked to leave its file
+	// (it may be at a name another stream still reads: a stat per file,
+	// once per rotation).
+	all := first
+	for _, m := range fset.order {
+		all = all || (m.asked && m.st != nil)
+	}
 	var look []string
 	for _, n := range names {
 		m := fset.members[n]
-		if first || m == nil || m.st == nil || m.asked {
+		if all || m == nil || m.st == nil {
 			look = append(look, n)
 		}
 	}
