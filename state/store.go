@@ -383,6 +383,8 @@ type core struct {
 	vc      *valueCache               // durable values read or committed; nil for none
 	fold    []*batch                  // committed batches to fold into vc
 	tw      txWrites                  // what the running Apply changed
+	// lastOutput names the output the last Apply wrote to: declared.
+	lastOutput string
 	// What the last Apply left (see leave); written under mu.
 	fastVer uint64
 	fastOK  bool

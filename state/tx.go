@@ -628,8 +628,13 @@ func stageOutput[B []byte | string](w *OutputWriter, b B) (int, error) {
 	if err := w.tx.check(true); err != nil {
 		return 0, err
 	}
-	if _, err := w.tx.c.output(w.name); err != nil {
-		return 0, err
+	// The output is declared (or declared now): once it is, it stays
+	// until the store closes, so the name of the last one is enough.
+	if c := w.tx.c; c.lastOutput != w.name {
+		if _, err := c.output(w.name); err != nil {
+			return 0, err
+		}
+		c.lastOutput = w.name
 	}
 	tw := w.tx.w
 	o0 := len(tw.obuf)
