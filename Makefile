@@ -54,6 +54,7 @@ fuzz:
 	$(GO) test ./feed -run '^$$' -fuzz '^FuzzFramer$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./framework -run '^$$' -fuzz '^FuzzLoadConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./examples/ledger -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./examples/ledger -run '^$$' -fuzz '^FuzzParseAmount$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./examples/ledger -run '^$$' -fuzz '^FuzzReadRejects$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./state -run '^$$' -fuzz '^FuzzScanTail$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./state -run '^$$' -fuzz '^FuzzReadStoreFile$$' -fuzztime $(FUZZTIME)
