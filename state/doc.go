@@ -92,8 +92,11 @@
 //     from a backup, or remove it to start over (the feeds then read their
 //     input again). The framework stops on it rather than skip a line. A
 //     store of format 1, written before the checksums, opens and is used as
-//     it is, without them; values checksummed cost a few percent of Apply
-//     (BenchmarkChecksum).
+//     it is, without them; [Upgrade] (tidemark store upgrade DIR) gives its
+//     values their checksums in place, in chunks that survive a kill at any
+//     moment (the next open finishes an interrupted upgrade). Values
+//     checksummed cost a few percent of Apply (BenchmarkChecksum; bench/
+//     row 19 runs the ledger into stores of both formats).
 //   - An output is recorded before its first byte is written, so a file of
 //     the output's name that the store has no record of is not its own: if
 //     it is not empty, declaring the output fails with [ErrOutputExists]

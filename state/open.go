@@ -152,6 +152,8 @@ type hooks struct {
 	// whileCutting runs in the committer while it holds the token to cut
 	// a batch.
 	whileCutting func()
+	// afterUpgradeChunk runs after each chunk of an upgrade is committed.
+	afterUpgradeChunk func()
 }
 
 func (o *Options) logger() *slog.Logger {

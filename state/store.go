@@ -435,6 +435,8 @@ func (c *core) load() error {
 		return fmt.Errorf("open store %s: read version: %w", c.dir, err)
 	}
 	sums := c.eng.(*sumEngine)
+	after, upgrading := upgradeFrom(v)
+	checked := false
 	switch {
 	case !ok && c.opts.existing:
 		// STORE is written once the version is: its data is gone.
@@ -447,14 +449,30 @@ func (c *core) load() error {
 		sums.sums = true
 	case string(v) == formatVersion:
 		sums.sums = true
+	case upgrading:
+		// An upgrade from format 1 stopped half way: it is finished
+		// before anything reads the store, once the file is checked.
+		if err := c.checkStore(sums); err != nil {
+			return err
+		}
+		if err := c.checked(); err != nil {
+			return err
+		}
+		if err := c.upgradeV1(after); err != nil {
+			return err
+		}
+		c.log.Info("state: the store's interrupted upgrade to format 2 is finished: its values carry checksums", "store", c.dir, "backend", c.kind)
+		sums.sums, checked = true, true
 	case string(v) == formatV1:
-		c.log.Info("state: the store was created before values carried checksums (format 1): it is read and written as it is, and damage to its values cannot be detected; a store created anew has them",
+		c.log.Info("state: the store was created before values carried checksums (format 1): it is read and written as it is, and damage to its values cannot be detected; stop the program and run \"tidemark store upgrade DIR\" (state.Upgrade) to give them checksums in place",
 			"store", c.dir, "backend", c.kind)
 	default:
 		return fmt.Errorf("open store %s: format %q, want %q or %q: %w", c.dir, v, formatVersion, formatV1, ErrCorrupt)
 	}
-	if err := c.checkStore(sums); err != nil {
-		return err
+	if !checked {
+		if err := c.checkStore(sums); err != nil {
+			return err
+		}
 	}
 	err = c.eng.scan([]byte{tagApplied}, func(k, v []byte) error {
 		ns, feed, file, ok := parseAppliedKey(k)

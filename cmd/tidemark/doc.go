@@ -13,6 +13,7 @@
 //	tidemark store show --addr HOST:PORT [--store NAME] [the flags above]
 //	tidemark store backup DIR DEST
 //	tidemark store backup --addr HOST:PORT [--store NAME] DEST
+//	tidemark store upgrade DIR [--wait D]
 //	tidemark help [COMMAND]
 //
 // Flags may follow the positional arguments. The exit status is 0 when the

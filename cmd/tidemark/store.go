@@ -26,6 +26,7 @@ const storeHelp = `Usage:
   tidemark store show --addr HOST:PORT [--store NAME] [--token T] [flags]
   tidemark store backup DIR DEST [--wait D]
   tidemark store backup --addr HOST:PORT [--store NAME] [--token T] DEST
+  tidemark store upgrade DIR [--wait D]
 
 store show prints what a store holds: its backend, then for each namespace
 the applied records (feed, file, epoch, position and the lineage recorded
@@ -51,6 +52,14 @@ DEST (it must not exist, or be empty): the applied positions are inside
 it, and opening the copy as a store is a restore (a restored older copy
 re-reads what it lacks from the feeds).
 
+store upgrade converts a store of format 1, made before values carried
+checksums, to format 2 in place: every value gets the CRC-32C the store
+checks on every read (a store of format 1 opens and works without it, and
+its damaged values go unseen). A bbolt file is checked first. The upgrade
+survives a crash or a kill at any moment (the next open finishes it); a
+version of tidemark from before format 2 cannot open the store after it.
+The server must be stopped.
+
 With DIR the store is opened as a server opens it, so the server must be
 stopped: a running server holds the store's lock, and the command fails
 after --wait (default 2s). With --addr the command asks a running server,
@@ -63,13 +72,15 @@ folder on the server's host, and must be absolute.
 
 func runStore(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return usageErrorf("store", "store needs a subcommand: show or backup")
+		return usageErrorf("store", "store needs a subcommand: show, backup or upgrade")
 	}
 	switch args[0] {
 	case "show":
 		return storeShow(args[1:], stdout)
 	case "backup":
 		return storeBackup(args[1:], stdout)
+	case "upgrade":
+		return storeUpgrade(args[1:], stdout)
 	case "-h", "-help", "--help", "help":
 		return &usageError{cmd: "store"}
 	}
