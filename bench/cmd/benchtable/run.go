@@ -158,7 +158,7 @@ func run(cfg config) error {
 
 	t := &table{env: env, reps: cfg.reps}
 	steps := []func(*table) error{
-		r.rows1to3, r.row4, r.ledgerRows, r.storeLag, r.row7, r.row8, r.row9and10, r.row11, r.row12, r.row13, r.row15, r.stateRows,
+		r.rows1to3, r.row4, r.ledgerRows, r.storeLag, r.row7, r.row8, r.row9and10, r.row11, r.row12, r.row13, r.row15, r.stateRows, r.checksumRow,
 	}
 	for _, step := range steps {
 		if err := step(t); err != nil {

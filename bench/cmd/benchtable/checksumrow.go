@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+
+	"github.com/cockroachdb/pebble/v2"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/tidemark-go/tidemark/bench"
+)
+
+// Row 19: what the value checksums cost ledger run. Every value a store of
+// format 2 writes carries a CRC-32C of its key and bytes, checked on every
+// read; a store of format 1, made before them, is read and written without
+// them, as it is. The row runs `ledger run` over the same input into a new
+// store of each format, alternated, in the same run: the ratio is format 2
+// against format 1. Stores are made new with format 2 only, so the bench
+// makes the folder of format 1 itself, as the version before checksums
+// left it (formatOneStore).
+
+// checksumAccounts is the number of accounts of row 19: the balances stay
+// in the store's cache, so the row weighs the checksums of writes and of
+// the reads that miss it.
+const checksumAccounts = 10_000
+
+func (r *runner) checksumRow(t *table) error {
+	if !r.wants("19") {
+		return nil
+	}
+	if r.ledgerBin == "" {
+		if err := r.buildPrograms(); err != nil {
+			return err
+		}
+	}
+	lines := int64(2_000_000)
+	if r.cfg.short {
+		lines = 200_000
+	}
+	dir := filepath.Join(r.work, "checksums")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	input := filepath.Join(dir, "ledger.csv")
+	if err := genFile(input, func(f *os.File) error { return bench.GenAccounts(f, int(lines), checksumAccounts, 1, 19) }); err != nil {
+		return err
+	}
+	for _, store := range []string{"bbolt", "pebble"} {
+		formats := []struct {
+			format int
+			x      *runs
+		}{
+			{2, &runs{spec: spec{label: "format 2, value checksums"}}},
+			{1, &runs{spec: spec{label: "format 1, no value checksums"}}},
+		}
+		l := &ledgerLine{input: input, data: filepath.Join(dir, "data"), lines: lines}
+		for rep := range r.cfg.reps {
+			for _, f := range formats {
+				if f.x.err != nil {
+					continue
+				}
+				if err := resetLedger(l); err != nil {
+					return err
+				}
+				if f.format == 1 {
+					if err := formatOneStore(l.data, store); err != nil {
+						return fmt.Errorf("row 19: %w", err)
+					}
+				}
+				rr, err := r.runLedger(variantTidemark, store, l, lines, 0)
+				if err == nil {
+					err = checkFormat(l.data, store, f.format)
+				}
+				if err != nil {
+					f.x.err = err
+					logf("row 19 %s format %d: %v", store, f.format, err)
+					continue
+				}
+				f.x.res = append(f.x.res, rr)
+				logf("row 19 %s format %d run %d: %s in %.3f s (%s), load %.2f", store, f.format, rep+1,
+					fmtCount(rr.Lines), rr.Seconds, fmtRate(rr.rate()), rr.Extra["load1"])
+			}
+		}
+		t.rate("19", fmt.Sprintf("value checksums: ledger run (with output.csv), %s, %s accounts, %s lines into a new store of format 2 (a CRC-32C with every value, checked on every read)",
+			store, fmtCount(checksumAccounts), fmtCount(lines)),
+			formats[0].x, formats[1].x, "the same run into a store of format 1 (no checksums)", 0)
+	}
+	return nil
+}
+
+// formatOneStore makes dir a store of format 1 of backend store, as the
+// version of tidemark before value checksums left a new one: its STORE
+// file, and the backend holding the format record (key "v", the only
+// record) in bbolt's bucket "tidemark", or at the top of Pebble's keys.
+// ledger run then opens it as an existing store and keeps its format.
+func formatOneStore(dir, store string) error {
+	const key, format = "v", "tidemark-state 1"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	switch store {
+	case "bbolt":
+		db, err := bolt.Open(filepath.Join(dir, "state.bolt"), 0o600, nil)
+		if err != nil {
+			return err
+		}
+		err = db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucket([]byte("tidemark"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte(key), []byte(format))
+		})
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	case "pebble":
+		db, err := pebble.Open(filepath.Join(dir, "pebble"), &pebble.Options{FormatMajorVersion: pebble.FormatWALSyncChunks, Logger: quietPebble{}})
+		if err != nil {
+			return err
+		}
+		err = db.Set([]byte(key), []byte(format), pebble.Sync)
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("backend %q", store)
+	}
+	return os.WriteFile(filepath.Join(dir, "STORE"), []byte("tidemark state store\nbackend "+store+"\n"), 0o644)
+}
+
+// checkFormat checks that the store in dir kept format.
+func checkFormat(dir, store string, format int) error {
+	var got []byte
+	switch store {
+	case "bbolt":
+		db, err := bolt.Open(filepath.Join(dir, "state.bolt"), 0o600, &bolt.Options{ReadOnly: true})
+		if err != nil {
+			return err
+		}
+		err = db.View(func(tx *bolt.Tx) error {
+			if b := tx.Bucket([]byte("tidemark")); b != nil {
+				got = bytes.Clone(b.Get([]byte("v")))
+			}
+			return nil
+		})
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	case "pebble":
+		db, err := pebble.Open(filepath.Join(dir, "pebble"), &pebble.Options{ReadOnly: true, Logger: quietPebble{}})
+		if err != nil {
+			return err
+		}
+		v, closer, err := db.Get([]byte("v"))
+		if err == nil {
+			got = bytes.Clone(v)
+			err = closer.Close()
+		}
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if want := fmt.Sprintf("tidemark-state %d", format); string(got) != want {
+		return fmt.Errorf("the store of %s holds format %q after the run, want %q", dir, got, want)
+	}
+	return nil
+}
+
+// quietPebble keeps Pebble's messages out of the bench's output.
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)           {}
+func (quietPebble) Errorf(string, ...any)          {}
+func (quietPebble) Fatalf(format string, a ...any) { log.Fatalf(format, a...) }
