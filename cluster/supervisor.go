@@ -202,7 +202,7 @@ func (s *Supervisor) join(ctx context.Context) (*members, error) {
 // Run joins the job's workers and runs the partitions this worker holds
 // until ctx is done; then it stops them cleanly (each drains, flushes,
 // commits and releases its lease), leaves the table of workers and
-// returns nil. It returns early with an error only when the worker cannot
+// returns nil (also when ctx is done before the worker joined). It returns early with an error only when the worker cannot
 // take part at all: the database unreachable or failing for 30 s at the
 // start (each try is logged, and shown in Status.TableError), or another
 // live worker of the same name ([ErrWorkerExists]; a worker of the same
@@ -216,6 +216,13 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	defer close(s.stopCh)
 	mem, err := s.join(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped while joining (a worker of the same name that
+			// died a moment ago is waited for): nothing was held, so
+			// this is a clean stop.
+			s.log.Info("worker stopped before it joined", "err", err)
+			return nil
+		}
 		return err
 	}
 	defer mem.close()

@@ -149,6 +149,10 @@ func (l *partLedger) durable() (int64, int64) {
 // gives its partitions up cleanly.
 func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, error) {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.LogLevel}))
+	// Signals first: a worker told to stop while it connects stops there,
+	// with the error of the step it was in, never killed by the signal.
+	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stopSignals()
 	t, err := parseNATS(o.Source)
 	if err != nil {
 		return exitUsage, fmt.Errorf("--source %w", err)
@@ -243,8 +247,6 @@ func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer)
 		defer mu.Unlock()
 		return procs[p]
 	}
-	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stopSignals()
 	if o.Ops != "" {
 		l, err := net.Listen("tcp", o.Ops)
 		if err != nil {
@@ -262,6 +264,9 @@ func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer)
 		watchPartitions(sup, current, ev, o.Progress, stderr, stopWatch)
 	}()
 	fmt.Fprintf(stderr, "ledger: worker %s of job %s: stream %s, %d partitions, stores in %s\n", sup.Status().Worker, o.Job, t.stream, parts, redactURL(o.Store))
+	if ev != nil {
+		ev.printf("%s partitions=%d\n", evStarted, parts)
+	}
 	runErr := sup.Run(ctx)
 	close(stopWatch)
 	<-watched
@@ -288,6 +293,10 @@ func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer)
 
 // The events of a partitioned run (--events), one a line on stdout:
 //
+//	started partitions=N                the worker is connected and joins
+//	                                    the job's N partitions; SIGINT or
+//	                                    SIGTERM stops it cleanly from here
+//	                                    on (also while it waits to join)
 //	acquired partition=P token=T        the worker took partition P's lease
 //	released partition=P token=T        it gave P up cleanly (saved, committed)
 //	lost partition=P token=T fenced=F   P's server stopped on an error; F=1:
@@ -300,6 +309,7 @@ func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer)
 //	stopped applied=… skipped=… rejected=… takeovers=… releases=… losses=… fenced=…
 //	                                    the worker left the job
 const (
+	evStarted  = "started"
 	evAcquired = "acquired"
 	evReleased = "released"
 	evLost     = "lost"
