@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -536,6 +537,23 @@ func (c *core) checkStore(sums *sumEngine) error {
 // checked waits for the check of the backend's data running in the
 // background, if any: a commit must not record what was read from a
 // damaged file.
+// checkedFor waits, until ctx is done, for the check of the file running in
+// the background, if any, and returns its error: the reads for operators (a
+// snapshot, a backup) wait for it, so that nothing read from a damaged file
+// is shown or copied. what names the read, for the error.
+func (c *core) checkedFor(ctx context.Context, what string) error {
+	be, ok := c.rawEngine().(*boltEngine)
+	if !ok || be.bg == nil {
+		return nil
+	}
+	select {
+	case <-be.bg.done:
+		return be.bg.err
+	case <-ctx.Done():
+		return fmt.Errorf("%s of %s store %s waits for the check of its file, still running: %w", what, c.kind, c.dir, ctx.Err())
+	}
+}
+
 func (c *core) checked() error {
 	if be, ok := c.rawEngine().(*boltEngine); ok {
 		return be.waitChecked()

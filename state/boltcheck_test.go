@@ -192,9 +192,42 @@ func TestBoltPageDamageIsNeverCommitted(t *testing.T) {
 				if !bytes.Equal(after, damaged) {
 					t.Errorf("the damaged file was written: something read from it was committed")
 				}
+				// Reads for operators wait for the check too: a snapshot
+				// (a status page, store show) and a backup never show or
+				// copy what a damaged file holds.
+				snapErr, backupErr := readOnDamaged(t, dir, o)
+				for what, err := range map[string]error{"a snapshot": snapErr, "a backup": backupErr} {
+					if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), file) {
+						t.Errorf("%s of the damaged store: %v; want an error wrapping ErrCorrupt that names %s", what, err, file)
+					}
+				}
 			})
 		}
 	}
+}
+
+// readOnDamaged opens the store in dir and reads every key in a snapshot,
+// then backs it up into a new folder: their errors.
+func readOnDamaged(t *testing.T, dir string, o *Options) (snapErr, backupErr error) {
+	s, err := OpenBolt(dir, o)
+	if err != nil {
+		return err, err
+	}
+	snapErr = s.Snapshot(t.Context(), func(tx *Tx) error {
+		n := 0
+		for range tx.Bucket("acct").All() {
+			n++
+		}
+		if err := tx.Err(); err != nil {
+			return err
+		}
+		if n != boltDamageKeys {
+			return fmt.Errorf("the snapshot holds %d keys of %d, and no error", n, boltDamageKeys)
+		}
+		return nil
+	})
+	backupErr = s.Backup(t.Context(), filepath.Join(t.TempDir(), "backup"))
+	return snapErr, errors.Join(backupErr, s.Close())
 }
 
 // runOnDamaged opens the store in dir, applies line 3 (every key plus 1)

@@ -72,9 +72,11 @@
 //     checksum, and the freelist to the pages no tree reaches. A file of at
 //     most [Options].VerifyMaxBytes (64 MiB by default) is checked before
 //     Open returns; a larger one in the background while the store serves
-//     reads, with its first commit waiting for the check, so that nothing
-//     read from a damaged file is ever committed (damage found then fails
-//     the store: every later read, Apply, Flush and commit returns it). The
+//     the processor's reads, with its first commit, its snapshots and its
+//     backups waiting for the check, so that nothing read from a damaged
+//     file is ever committed, shown to an operator or copied (damage found
+//     then fails the store: every later read, Apply, Flush and commit
+//     returns it). The
 //     check costs about 0.4 s for 1,000,000 values (a file of 140 MiB) and 5
 //     to 7 s for 10,000,000 (1.4 GiB), about 4 s a GiB on a loaded 2-core
 //     machine; an open that leaves it to the background takes milliseconds

@@ -13,6 +13,9 @@ import (
 
 func (s *nsStore) Snapshot(ctx context.Context, fn func(tx *Tx) error) error {
 	c := s.c
+	if err := c.checkedFor(ctx, "a snapshot"); err != nil {
+		return err
+	}
 	c.snapMu.RLock()
 	defer c.snapMu.RUnlock()
 	c.mu.Lock()
