@@ -202,8 +202,9 @@ func (s *Supervisor) join(ctx context.Context) (*members, error) {
 // Run joins the job's workers and runs the partitions this worker holds
 // until ctx is done; then it stops them cleanly (each drains, flushes,
 // commits and releases its lease), leaves the table of workers and
-// returns nil (also when ctx is done before the worker joined). It returns early with an error only when the worker cannot
-// take part at all: the database unreachable or failing for 30 s at the
+// returns nil (also when ctx is done before the worker joined). It
+// returns early with an error only when the worker cannot take part at
+// all: the database unreachable or failing for 30 s at the
 // start (each try is logged, and shown in Status.TableError), or another
 // live worker of the same name ([ErrWorkerExists]; a worker of the same
 // name that died is waited for, up to the lease, until its heartbeat runs
