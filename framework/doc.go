@@ -99,7 +99,10 @@
 // A processor's error marked [Permanent] skips the retries; one marked
 // [Fatal], a store's failed commit, or an Apply on a store no checkpoint is
 // bound to stops the server: [Server.Run] returns it, [Server.Done] and
-// [Server.Err] tell a host that runs several servers.
+// [Server.Err] tell a host that runs several servers. So does a group's
+// store that fails while its feeds are idle (the check of a large bbolt
+// file running in the background finds damage, see state.Store.Failed):
+// the server stops at once, without waiting for a line.
 //
 // # Configuration
 //

@@ -240,7 +240,9 @@ func (f *feedRunner) poll(ctx context.Context) *batch {
 			f.done = true
 		} else if unreadable(err) {
 			f.pollErrors.Add(1)
-			f.s.fail(fmt.Errorf("framework: feed %q cannot read its source (a retry does not help): %w", f.name, err))
+			f.s.fail(fmt.Errorf("framework: feed %q cannot read its source (a retry does not help): %w", f.name, err),
+				"feed cannot read its source, and a retry does not help: the server stops without draining; fix the input (see err), then start the server again: the lines after the committed pointer are read again",
+				"feed", f.name)
 		} else {
 			if f.pollErrors.Add(1) == 1 || f.pollErrors.Load()%1000 == 0 {
 				f.log.Error("feed read failed; retrying after the idle wait", "err", err, "errors", f.pollErrors.Load())

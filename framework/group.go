@@ -495,7 +495,9 @@ func (g *group) deliver(inc *incarnation, q *queue, p *procEntry, d tidemark.Del
 			// The line stays unfinished, so nothing after it is committed
 			// for this group; the server stops and the next start reads it
 			// again.
-			g.s.fail(fmt.Errorf("framework: processor %q of group %q on feed %q, epoch %d, position %d: %w", p.name, g.name, d.Feed, d.Epoch, d.Position, err))
+			g.s.fail(fmt.Errorf("framework: processor %q of group %q on feed %q, epoch %d, position %d: %w", p.name, g.name, d.Feed, d.Epoch, d.Position, err),
+				"processor failed on a line with an error that stops the server, without draining; fix the cause (see err), then start the server again: the line is read again, and those after it",
+				"group", g.name, "processor", p.name, "feed", d.Feed, "epoch", d.Epoch, "position", d.Position)
 			return false
 		}
 		if attempt < g.policy.Retries && !isPermanent(err) {

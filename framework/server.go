@@ -334,6 +334,11 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.state = serverRunning
 	go s.watchFatal()
+	for _, g := range s.groupOrder {
+		if g.store != nil {
+			go s.watchStore(g, s.readStop)
+		}
+	}
 	s.log.Info("server started", "feeds", len(s.feedOrder), "groups", len(s.groupOrder))
 	return nil
 }
@@ -382,7 +387,11 @@ func (s *Server) closeStores() error {
 		if g.store == nil {
 			continue
 		}
-		if err := g.store.Close(); err != nil {
+		err := g.store.Close()
+		if err != nil && s.failureReported(g.store) {
+			err = without(err, g.store.Err()) // reported already
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("framework: close the store %s of group %q: %w", g.storeSpec, g.name, err))
 		}
 	}
@@ -488,7 +497,7 @@ func (s *Server) stop(ctx context.Context, drain bool) error {
 	// a finished line. Made durable now, it moves the checkpoints, and the
 	// final commit covers it.
 	for _, g := range s.groupOrder {
-		if g.store == nil {
+		if g.store == nil || s.failureReported(g.store) {
 			continue
 		}
 		if err := g.store.Flush(ctx); err != nil {
@@ -528,13 +537,65 @@ func (s *Server) stop(ctx context.Context, drain bool) error {
 }
 
 // fail records err as the server's fatal error (the first one is kept) and
-// makes the server stop without draining. It never blocks.
-func (s *Server) fail(err error) {
+// makes the server stop without draining. msg, for the ERROR log with
+// attrs (the group, feed, position) and err, says what failed and what to
+// do. It never blocks.
+func (s *Server) fail(err error, msg string, attrs ...any) {
 	s.fatalOnce.Do(func() {
 		s.fatalErr = err
+		s.log.Error(msg, append(attrs, "err", err)...) // before Run can return
 		close(s.fatalCh)
-		s.log.Error("fatal error: the server stops without draining; the lines not committed are read again at the next start", "err", err)
 	})
+}
+
+// watchStore stops the server as soon as the store of group g fails (a
+// commit failed, or the check of its file running in the background found
+// damage), whatever its feeds do: an idle feed would never bring the
+// failure to light through an Apply. It returns once stopping is closed.
+func (s *Server) watchStore(g *group, stopping <-chan struct{}) {
+	select {
+	case <-g.store.Failed():
+	case <-stopping:
+		return
+	}
+	err := g.store.Err()
+	todo := "fix the cause (see err), then start the server again"
+	if errors.Is(err, state.ErrCorrupt) {
+		todo = "its data is damaged: restore the store's folder from a backup, or remove the folder to start over (its feeds are then read again from their start)"
+	}
+	s.fail(fmt.Errorf("framework: processor group %q: its store %s failed, and the server stops: %w", g.name, g.storeSpec, err),
+		"store failed: it makes nothing more durable, and the server stops without draining; "+todo+"; the lines it did not make durable are read again at the next start",
+		"group", g.name, "store", g.storeSpec)
+}
+
+// failureReported reports whether the fatal error that stops the server
+// holds st's own failure: the stop then neither flushes st (it makes
+// nothing more durable) nor reports its failure again.
+func (s *Server) failureReported(st state.Store) bool {
+	select {
+	case <-s.fatalCh:
+	default:
+		return false
+	}
+	ferr := st.Err()
+	return ferr != nil && errors.Is(s.fatalErr, ferr)
+}
+
+// without returns err less its parts (of errors.Join) that match target.
+func without(err, target error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var keep []error
+		for _, e := range j.Unwrap() {
+			if e = without(e, target); e != nil {
+				keep = append(keep, e)
+			}
+		}
+		return errors.Join(keep...)
+	}
+	if errors.Is(err, target) {
+		return nil
+	}
+	return err
 }
 
 // watchFatal stops a running server after a fatal error.
@@ -554,7 +615,8 @@ func (s *Server) watchFatal() {
 // Done returns a channel that is closed once the server has stopped: by
 // Stop, at the end of Run, or by itself after a fatal error (a processor's
 // [Fatal] error, a store's failed commit, a dead group, a feed that cannot
-// read its input). [Server.Err] then says why.
+// read its input, a group's store that failed even while its feeds are
+// idle). [Server.Err] then says why.
 func (s *Server) Done() <-chan struct{} { return s.stopped }
 
 // Err returns, once [Server.Done] is closed, the fatal error that stopped
@@ -579,8 +641,9 @@ func (s *Server) Err() error {
 // Config.UntilSettled, until every feed has settled), then stops it
 // cleanly: the groups drain, the stores flush, the feeds commit. It
 // returns the first fatal error (a processor's [Fatal] error, a store's
-// failed commit, a dead group, a feed that cannot read its input; the
-// server then stops without draining), a stalled feed's [*StalledError] in
+// failed commit or damage found by the check of its file, a dead group, a
+// feed that cannot read its input; the server then stops without
+// draining), a stalled feed's [*StalledError] in
 // a run until settled, or what the stop reported; nil after a clean run.
 // A run until settled that ctx ends first returns an error wrapping ctx's
 // cause. Use [Server.SignalContext] to stop on SIGINT and SIGTERM.
@@ -862,7 +925,9 @@ func (s *Server) RestartGroup(ctx context.Context, groupName string) error {
 		close(inc.done)
 		g.log.Error("group restart failed: the group is dead and the feeds it subscribed to pause until it is removed", "err", err)
 		if s.managed.Load() {
-			s.fail(fmt.Errorf("framework: processor group %q is dead (its restart failed): %w", groupName, err))
+			s.fail(fmt.Errorf("framework: processor group %q is dead (its restart failed): %w", groupName, err),
+				"processor group is dead: its restart failed, and the server stops without draining; fix what failed the processor's Start (see err), then start the server again",
+				"group", groupName)
 		}
 		s.wakeFeeds()
 		return err

@@ -58,9 +58,10 @@ func (h Health) Problems() []Check {
 // Health computes the readiness the report shows. The server is ready
 // when it has not stopped, every feed has started reading and is not
 // stopped, stalled or failing to write its pointer, no group is dead,
-// fenced or restarting, no store has failed a commit, and every part of
-// the report could be read. A feed waiting for its input to appear is
-// ready (a note says so): it reads the input as soon as it exists.
+// fenced or restarting, no store has failed (a commit, or the check of its
+// file), and every part of the report could be read. A feed waiting for
+// its input to appear is ready (a note says so): it reads the input as
+// soon as it exists.
 func (r Report) Health() Health {
 	var h Health
 	if r.Stopped {
@@ -78,8 +79,11 @@ func (r Report) Health() Health {
 	}
 	for _, s := range r.Stores {
 		c := Check{Name: "store " + s.Name}
-		if s.Failed {
+		switch {
+		case s.Failed && s.FailedCommits > 0:
 			c.Problem = "failed a commit: " + s.LastError + "; it declares nothing durable any more: restart the process"
+		case s.Failed: // the check of its file found damage
+			c.Problem = "has failed: " + s.LastError + "; it declares nothing durable any more"
 		}
 		h.Checks = append(h.Checks, c)
 	}

@@ -232,8 +232,14 @@ func TestReportHealth(t *testing.T) {
 		},
 		{
 			name:   "a failed store",
-			r:      ops.Report{Stores: []ops.StoreReport{{Name: "s", Failed: true, LastError: "fsync: EIO"}, {Name: "t"}}},
+			r:      ops.Report{Stores: []ops.StoreReport{{Name: "s", Failed: true, FailedCommits: 1, LastError: "fsync: EIO"}, {Name: "t"}}},
 			checks: []string{"store s: failed a commit: fsync: EIO; it declares nothing durable any more: restart the process", "store t ok"},
+		},
+		{
+			name: "a store whose file the check found damaged",
+			r: ops.Report{Stores: []ops.StoreReport{{Name: "s", Failed: true,
+				LastError: "state: bbolt store /d is damaged: page 2 of the bbolt database in /d/state.bolt does not verify: x; restore the store's folder from a backup, or remove the whole folder /d to start over"}}},
+			checks: []string{"store s: has failed: state: bbolt store /d is damaged: page 2 of the bbolt database in /d/state.bolt does not verify: x; restore the store's folder from a backup, or remove the whole folder /d to start over; it declares nothing durable any more"},
 		},
 		{
 			name:   "a stopped server and an unreadable feed",

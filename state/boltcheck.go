@@ -528,6 +528,7 @@ func (c *core) checkStore(sums *sumEngine) error {
 		if c.failed == nil {
 			c.stats.LastError = err.Error()
 			c.failed = fmt.Errorf("%w: %w", ErrFailed, err)
+			c.noteFailed()
 		}
 		c.broadcast()
 		c.mu.Unlock()

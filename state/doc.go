@@ -33,7 +33,8 @@
 //     [Tx.Output] to have them exactly once.
 //   - After a failed commit (an I/O error, a full disk) the store is failed:
 //     every Apply and Flush returns [ErrFailed], and nothing more is declared
-//     durable. Restart the process; nothing is lost.
+//     durable; [Store.Failed] is closed, for a host whose feed is idle (the
+//     framework stops its server). Restart the process; nothing is lost.
 //   - View sees the staged state (what Apply calls have done, durable or
 //     not), not only the durable one. [Store.Applied] reports the durable
 //     position.
@@ -76,8 +77,7 @@
 //     backups waiting for the check, so that nothing read from a damaged
 //     file is ever committed, shown to an operator or copied (damage found
 //     then fails the store: every later read, Apply, Flush and commit
-//     returns it). The
-//     check costs about 0.4 s for 1,000,000 values (a file of 140 MiB) and 5
+//     returns it, and [Store.Failed] is closed at once). The check costs about 0.4 s for 1,000,000 values (a file of 140 MiB) and 5
 //     to 7 s for 10,000,000 (1.4 GiB), about 4 s a GiB on a loaded 2-core
 //     machine; an open that leaves it to the background takes milliseconds
 //     (BenchmarkOpenVerify). A panic or fault of bbolt on a damaged page

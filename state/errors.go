@@ -42,12 +42,15 @@ var (
 
 // Errors of using a store.
 var (
-	// ErrFailed is returned by every Apply and Flush after a commit failed
-	// (an I/O error, a full disk). The error also wraps the commit's cause.
-	// Nothing staged after the failure is declared durable, and no
-	// checkpoint moves again: close the store and restart the process. The
-	// feed re-delivers what was not durable, and the store skips what was.
-	ErrFailed = errors.New("state: a commit failed; restart the process")
+	// ErrFailed is returned by every Apply and Flush after the store
+	// failed: a commit failed (an I/O error, a full disk), or the check of
+	// its file running in the background found damage (a [*CorruptError]).
+	// The error also wraps the cause; [Store.Failed] is closed at the
+	// failure. Nothing staged after it is declared durable, and no
+	// checkpoint moves again: close the store, fix the cause, and open it
+	// again (restart the process). The feed re-delivers what was not
+	// durable, and the store skips what was.
+	ErrFailed = errors.New("state: the store failed and makes nothing more durable; open it again (restart the process) once the cause is fixed")
 	// ErrClosed is returned by the methods of a closed store.
 	ErrClosed = errors.New("state: store closed")
 	// ErrReadOnly is returned by a write inside [Store.View].

@@ -125,6 +125,16 @@ type Store interface {
 	Close() error
 	// Stats returns the store's counters.
 	Stats() Stats
+	// Failed returns a channel that is closed once the store has failed: a
+	// commit failed, or the check of its file running in the background
+	// (see [Options].VerifyMaxBytes) found damage. From then on every Apply
+	// and Flush returns [Store.Err]. A host whose feed is idle learns of the
+	// failure here, not at its next Apply: the framework stops its server.
+	Failed() <-chan struct{}
+	// Err returns the error the store failed with (it wraps [ErrFailed] and
+	// the cause: a [*CorruptError] for damage), or nil while it has not
+	// failed. A store that was closed without failing returns nil.
+	Err() error
 	// Dir returns the store's directory.
 	Dir() string
 	// Backend returns the backend's name: [Bolt], [Pebble] or [Postgres].
@@ -362,6 +372,7 @@ type core struct {
 	seq       uint64     // of the last batch made
 	binds     []*checkpoint.Checkpoint
 	failed    error
+	failedCh  chan struct{} // see failedChan; closed by noteFailed
 	closed    bool
 	stats     Stats
 
@@ -1325,6 +1336,7 @@ func (c *core) commit(b *batch) {
 		c.stats.FailedCommits++
 		c.stats.LastError = err.Error()
 		c.failed = fmt.Errorf("%w: %w", ErrFailed, err)
+		c.noteFailed()
 		c.log.Error("state: commit failed; nothing more will be declared durable, restart the process",
 			"store", c.dir, "backend", c.kind, "err", err)
 	}
