@@ -29,7 +29,6 @@ func (s *nsStore) Snapshot(ctx context.Context, fn func(tx *Tx) error) error {
 		return fmt.Errorf("snapshot of %s store %s: %w", c.kind, c.dir, err)
 	}
 	tx := &Tx{txState: &txState{c: c, ns: s.ns, nss: s, readOnly: true, snap: true, rd: snap}}
-	tx.bk.tx = tx
 	err = fn(tx)
 	tx.done = true
 	if err == nil {

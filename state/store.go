@@ -235,10 +235,13 @@ type batch struct {
 	applied []appliedRec
 	// forget lists the records of epochs left behind (see keepLeft)
 	// deleted by the batch.
-	forget  []feedKey
-	seq     uint64 // 1, 2, ... in the order of the batches
-	outputs map[string][]byte
-	count   int
+	forget []feedKey
+	seq    uint64 // 1, 2, ... in the order of the batches
+	// outs are the bytes the batch appends to outputs, in the order of
+	// their first write; an Apply appends to them in place (see
+	// core.outOf).
+	outs  []batchOut
+	count int
 	// size counts the bytes of the arena's chunks and of the outputs
 	// (see core.full); c.mu guards it. grown counts the arena's chunks
 	// made by the running Apply, which holds the token but not c.mu: the
@@ -251,6 +254,14 @@ type batch struct {
 
 	arena []byte  // keys and values of writes
 	ents  []entry // entries not used yet
+}
+
+// batchOut is what a batch appends to one output.
+type batchOut struct {
+	name string
+	buf  []byte
+	// gen is the txWrites.gen of the last Apply that wrote to it.
+	gen uint64
 }
 
 // maxBatchBytes is the size at which a batch is cut whatever its count:
@@ -272,11 +283,10 @@ type markOf struct {
 // newBatch returns an empty batch, room made for keys changes.
 func newBatch(seq uint64, keys int) *batch {
 	return &batch{
-		seq:     seq,
-		writes:  make([]*entry, 0, keys),
-		idx:     newIndex(keys),
-		outputs: make(map[string][]byte),
-		done:    make(chan struct{}),
+		seq:    seq,
+		writes: make([]*entry, 0, keys),
+		idx:    newIndex(keys),
+		done:   make(chan struct{}),
 	}
 }
 
@@ -318,7 +328,7 @@ func (b *batch) add(q *bkey) *entry {
 }
 
 func (b *batch) empty() bool {
-	return b.count == 0 && len(b.writes) == 0 && len(b.applied) == 0 && len(b.outputs) == 0 && len(b.forget) == 0
+	return b.count == 0 && len(b.writes) == 0 && len(b.applied) == 0 && len(b.outs) == 0 && len(b.forget) == 0
 }
 
 // core is the store shared by its namespaces.
@@ -658,7 +668,8 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *tidemark.Delivery, fn 
 	if b.grown != 0 {
 		b.size, b.grown = b.size+b.grown, 0
 	}
-	c.stage(b)
+	// The function's output bytes are in the batch already.
+	b.size += tw.oadded
 	b.count++
 	if d.Epoch != 0 {
 		// The position is recorded once per feed per batch: the batch
@@ -965,20 +976,40 @@ func (c *core) otherEpoch(fs *feedState, d tidemark.Delivery) (skip bool) {
 	return skip
 }
 
-// stage adds the output bytes of the running Apply to b, whose writes
-// are there already. c.mu held.
-func (c *core) stage(b *batch) {
+// outOf returns the bytes that b, the staging batch, appends to the
+// output name, for the running Apply to append to: it logs their length
+// the first time the Apply writes there, so that a failure cuts them back
+// (txWrites.rollback). The caller holds the token, in Apply.
+func (c *core) outOf(b *batch, name string) *batchOut {
 	tw := &c.tw
-	for _, o := range tw.outs {
-		p := b.outputs[o.name]
-		if p == nil {
-			// The buffer of an earlier batch, written and committed.
-			p = c.outFree[o.name]
-			c.outFree[o.name] = nil
+	i := tw.olast
+	if i >= len(b.outs) || b.outs[i].name != name {
+		i = -1
+		for j := range b.outs {
+			if b.outs[j].name == name {
+				i = j
+				break
+			}
 		}
-		b.outputs[o.name] = append(p, tw.obuf[o.o0:o.o1]...)
-		b.size += o.o1 - o.o0
+		if i < 0 {
+			// The batch's first write to the output: the buffer of an
+			// earlier batch, written and committed, serves again.
+			c.mu.Lock()
+			p := c.outFree[name]
+			c.outFree[name] = nil
+			c.mu.Unlock()
+			i = len(b.outs)
+			b.outs = append(b.outs, batchOut{name: name, buf: p, gen: tw.gen})
+			tw.omarks = append(tw.omarks, outMark{i: i, created: true})
+		}
+		tw.olast = i
 	}
+	o := &b.outs[i]
+	if o.gen != tw.gen {
+		o.gen = tw.gen
+		tw.omarks = append(tw.omarks, outMark{i: i, n: len(o.buf)})
+	}
+	return o
 }
 
 // applySync cuts the batch of the Apply that just staged and waits until
@@ -1019,10 +1050,9 @@ func (c *core) newTx(ns *nsStore, d *tidemark.Delivery, readOnly bool) *Tx {
 	// write barrier, on every line.
 	if c.txi == len(c.txs) {
 		// Their pointers are set once per slab, not once per line.
-		c.txs, c.txi = make([]Tx, 128), 0
+		c.txs, c.txi = make([]Tx, 256), 0
 		for i := range c.txs {
-			tx := &c.txs[i]
-			tx.txState, tx.bk.tx = &c.ts, tx
+			c.txs[i].txState = &c.ts
 		}
 	}
 	tx := &c.txs[c.txi]
@@ -1045,6 +1075,9 @@ func (c *core) newTx(ns *nsStore, d *tidemark.Delivery, readOnly bool) *Tx {
 	ts.readOnly = readOnly
 	if ts.ow != nil {
 		ts.ow = nil
+	}
+	if ts.err != nil {
+		ts.err = nil
 	}
 	w := &c.tw
 	if readOnly {
@@ -1355,12 +1388,12 @@ func (c *core) commit(b *batch) {
 			c.committed = append(c.committed, b)
 		}
 		// Its output bytes are in the files: the buffers serve again.
-		for name, p := range b.outputs {
-			if cap(p) <= maxOutputBuffer {
-				c.outFree[name] = p[:0]
+		for _, o := range b.outs {
+			if cap(o.buf) <= maxOutputBuffer {
+				c.outFree[o.name] = o.buf[:0]
 			}
 		}
-		b.outputs = nil
+		b.outs = nil
 	}
 	c.sealed = nil
 	c.ver.Add(1)
@@ -1385,7 +1418,7 @@ func (c *core) write(b *batch) error {
 	if err := c.checked(); err != nil {
 		return err
 	}
-	ws := make([]write, 0, len(b.writes)+len(b.applied)+len(b.outputs))
+	ws := make([]write, 0, len(b.writes)+len(b.applied)+len(b.outs))
 	for _, e := range b.writes {
 		ws = append(ws, write{key: e.key, val: e.val, del: e.del})
 	}
@@ -1415,19 +1448,19 @@ func (c *core) write(b *batch) error {
 		ws = append(ws, write{key: appliedKey(r.fs.fk.ns, r.fs.fk.feed, r.fs.fk.file), val: encodeLineage(lin)})
 	}
 
-	lens := make(map[*Output]int64, len(b.outputs))
-	for name, p := range b.outputs {
+	lens := make(map[*Output]int64, len(b.outs))
+	for _, bo := range b.outs {
 		c.outMu.Lock()
-		o := c.outputs[name]
+		o := c.outputs[bo.name]
 		c.outMu.Unlock()
 		var n int64
 		var err error
-		if ws, n, err = o.stage(p, ws); err != nil {
+		if ws, n, err = o.stage(bo.buf, ws); err != nil {
 			return err
 		}
 		lens[o] = n
 	}
-	if h := c.opts.hooks; h != nil && h.afterOutput != nil && len(b.outputs) > 0 {
+	if h := c.opts.hooks; h != nil && h.afterOutput != nil && len(b.outs) > 0 {
 		h.afterOutput()
 	}
 	if err := c.eng.commit(ws); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"strings"
+	"unsafe"
 )
 
 // Table is a typed bucket: keys of type K and values of type V, encoded by
@@ -34,6 +35,9 @@ type Table[K, V any] struct {
 	keys   KeyCodec[K]
 	vals   Codec[V]
 	add    adder[V] // nil unless vals can add in place
+	// raw returns the bytes of a key of the String codec (its encoding)
+	// without a copy; nil for another codec.
+	raw    func(K) []byte
 	schema *Schema
 }
 
@@ -43,6 +47,10 @@ func NewTable[K, V any](bucket string, keys KeyCodec[K], values Codec[V]) *Table
 	t := &Table[K, V]{bucket: bucket, keys: keys, vals: values,
 		schema: &Schema{Key: codecName(keys), Value: codecName(values)}}
 	t.add, _ = any(values).(adder[V])
+	if _, ok := any(keys).(String); ok {
+		// K is string: the codec's only key type.
+		t.raw, _ = any(stringBytes).(func(K) []byte)
+	}
 	return t
 }
 
@@ -59,13 +67,13 @@ func (t *Table[K, V]) Get(tx *Tx, k K) (v V, ok bool, err error) {
 	if err := tx.check(false); err != nil {
 		return v, false, err
 	}
-	b := tx.Bucket(t.bucket)
+	bi := tx.binfo(t.bucket)
 	key, err := t.key(tx, k)
 	if err != nil {
 		return v, false, err
 	}
 	var q bkey
-	q.set(b.bucketInfo, key)
+	q.set(bi, key)
 	raw, ok, err := tx.peek(&q)
 	if err != nil || !ok {
 		return v, false, err
@@ -82,9 +90,9 @@ func (t *Table[K, V]) Put(tx *Tx, k K, v V) error {
 	if err := tx.check(true); err != nil {
 		return err
 	}
-	b := tx.Bucket(t.bucket)
-	if b.schema != t.schema {
-		tx.recordSchema(b.bucketInfo, t.schema)
+	bi := tx.binfo(t.bucket)
+	if bi.schema != t.schema {
+		tx.recordSchema(bi, t.schema)
 	}
 	key, err := t.key(tx, k)
 	if err != nil {
@@ -95,7 +103,7 @@ func (t *Table[K, V]) Put(tx *Tx, k K, v V) error {
 		return fmt.Errorf("table %q: encode the value of key %x (%s): %w", t.bucket, key, t.schema.Value, err)
 	}
 	tx.tv = val
-	return b.Put(key, val)
+	return tx.putIn(bi, key, val)
 }
 
 // Delete removes k. Deleting a key that does not exist does nothing.
@@ -103,12 +111,13 @@ func (t *Table[K, V]) Delete(tx *Tx, k K) error {
 	if err := tx.check(true); err != nil {
 		return err
 	}
-	b := tx.Bucket(t.bucket)
+	bi := tx.binfo(t.bucket)
 	key, err := t.key(tx, k)
 	if err != nil {
 		return err
 	}
-	return b.Delete(key)
+	tx.deleteIn(bi, key)
+	return nil
 }
 
 // Update sets k to what fn returns, given its value now (the zero V and
@@ -141,19 +150,24 @@ func (t *Table[K, V]) Add(tx *Tx, k K, delta V) (V, error) {
 	if err := tx.check(true); err != nil {
 		return zero, err
 	}
-	b := tx.Bucket(t.bucket)
-	if b.schema != t.schema {
-		tx.recordSchema(b.bucketInfo, t.schema)
+	bi := tx.binfo(t.bucket)
+	if bi.schema != t.schema {
+		tx.recordSchema(bi, t.schema)
 	}
 	key, err := t.key(tx, k)
 	if err != nil {
 		return zero, err
 	}
-	return t.add.add(tx, b.bucketInfo, key, delta)
+	return t.add.add(tx, bi, key, delta)
 }
 
-// key encodes k into the transaction's scratch space.
+// key encodes k into the transaction's scratch space; a String key is its
+// own bytes (see NewTable), read and never kept: the batch and the cache
+// copy the keys they keep.
 func (t *Table[K, V]) key(tx *Tx, k K) ([]byte, error) {
+	if t.raw != nil {
+		return t.raw(k), nil
+	}
 	key, err := t.keys.AppendKey(tx.tk[:0], k)
 	if err != nil {
 		return nil, fmt.Errorf("table %q: encode a key (%s): %w", t.bucket, t.schema.Key, err)
@@ -364,3 +378,6 @@ func (tx *Tx) recordSchema(bi *bucketInfo, s *Schema) {
 			"store", c.dir, "namespace", bi.ns, "bucket", bi.name, "err", err)
 	}
 }
+
+// stringBytes returns the bytes of s, not a copy: they must not be changed.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }

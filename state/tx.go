@@ -14,18 +14,13 @@ import (
 // error (or panics). A Tx is valid only inside the function and must not be shared
 // with other goroutines. The Tx methods act on the namespace's root bucket.
 //
-// A Tx is a small handle, never reused, so that one kept past its function
-// stays done; what it works with (*txState) is the store's, reused by every
-// Apply and View (they are serialized).
+// A Tx is a small handle (16 bytes, cut from a slab), never reused, so
+// that one kept past its function stays done; what it works with
+// (*txState) is the store's, reused by every Apply and View (they are
+// serialized).
 type Tx struct {
 	*txState
 	done bool
-	// err is the first error of an iteration (see fail).
-	err error
-	// The first bucket handed out, kept here so that a line that uses one
-	// allocates nothing. The methods of Tx use the root bucket without a
-	// handle.
-	bk Bucket
 }
 
 // txState is the state of the running transaction.
@@ -46,8 +41,11 @@ type txState struct {
 	cur, sealed, recent *batch
 	// ow is the last output writer handed out.
 	ow *OutputWriter
-	// bks are the last buckets handed out past Tx.bk.
+	// bks are the last buckets handed out.
 	bks [4]*Bucket
+	// err is the first error of an iteration of the running transaction
+	// (see fail); reset by each.
+	err error
 
 	// snap is set in a transaction of Store.Snapshot: it reads rd, has no
 	// staged batches, and shares nothing with Apply and View (it runs
@@ -77,14 +75,26 @@ func (ts *txState) reader() reader {
 // decode), or nil. Such an error ends its loop early and fails the
 // transaction: Apply, View and Snapshot return it even when the function
 // returns nil, and Apply stages nothing of the line.
-func (tx *Tx) Err() error { return tx.err }
+//
+// Called after the function returned, it returns [ErrTxDone].
+func (tx *Tx) Err() error {
+	if tx.done {
+		return ErrTxDone
+	}
+	return tx.err
+}
 
 // fail records err, the error of an iteration: it fails the transaction.
 func (tx *Tx) fail(err error) {
+	if tx.done {
+		// The state is the running transaction's now, if any: a loop of a
+		// done Tx yields nothing, and its Err is ErrTxDone.
+		return
+	}
 	if tx.err == nil {
 		tx.err = err
 	}
-	if w := tx.w; w != nil && !tx.done && w.refused == nil {
+	if w := tx.w; w != nil && w.refused == nil {
 		w.refused = err
 	}
 }
@@ -105,41 +115,15 @@ func (tx *Tx) Delivery() tidemark.Delivery {
 // Bucket returns the bucket name of the transaction's namespace: a separate
 // key space. The name "" is the root bucket that the Tx methods use.
 func (tx *Tx) Bucket(name string) *Bucket {
-	if tx.bk.bucketInfo != nil && tx.bk.name == name {
-		return &tx.bk
-	}
-	var bi *bucketInfo
 	switch {
 	case tx.done:
 		// A Tx used late: its methods fail; do not touch the store.
-		bi = &bucketInfo{ns: tx.ns, name: name}
+		return &Bucket{tx: tx, bucketInfo: &bucketInfo{ns: tx.ns, name: name}}
 	case tx.snap:
 		// Beside Apply: nothing of the store's is touched.
-		if name == "" {
-			bi = tx.nss.root
-		} else {
-			bi = newBucketInfo(tx.ns, name)
-		}
-		if tx.bk.bucketInfo == nil {
-			tx.bk.bucketInfo = bi
-			return &tx.bk
-		}
-		return &Bucket{tx: tx, bucketInfo: bi}
-	case name == "":
-		bi = tx.nss.root
-	default:
-		if bi = tx.nss.last[0]; bi == nil || bi.name != name {
-			bi = tx.c.bucket(tx.nss, name)
-		}
+		return &Bucket{tx: tx, bucketInfo: tx.binfo(name)}
 	}
-	if tx.bk.bucketInfo == nil {
-		tx.bk.bucketInfo = bi // tx.bk.tx is tx already (see newTx)
-		return &tx.bk
-	}
-	if tx.done {
-		return &Bucket{tx: tx, bucketInfo: bi}
-	}
-	// More buckets: cut from a slab, and remembered for this transaction.
+	// Cut from a slab, and remembered for this transaction.
 	ts := tx.txState
 	for _, b := range ts.bks {
 		if b != nil && b.tx == tx && b.name == name {
@@ -147,10 +131,26 @@ func (tx *Tx) Bucket(name string) *Bucket {
 		}
 	}
 	b := fromSlab(&tx.c.bks)
-	b.tx, b.bucketInfo = tx, bi
+	b.tx, b.bucketInfo = tx, tx.binfo(name)
 	copy(ts.bks[1:], ts.bks[:])
 	ts.bks[0] = b
 	return b
+}
+
+// binfo returns the name and key prefix of the bucket name of the
+// transaction's namespace, without a handle: what a Table works with. The
+// transaction is not done.
+func (tx *Tx) binfo(name string) *bucketInfo {
+	switch {
+	case name == "":
+		return tx.nss.root
+	case tx.snap:
+		return newBucketInfo(tx.ns, name)
+	}
+	if bi := tx.nss.last[0]; bi != nil && bi.name == name {
+		return bi
+	}
+	return tx.c.bucket(tx.nss, name)
 }
 
 // root returns a handle of the root bucket, to use and drop.
@@ -235,12 +235,13 @@ func (tx *Tx) check(write bool) error {
 	return nil
 }
 
-// txWrites is what the running Apply changed. Its writes go straight into
-// the staging batch, which nothing else touches while an Apply holds the
-// token (a cut needs the token, see core.tryCut); what they replaced is
-// logged, so that a function that fails leaves the batch as it was. Its
-// output bytes wait here until it returns. The store keeps one txWrites
-// and reuses it for every Apply, so that a line allocates nothing.
+// txWrites is what the running Apply changed. Its writes, and its output
+// bytes, go straight into the staging batch, which nothing else touches
+// while an Apply holds the token (a cut needs the token, see
+// core.tryCut); what they replaced is logged (for an output, its length),
+// so that a function that fails leaves the batch as it was. The store
+// keeps one txWrites and reuses it for every Apply, so that a line
+// allocates nothing.
 type txWrites struct {
 	// gen numbers the running Apply: an entry whose tx is gen has its old
 	// value logged already, one whose got is gen has handed its value out
@@ -249,8 +250,13 @@ type txWrites struct {
 	open bool // an Apply's function is running
 	undo []undoRec
 	ubuf []byte // the old bytes of undo
-	outs []txOut
-	obuf []byte // output bytes of outs
+	// omarks are the lengths of the staging batch's outputs before the
+	// Apply's first write to each; oadded counts the bytes it appended;
+	// olast is the index of the output it wrote last (a guess for the
+	// next write).
+	omarks []outMark
+	oadded int
+	olast  int
 	// refused is the error of a write the backend cannot store: it
 	// fails the Apply even if the function goes on.
 	refused error
@@ -265,10 +271,12 @@ type undoRec struct {
 	del, wasNil, created bool
 }
 
-// txOut is bytes staged for an output: obuf[o0:o1].
-type txOut struct {
-	name   string
-	o0, o1 int
+// outMark is the length n of the output at i in the staging batch's outs
+// before the running Apply wrote to it; created if the Apply added it.
+type outMark struct {
+	i       int
+	n       int
+	created bool
 }
 
 func (w *txWrites) reset() {
@@ -277,16 +285,13 @@ func (w *txWrites) reset() {
 		w.refused = nil // written only when set: no write barrier per line
 	}
 	w.undo = w.undo[:0]
-	w.outs = w.outs[:0]
+	w.omarks = w.omarks[:0]
+	w.oadded = 0
 	// Do not keep the memory of an unusually large transaction.
 	if cap(w.ubuf) > 1<<20 {
 		w.ubuf = nil
 	}
 	w.ubuf = w.ubuf[:0]
-	if cap(w.obuf) > 1<<20 {
-		w.obuf = nil
-	}
-	w.obuf = w.obuf[:0]
 	if cap(w.undo) > 1<<16 {
 		w.undo = nil
 	}
@@ -346,15 +351,18 @@ func (w *txWrites) rollback(b *batch) {
 		e.del = r.del
 	}
 	w.undo = w.undo[:0]
-}
-
-// output records the bytes obuf[o0:] appended for the output name.
-func (w *txWrites) output(name string, o0 int) {
-	if n := len(w.outs); n > 0 && w.outs[n-1].name == name && w.outs[n-1].o1 == o0 {
-		w.outs[n-1].o1 = len(w.obuf)
-		return
+	for i := len(w.omarks) - 1; i >= 0; i-- {
+		m := w.omarks[i]
+		if m.created {
+			// Added by this Apply, so after every output before it.
+			b.outs[m.i] = batchOut{}
+			b.outs = b.outs[:m.i]
+			continue
+		}
+		b.outs[m.i].buf = b.outs[m.i].buf[:m.n]
 	}
-	w.outs = append(w.outs, txOut{name: name, o0: o0, o1: len(w.obuf)})
+	w.omarks = w.omarks[:0]
+	w.oadded = 0
 }
 
 // Bucket is a key space of a namespace, inside one transaction.
@@ -495,17 +503,22 @@ func (b *Bucket) Put(key, value []byte) error {
 	if err := b.tx.check(true); err != nil {
 		return err
 	}
-	if len(value) > b.tx.c.maxVal {
-		return b.tx.tooLarge(b.bucketInfo, key, value)
+	return b.tx.putIn(b.bucketInfo, key, value)
+}
+
+// putIn is Put of key in bucket bi, the transaction checked.
+func (tx *Tx) putIn(bi *bucketInfo, key, value []byte) error {
+	if len(value) > tx.c.maxVal {
+		return tx.tooLarge(bi, key, value)
 	}
 	var q bkey
-	q.set(b.bucketInfo, key)
-	e := b.tx.cur.get(&q)
+	q.set(bi, key)
+	e := tx.cur.get(&q)
 	// A key the batch holds passed the check when it was staged.
-	if e == nil && len(b.prefix)+len(key) > b.tx.c.maxKey {
-		return b.tx.tooLarge(b.bucketInfo, key, value)
+	if e == nil && len(bi.prefix)+len(key) > tx.c.maxKey {
+		return tx.tooLarge(bi, key, value)
 	}
-	b.tx.put(&q, e, value, false)
+	tx.put(&q, e, value, false)
 	return nil
 }
 
@@ -515,13 +528,18 @@ func (b *Bucket) Delete(key []byte) error {
 	if err := b.tx.check(true); err != nil {
 		return err
 	}
-	if len(b.prefix)+len(key) > b.tx.c.maxKey {
-		return nil
+	b.tx.deleteIn(b.bucketInfo, key)
+	return nil
+}
+
+// deleteIn is Delete of key in bucket bi, the transaction checked.
+func (tx *Tx) deleteIn(bi *bucketInfo, key []byte) {
+	if len(bi.prefix)+len(key) > tx.c.maxKey {
+		return
 	}
 	var q bkey
-	q.set(b.bucketInfo, key)
-	b.tx.put(&q, b.tx.cur.get(&q), nil, true)
-	return nil
+	q.set(bi, key)
+	tx.put(&q, tx.cur.get(&q), nil, true)
 }
 
 // GetInt64 returns the int64 stored at key by PutInt64 or AddInt64, and 0
@@ -636,10 +654,10 @@ func stageOutput[B []byte | string](w *OutputWriter, b B) (int, error) {
 		}
 		c.lastOutput = w.name
 	}
-	tw := w.tx.w
-	o0 := len(tw.obuf)
-	tw.obuf = append(tw.obuf, b...)
-	tw.output(w.name, o0)
+	tx := w.tx
+	o := tx.c.outOf(tx.cur, w.name)
+	o.buf = append(o.buf, b...)
+	tx.w.oadded += len(b)
 	return len(b), nil
 }
 

@@ -109,10 +109,12 @@ func TestOutputRoundTrip(t *testing.T) {
 // malformed, and that what it accepts is what the format allows and prints
 // back to a line that parses to the same entry.
 func FuzzParseLine(f *testing.F) {
-	for _, s := range []string{"1,alice,100", "2,zoë,-5", "3,a,+0", "0,a,1", "1,,1", "1,a,1,1", "1,a,99999999999999999999", "1,\xff,1"} {
+	for _, s := range []string{"1,alice,100", "2,zoë,-5", "3,a,+0", "0,a,1", "1,,1", "1,a,1,1", "1,a,99999999999999999999", "1,\xff,1",
+		"1,a,0", "1,a,-0", "1,a,007", "123456789012345678,a,-123456789012345678", "1234567890123456789,a,1", "1,a,1234567890123456789", "1,a,-"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
+		checkCanonical(t, line)
 		e, err := ParseLine(line)
 		if err != nil {
 			if !errors.Is(err, errMalformed) {
@@ -158,4 +160,43 @@ func FuzzParseAmount(f *testing.F) {
 			t.Fatalf("parseAmount(%q): error %v does not wrap errMalformed", b, err)
 		}
 	})
+}
+
+// TestParseCanonical holds the one-pass parser to the checked one: a line
+// it takes parses to the same entry, and is the line AppendLine writes for
+// it (the ledger's output line starts with its bytes); the lines it leaves
+// to the checked parser include every non-canonical spelling.
+func TestParseCanonical(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		ok   bool
+	}{
+		{"1,alice,100", true}, {"42,bob,-7", true}, {"1,a,0", true},
+		{"123456789012345678,a,-123456789012345678", true},
+		{"1,a,+5", false}, {"1,a,007", false}, {"1,a,-0", false}, {"1,a,-", false}, {"1,a,", false},
+		{"01,a,1", false}, {"1,zoë,1", false}, {"1,,1", false}, {"1,a,1,1", false}, {"1,a", false}, {"", false},
+		{"1234567890123456789,a,1", false}, {"1,a,1234567890123456789", false}, {"1,a,1x", false},
+	} {
+		_, _, _, ok := parseCanonical([]byte(tc.line))
+		if ok != tc.ok {
+			t.Errorf("parseCanonical(%q) ok = %v, want %v", tc.line, ok, tc.ok)
+		}
+		checkCanonical(t, []byte(tc.line))
+	}
+}
+
+// checkCanonical checks parseCanonical on line against parseChecked.
+func checkCanonical(t *testing.T, line []byte) {
+	t.Helper()
+	id, account, amount, ok := parseCanonical(line)
+	if !ok {
+		return
+	}
+	id2, account2, amount2, err := parseChecked(line)
+	if err != nil || id != id2 || string(account) != string(account2) || amount != amount2 {
+		t.Fatalf("parseCanonical(%q) = %d %q %d; parseChecked: %d %q %d, %v", line, id, account, amount, id2, account2, amount2, err)
+	}
+	if out := AppendLine(nil, Entry{ID: id, Account: string(account), Amount: amount}); string(out) != string(line)+"\n" {
+		t.Fatalf("parseCanonical took %q, which AppendLine writes as %q", line, out)
+	}
 }

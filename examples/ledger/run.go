@@ -164,7 +164,10 @@ type ledger struct {
 
 	// The line being applied, for applyFn (group goroutine): a function
 	// made once, so that a line allocates no closure.
-	e        Entry
+	e Entry
+	// line is the line of e when it is as AppendLine writes e (see
+	// parseCanonical), else nil.
+	line     []byte
 	d        tidemark.Delivery
 	staged   int // reject records applyFn staged
 	applyFn  func(tx *state.Tx) error
@@ -199,15 +202,22 @@ func (l *ledger) Handle(ctx context.Context, d tidemark.Delivery, line []byte) e
 	if l.pace > 0 {
 		time.Sleep(l.pace)
 	}
-	id, account, amount, err := parseFields(line)
-	if err != nil {
-		l.malformed.Add(1)
-		return l.reject(ctx, d, rejectReasonMalformed, err, line)
+	id, account, amount, canonical := parseCanonical(line)
+	if !canonical {
+		var err error
+		if id, account, amount, err = parseChecked(line); err != nil {
+			l.malformed.Add(1)
+			return l.reject(ctx, d, rejectReasonMalformed, err, line)
+		}
 	}
 	if l.applyFn == nil {
 		l.applyFn, l.accounts = l.applyLine, make(interned)
 	}
 	l.e, l.d, l.staged = Entry{ID: id, Account: l.accounts.of(account), Amount: amount}, d, 0
+	l.line = nil
+	if canonical {
+		l.line = line
+	}
 	// Without de-duplication, a delivery without positions is never taken
 	// for a re-delivery: the store applies it again. The ledger records
 	// the position itself (applyEntry), in the same transaction.
@@ -232,7 +242,7 @@ func (l *ledger) Handle(ctx context.Context, d tidemark.Delivery, line []byte) e
 // skipped before it.
 func (l *ledger) applyLine(tx *state.Tx) error {
 	var err error
-	if l.buf, err = applyEntry(tx, l.e, l.d, !l.dedupe, l.buf); err != nil {
+	if l.buf, err = applyLineOf(tx, l.e, l.line, l.d, !l.dedupe, l.buf); err != nil {
 		return err
 	}
 	l.staged, err = l.rej.stage(tx, l.d)

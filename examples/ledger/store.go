@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/tidemark-go/tidemark"
@@ -126,6 +127,14 @@ func readLedgerTx(tx *state.Tx) (st LedgerState, last tidemark.Applied, err erro
 // record is the one ReadStore reports, and two more writes a line would
 // only repeat it).
 func applyEntry(tx *state.Tx, e Entry, d tidemark.Delivery, own bool, buf []byte) ([]byte, error) {
+	return applyLineOf(tx, e, nil, d, own, buf)
+}
+
+// applyLineOf is applyEntry, given, when line is not nil, the input line
+// of e as AppendLine writes it (without its newline; see parseCanonical):
+// the output line is that line and the balance, its bytes copied rather
+// than e formatted again.
+func applyLineOf(tx *state.Tx, e Entry, line []byte, d tidemark.Delivery, own bool, buf []byte) ([]byte, error) {
 	bal, err := balances.Add(tx, e.Account, e.Amount)
 	if err != nil {
 		return buf, err
@@ -144,7 +153,13 @@ func applyEntry(tx *state.Tx, e Entry, d tidemark.Delivery, own bool, buf []byte
 			return buf, err
 		}
 	}
-	buf = AppendOutput(buf[:0], OutputLine{Entry: e, BalanceAfter: bal})
+	if line != nil {
+		buf = append(append(buf[:0], line...), ',')
+		buf = strconv.AppendInt(buf, bal, 10)
+		buf = append(buf, '\n')
+	} else {
+		buf = AppendOutput(buf[:0], OutputLine{Entry: e, BalanceAfter: bal})
+	}
 	_, err = tx.Output(outputFile).Write(buf)
 	return buf, err
 }
