@@ -1,30 +1,20 @@
 package checkpoint
 
-import (
-	"sync"
-)
+import "github.com/tidemark-go/tidemark/internal/hold"
 
 // Mark is how far a processor group's queue on a feed had finished when the
-// mark was taken: the last finished item's sequence number, epoch and
-// position, and the count of items (lines and status events) it finished.
-// Marks are compared by Count.
-type Mark struct {
-	gen uint64
-	// Count is how many items the queue had finished.
-	Count uint64
-	// Seq is the feed sequence number of the last finished line, 0 if none.
-	Seq uint64
-	// Epoch and Position are those of the last finished line.
-	Epoch    uint64
-	Position int64
-}
-
-// Binding identifies the subscription the mark was taken under: it changes
-// each time the framework binds a new queue of the group to the checkpoint
-// (see [Set.Bind]). A mark of an earlier binding is ignored by
-// [Checkpoint.DurableThrough]. The framework compares bindings to tell
-// whether a durable mark belongs to a queue it has removed.
-func (m Mark) Binding() uint64 { return m.gen }
+// mark was taken. Its fields:
+//
+//	Count     uint64 // how many items (lines and status events) the queue had finished
+//	Seq       uint64 // the feed sequence number of the last finished line, 0 if none
+//	Epoch     uint64 // the epoch of the last finished line
+//	Position  int64  // the position of the last finished line
+//
+// Marks are compared by Count. A mark also records, unexported, the
+// binding of the queue it was taken from (see [Set.Bind]): a mark taken
+// before the group subscribed again is ignored by
+// [Checkpoint.DurableThrough].
+type Mark hold.Mark
 
 // Progress reports the last item a subscriber queue has finished. The
 // framework binds one to a hold when the group's queue subscribes.
@@ -32,140 +22,64 @@ type Progress func() Mark
 
 // Set holds the checkpoints of a server, by feed and processor group.
 // The framework consults it when it computes what a group has processed.
-// It is safe for concurrent use.
-type Set struct {
-	mu    sync.Mutex
-	holds map[key]*Checkpoint
-}
-
-type key struct{ feed, group string }
+// It is safe for concurrent use. Make one with [NewSet].
+type Set hold.Set
 
 // NewSet returns an empty set.
-func NewSet() *Set {
-	return &Set{holds: make(map[key]*Checkpoint)}
-}
+func NewSet() *Set { return (*Set)(hold.NewSet()) }
 
 // Hold returns the checkpoint of (feed, group), creating it if needed. While
 // it is held, the group's queue on the feed counts as processed only up to
 // the last mark declared durable. Take the hold before the feed delivers:
 // items committed before it stay committed.
 func (r *Set) Hold(feed, group string) *Checkpoint {
-	c := r.checkpoint(feed, group)
-	c.mu.Lock()
-	c.held = true
-	c.mu.Unlock()
-	return c
+	return (*Checkpoint)((*hold.Set)(r).Hold(feed, group))
 }
 
 // Lookup returns the checkpoint of (feed, group), or nil if none was taken.
 func (r *Set) Lookup(feed, group string) *Checkpoint {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.holds[key{feed, group}]
+	return (*Checkpoint)((*hold.Set)(r).Lookup(feed, group))
 }
 
 // Bind attaches the progress of a newly subscribed queue of group on feed.
 // Marks taken before are ignored from now on: a group that subscribes again
-// starts with nothing durable. The framework calls Bind; it creates no hold.
+// starts with nothing durable. The framework calls Bind for its groups; a
+// program that uses a store without the framework calls it for its own
+// reader (see the package example). It creates no hold.
 func (r *Set) Bind(feed, group string, progress Progress) {
-	c := r.checkpoint(feed, group)
-	c.mu.Lock()
-	c.gen++
-	c.progress = progress
-	c.durable = Mark{gen: c.gen}
-	c.mu.Unlock()
-}
-
-// OnAdvance sets fn to be called after each [Checkpoint.DurableThrough] of
-// group on feed that moves the durable mark forward, on the goroutine that
-// declared it and with no lock held; nil removes it. The framework sets one
-// so that it commits as soon as a hold lets it, not at its next duty cycle.
-// fn must be quick and must not block.
-func (r *Set) OnAdvance(feed, group string, fn func()) {
-	c := r.checkpoint(feed, group)
-	c.mu.Lock()
-	c.advanced = fn
-	c.mu.Unlock()
-}
-
-// checkpoint returns the checkpoint of (feed, group), making it (not held)
-// if there is none.
-func (r *Set) checkpoint(feed, group string) *Checkpoint {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	k := key{feed, group}
-	c := r.holds[k]
-	if c == nil {
-		c = &Checkpoint{feed: feed, group: group}
-		r.holds[k] = c
-	}
-	return c
+	(*hold.Set)(r).Bind(feed, group, func() hold.Mark { return hold.Mark(progress()) })
 }
 
 // Checkpoint is the hold of one processor group on one feed. Its methods are
 // safe for concurrent use: DurableThrough may be called from any goroutine.
-type Checkpoint struct {
-	feed, group string
+type Checkpoint hold.Checkpoint
 
-	mu       sync.Mutex
-	held     bool
-	gen      uint64
-	progress Progress
-	durable  Mark
-	advanced func()
-}
+func (c *Checkpoint) h() *hold.Checkpoint { return (*hold.Checkpoint)(c) }
 
 // Feed returns the name of the feed the checkpoint holds.
-func (c *Checkpoint) Feed() string { return c.feed }
+func (c *Checkpoint) Feed() string { return c.h().Feed() }
 
 // Group returns the name of the processor group the checkpoint holds.
-func (c *Checkpoint) Group() string { return c.group }
+func (c *Checkpoint) Group() string { return c.h().Group() }
 
 // Mark reads how many items the group's queue has finished. Inside a
 // handler, that excludes the item being handled, which is therefore
 // re-delivered after a crash: conservative, never lossy. Before the queue
 // subscribes, Mark returns a mark of nothing.
-func (c *Checkpoint) Mark() Mark {
-	c.mu.Lock()
-	p, gen := c.progress, c.gen
-	c.mu.Unlock()
-	if p == nil {
-		return Mark{gen: gen}
-	}
-	m := p()
-	m.gen = gen
-	return m
-}
+func (c *Checkpoint) Mark() Mark { return Mark(c.h().Mark()) }
 
 // DurableThrough declares that the effects of every item up to m are
 // durable. Marks only advance: an older mark, or one taken before the group
 // subscribed again, is ignored.
-func (c *Checkpoint) DurableThrough(m Mark) {
-	c.mu.Lock()
-	if m.gen != c.gen || m.Count <= c.durable.Count {
-		c.mu.Unlock()
-		return
-	}
-	c.durable = m
-	fn := c.advanced
-	c.mu.Unlock()
-	if fn != nil {
-		fn()
-	}
-}
+func (c *Checkpoint) DurableThrough(m Mark) { c.h().DurableThrough(hold.Mark(m)) }
 
 // Release ends the hold: the group's queue counts as processed again when
 // its handling returns.
-func (c *Checkpoint) Release() {
-	c.mu.Lock()
-	c.held = false
-	c.mu.Unlock()
-}
+func (c *Checkpoint) Release() { c.h().Release() }
 
 // Durable returns the last mark declared durable and whether the checkpoint
 // is held. The framework caps what it commits for the group by it.
 func (c *Checkpoint) Durable() (m Mark, held bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.durable, c.held
+	d, held := c.h().Durable()
+	return Mark(d), held
 }

@@ -17,7 +17,12 @@
 // Marks only advance. A group that subscribes again (restarted) ignores
 // marks taken before. The framework binds each subscriber queue's progress
 // to its checkpoint and consults [Checkpoint.Durable] when it computes the
-// position every subscriber has finished.
+// position every subscriber has finished. A program that uses a store
+// without the framework plays the framework's part itself: it binds its
+// reader's progress with [Set.Bind] (see the example). The rest of the
+// framework's part (being told when a durable mark moves, telling which
+// subscription a mark belongs to) is in the module's internal/hold, whose
+// types these are defined on: it is not this package's API.
 //
 // The package knows nothing of files or stores.
 package checkpoint

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark"
+	"github.com/tidemark-go/tidemark/internal/hold"
 	"github.com/tidemark-go/tidemark/state"
 )
 
@@ -209,7 +210,7 @@ func (g *group) subscribe(inc *incarnation, p *procEntry, f *feedRunner) error {
 			f.mu.Unlock()
 		}
 		g.s.reg.Bind(f.name, g.name, q.progress)
-		g.s.reg.OnAdvance(f.name, g.name, f.signal)
+		(*hold.Set)(g.s.reg).OnAdvance(f.name, g.name, f.signal)
 		if g.store != nil {
 			// The group's store vouches for its state: the feed's commits
 			// for this group wait until the store has made it durable.
@@ -219,7 +220,7 @@ func (g *group) subscribe(inc *incarnation, p *procEntry, f *feedRunner) error {
 		}
 		q.cp = g.s.reg.Lookup(f.name, g.name)
 		d, _ := q.cp.Durable()
-		q.binding = d.Binding()
+		q.binding = hold.Mark(d).Binding()
 		inc.queues[f.name] = q
 		inc.publish()
 		if old != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/checkpoint"
+	"github.com/tidemark-go/tidemark/internal/hold"
 )
 
 // point names one line of a feed in this run: its sequence number (assigned
@@ -207,7 +208,7 @@ func (q *queue) bound() (point, bool) {
 	}
 	if q.cp != nil {
 		d, held := q.cp.Durable()
-		if d.Binding() != q.binding {
+		if hold.Mark(d).Binding() != q.binding {
 			d, held = q.frozenDurable, q.frozenHeld
 		}
 		if held && d.Count < m.Count {
