@@ -41,6 +41,9 @@ func (o *Options) valueCacheSize(kind string) int64 {
 	if kind == Pebble {
 		n -= n / pebbleCacheShare
 	}
+	if kind == Bolt {
+		n -= boltCommitShare(n) // the commit's (see boltEngine.keyCap)
+	}
 	return n / 2
 }
 

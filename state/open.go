@@ -88,17 +88,26 @@ type Options struct {
 	Observer CommitObserver
 	// CacheSize is the memory budget, in bytes, of the store's caches of
 	// durable values: 0 means [DefaultCacheSize], a negative size no value
-	// cache (Pebble keeps a block cache of 8 MiB). A bbolt store gives it
-	// all to its value cache (values read or committed, kept so that the
-	// next read of the key does not go to bbolt; bbolt's pages are in the
-	// operating system's page cache, not counted here). A Pebble store
+	// cache (Pebble keeps a block cache of 8 MiB). A bbolt store gives half
+	// of it (at most 128 MiB) to its commit and the rest to its value
+	// cache (values read or committed, kept so that the next read of the
+	// key does not go to bbolt; bbolt's pages are in the operating
+	// system's page cache, not counted here). A bbolt commit takes about
+	// 12 KiB of memory for each page of the tree it changes (the page's
+	// node and the buffer it is written from, with the garbage
+	// collector's headroom): once the tree is larger than the commit's
+	// share, a batch is also cut when it changed the keys whose pages fill
+	// the share (at 1,000,000 random keys and the default budget, about
+	// 1,400 keys a batch instead of BatchSize lines; a larger budget makes
+	// larger batches, and costs less CPU a line). A Pebble store
 	// gives a quarter (at least 8 MiB) to Pebble's block cache and the rest
 	// to its value cache. The value cache counts its entries twice, for the
 	// heap the garbage collector lets grow between collections. A store's
 	// anonymous memory is about CacheSize plus its staged batches (at most
 	// two batches of BatchSize lines). Set it to what the state takes to
 	// serve every read from memory: about 350 bytes a key of 20 bytes with
-	// a value of 8 (Pebble, whose block cache takes a quarter: about 470).
+	// a value of 8, plus 128 MiB for bbolt's commit (Pebble, whose block
+	// cache takes a quarter: about 470 bytes a key).
 	CacheSize int64
 
 	// VerifyMaxBytes is the largest bbolt file checked before Open

@@ -242,6 +242,8 @@ type batch struct {
 	// core.outOf).
 	outs  []batchOut
 	count int
+	// keys is len(writes) as of the last Apply staged; c.mu guards it.
+	keys int
 	// size counts the bytes of the arena's chunks and of the outputs
 	// (see core.full); c.mu guards it. grown counts the arena's chunks
 	// made by the running Apply, which holds the token but not c.mu: the
@@ -343,6 +345,9 @@ type core struct {
 	lock      *dirLock // the folder's, released last by close
 	// The longest key (with its prefix) and value the backend takes.
 	maxKey, maxVal int
+	// keyCap, when the backend bounds the memory of its commit, is the
+	// most keys a batch changes (see batchKeyCapper).
+	keyCap *atomic.Int64
 
 	// The token that serializes Apply and View (see acquire).
 	applyTok     atomic.Bool
@@ -435,6 +440,9 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 	}
 	c.stats.Backend, c.stats.Sync = kind, o.Sync
 	c.vc = newValueCache(o.valueCacheSize(kind))
+	if kc, ok := eng.(batchKeyCapper); ok {
+		c.keyCap = kc.batchKeyCap()
+	}
 	c.maxKey, c.maxVal = c.eng.limits()
 	if c.maxKey <= 0 {
 		c.maxKey = math.MaxInt
@@ -543,8 +551,10 @@ func (c *core) load() error {
 }
 
 // full reports whether b is as big as a batch gets: BatchSize deliveries,
-// or maxBatchBytes.
-func (c *core) full(b *batch) bool { return b.count >= c.bsize || b.size >= c.maxBytes }
+// maxBatchBytes, or the keys the backend's commit has memory for.
+func (c *core) full(b *batch) bool {
+	return b.count >= c.bsize || b.size >= c.maxBytes || (c.keyCap != nil && int64(b.keys) >= c.keyCap.Load())
+}
 
 // unusable returns why the store takes no more changes, or nil. c.mu held.
 func (c *core) unusable() error {
@@ -671,6 +681,7 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *tidemark.Delivery, fn 
 	// The function's output bytes are in the batch already.
 	b.size += tw.oadded
 	b.count++
+	b.keys = len(b.writes)
 	if d.Epoch != 0 {
 		// The position is recorded once per feed per batch: the batch
 		// keeps the highest.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,7 +52,10 @@ type ledgerScale struct {
 // ledgerScales returns the numbers of accounts the rows run (those of
 // -accounts only, when given).
 func (r *runner) ledgerScales() []ledgerScale {
-	all := []ledgerScale{{20, false, 5_000_000}, {10_000, false, 5_000_000}, {1_000_000, true, 1_000_000}, {10_000_000, true, 1_000_000}}
+	// At 1,000,000 accounts and more a line costs tens of µs (a miss, and
+	// a page of the tree or a block changed per key): fewer lines there
+	// keep make bench within about 15 minutes.
+	all := []ledgerScale{{20, false, 5_000_000}, {10_000, false, 5_000_000}, {1_000_000, true, 300_000}, {10_000_000, true, 100_000}}
 	if r.cfg.short {
 		// Under 60 s: a store of 1,000,000 accounts takes 10 to 40 s to
 		// set up per program; one of 100,000, 1 to 8 s.
@@ -194,28 +198,13 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 	}
 	label := fmt.Sprintf("%s, %s accounts", ls.store, fmtCount(int64(sc.accounts)))
 	if sc.preload {
-		// Every account once, in their order, then the setup runs.
-		for _, l := range []*ledgerLine{tm, nv} {
-			if err := genFile(l.input, func(f *os.File) error { return bench.GenEveryAccount(f, sc.accounts, 1, 1) }); err != nil {
-				return err
-			}
-			l.lines = int64(sc.accounts)
+		if err := r.setUp(t, ls, sc, label, dir, tm, nv); err != nil {
+			return err
 		}
-		logf("%s: setting up a store of every account for each program ...", label)
-		tres, err := r.runLedger(variantTidemark, ls.store, tm, int64(sc.accounts), 0)
-		if err != nil {
-			return fmt.Errorf("%s: setup of ledger run: %w", label, err)
-		}
-		nres, err := r.runLedger(variantBounded, ls.store, nv, int64(sc.accounts), 0)
-		if err != nil {
-			return fmt.Errorf("%s: setup of the naive program: %w", label, err)
-		}
-		t.note(ls.row, fmt.Sprintf("Row %s, %s: the setup runs (one line per account into a new store, not timed in the rows) took %.1f s for ledger run (%s) and %.1f s for the naive program (%s).",
-			ls.row, label, tres.Seconds, fmtRate(tres.rate()), nres.Seconds, fmtRate(nres.rate())))
 	}
 
 	variants := []ledgerVariant{variantTidemark, variantMap, variantBounded}
-	big := cacheFor(ls.store, sc.accounts) > state.DefaultCacheSize
+	big := balancesFor(ls.store, sc.accounts) > state.DefaultCacheSize
 	if big {
 		variants = append(variants, variantTidemarkCache)
 	}
@@ -295,6 +284,98 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 		r.restartRow(t, ls, sc, label, tm, nv)
 	}
 	return nil
+}
+
+// setUp gives each program of a ledger row a store holding every
+// account: a setup run over one line per account (in their order) into a
+// new store, or, with -setups, a copy of the stores an earlier run set up.
+func (r *runner) setUp(t *table, ls ledgerStore, sc ledgerScale, label, dir string, tm, nv *ledgerLine) error {
+	kept := ""
+	if r.cfg.setups != "" {
+		kept = filepath.Join(r.cfg.setups, fmt.Sprintf("ledger-%s-%d", ls.store, sc.accounts))
+		if _, err := os.Stat(filepath.Join(kept, "done")); err == nil {
+			start := time.Now()
+			if err := copyTree(kept, dir); err != nil {
+				return fmt.Errorf("%s: copy the set-up stores of %s: %w", label, kept, err)
+			}
+			tm.lines, nv.lines = int64(sc.accounts), int64(sc.accounts)
+			logf("%s: the set-up stores copied from %s in %.1f s", label, kept, time.Since(start).Seconds())
+			t.note(ls.row, fmt.Sprintf("Row %s, %s: the stores of every account were copied from those an earlier run set up (-setups %s).", ls.row, label, r.cfg.setups))
+			return nil
+		}
+	}
+	for _, l := range []*ledgerLine{tm, nv} {
+		if err := genFile(l.input, func(f *os.File) error { return bench.GenEveryAccount(f, sc.accounts, 1, 1) }); err != nil {
+			return err
+		}
+		l.lines = int64(sc.accounts)
+	}
+	logf("%s: setting up a store of every account for each program ...", label)
+	tres, err := r.runLedger(variantTidemark, ls.store, tm, int64(sc.accounts), 0)
+	if err != nil {
+		return fmt.Errorf("%s: setup of ledger run: %w", label, err)
+	}
+	nres, err := r.runLedger(variantBounded, ls.store, nv, int64(sc.accounts), 0)
+	if err != nil {
+		return fmt.Errorf("%s: setup of the naive program: %w", label, err)
+	}
+	logf("%s: set up in %.1f s (ledger run, %s) and %.1f s (naive, %s)", label, tres.Seconds, fmtRate(tres.rate()), nres.Seconds, fmtRate(nres.rate()))
+	t.note(ls.row, fmt.Sprintf("Row %s, %s: the setup runs (one line per account into a new store, not timed in the rows) took %.1f s for ledger run (%s) and %.1f s for the naive program (%s).",
+		ls.row, label, tres.Seconds, fmtRate(tres.rate()), nres.Seconds, fmtRate(nres.rate())))
+	if kept == "" {
+		return nil
+	}
+	// Kept for the next run: the folder, then its mark.
+	if err := os.RemoveAll(kept); err != nil {
+		return err
+	}
+	if err := copyTree(dir, kept); err != nil {
+		return fmt.Errorf("%s: keep the set-up stores in %s: %w", label, kept, err)
+	}
+	return os.WriteFile(filepath.Join(kept, "done"), nil, 0o644)
+}
+
+// copyTree copies the folder from into the folder to (made if missing),
+// the mark file "done" aside.
+func copyTree(from, to string) error {
+	return filepath.WalkDir(from, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(dst, 0o755)
+		case rel == "done" || d.Name() == "LOCK":
+			return nil
+		}
+		return copyFile(path, dst)
+	})
+}
+
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fi.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // restartRow measures row 14 at one store and scale: a run over one new
@@ -385,15 +466,24 @@ var (
 // cacheFor is a cache budget that holds every balance of accounts
 // accounts in a store of store: 350 bytes an account (the value cache
 // counts an entry of a 16-byte account as 165 bytes, and keeps its entries
-// within half its budget, for the garbage collector's headroom); with
+// within half its budget, for the garbage collector's headroom), plus the
+// 128 MiB a bbolt store gives its commit out of a large budget; with
 // Pebble, whose index and filter blocks take a quarter of the budget, 470;
 // the default at least.
 func cacheFor(store string, accounts int) int64 {
-	per := int64(350)
 	if store == state.Pebble {
-		per = 470
+		return max(balancesFor(store, accounts), state.DefaultCacheSize)
 	}
-	return max(int64(accounts)*per, state.DefaultCacheSize)
+	return max(balancesFor(store, accounts)+128<<20, state.DefaultCacheSize)
+}
+
+// balancesFor is the part of the cache budget the balances of accounts
+// accounts take in the value cache of a store of store.
+func balancesFor(store string, accounts int) int64 {
+	if store == state.Pebble {
+		return int64(accounts) * 470
+	}
+	return int64(accounts) * 350
 }
 
 // runLedger runs variant v over l's input into l's data folder and

@@ -31,6 +31,7 @@ type config struct {
 	chart    string
 	work     string
 	peers    string
+	setups   string
 	command  string
 }
 

@@ -1,0 +1,169 @@
+package state
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// boltKeyCap: no cap while the whole tree fits in the share; a cap that
+// falls as the tree grows, and that k random keys of it change about the
+// share's worth of pages.
+func TestBoltKeyCap(t *testing.T) {
+	const share = 16 << 20
+	for _, c := range []struct {
+		pages int64
+		want  int64 // 0: about the share's pages, checked below
+	}{
+		{0, math.MaxInt64},
+		{share / boltPageCost, math.MaxInt64},
+		{share/boltPageCost + 1, 0},
+		{54_000, 0},
+		{540_000, 0},
+	} {
+		got := boltKeyCap(share, c.pages, 0, 0)
+		if c.want != 0 {
+			if got != c.want {
+				t.Errorf("pages %d: cap %d, want %d", c.pages, got, c.want)
+			}
+			continue
+		}
+		if got < minBatchKeys || got == math.MaxInt64 {
+			t.Errorf("pages %d: cap %d", c.pages, got)
+			continue
+		}
+		changed := float64(c.pages) * (1 - math.Exp(-float64(got)/float64(c.pages)))
+		if mem := changed * boltPageCost; mem > share*1.001 || mem < share*0.95 && got > minBatchKeys {
+			t.Errorf("pages %d: cap %d changes about %.0f pages, %.1f MiB, want about the share of %d MiB", c.pages, got, changed, mem/(1<<20), share>>20)
+		}
+	}
+	if got := boltKeyCap(0, 1_000_000, 0, 0); got != math.MaxInt64 {
+		t.Errorf("no share: cap %d", got)
+	}
+	if a, b := boltKeyCap(share, 54_000, 0, 0), boltKeyCap(share, 540_000, 0, 0); b > a {
+		t.Errorf("cap at 540,000 pages %d, above the cap at 54,000 pages %d", b, a)
+	}
+	// Keys in order: a commit that wrote a page for 50 keys allows 50
+	// times the keys a page; random keys (a page or more a key) keep the
+	// random keys' cap.
+	if r, o := boltKeyCap(share, 54_000, 0, 0), boltKeyCap(share, 54_000, 200, 10_000); o != int64(share*50/boltPageCost) || o <= r {
+		t.Errorf("cap after a commit of 10,000 keys in 200 pages %d, want %d (random: %d)", o, int64(share*50/boltPageCost), r)
+	}
+	if r, o := boltKeyCap(share, 54_000, 0, 0), boltKeyCap(share, 54_000, 1100, 1000); o != r {
+		t.Errorf("cap after a commit of 1,000 random keys in 1,100 pages %d, want the random keys' cap %d", o, r)
+	}
+	// Half the budget, at most boltCommitShareMax; the value cache the rest.
+	for _, c := range []struct{ budget, share int64 }{{DefaultCacheSize, DefaultCacheSize / 2}, {1 << 30, boltCommitShareMax}, {0, 0}} {
+		if got := boltCommitShare(c.budget); got != c.share {
+			t.Errorf("budget %d: commit share %d, want %d", c.budget, got, c.share)
+		}
+	}
+	o := &Options{CacheSize: 1 << 30}
+	if got, want := o.valueCacheSize(Bolt), int64(1<<30-boltCommitShareMax)/2; got != want {
+		t.Errorf("value cache of a 1 GiB budget: %d, want %d", got, want)
+	}
+}
+
+// A bbolt store whose tree outgrows its commit's share of the cache
+// budget cuts its batches by the keys they change: each batch's commit
+// stays within the share, and every line is still applied once.
+func TestBoltBatchCutByCommitMemory(t *testing.T) {
+	dir := t.TempDir()
+	o := testOpts()
+	o.BatchSize = 5000
+	o.CacheSize = 512 << 10 // a commit share of 256 KiB: about 21 pages
+	var sizes batchSizes
+	o.Observer = &sizes
+	s := mustOpen(t, backend{name: Bolt, open: OpenBolt}, dir, o)
+	defer s.Close()
+	e := s.(*nsStore).c.rawEngine().(*boltEngine)
+	if got := e.keyCap.Load(); got != math.MaxInt64 {
+		t.Fatalf("cap of a new store %d, want none", got)
+	}
+	// A tree of many pages: 20,000 keys in order, in one line.
+	const keys = 20_000
+	n := 1
+	if _, err := s.Apply(t.Context(), del("f", 1, n), func(tx *Tx) error {
+		for k := range keys {
+			if _, err := tx.Bucket("acct").AddInt64(fmt.Appendf(nil, "account-%08d", k), 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(17, 17))
+	apply := func(k int) {
+		n++
+		if _, err := s.Apply(t.Context(), del("f", 1, n), func(tx *Tx) error {
+			_, err := tx.Bucket("acct").AddInt64(fmt.Appendf(nil, "account-%08d", k), 1)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	capped := e.keyCap.Load()
+	if capped == math.MaxInt64 || capped >= int64(o.BatchSize) {
+		t.Fatalf("cap of a tree of %d keys (%d bytes) with a commit share of %d: %d, want below the batch size %d", keys, e.size(), e.commitShare, capped, o.BatchSize)
+	}
+	sizes.mu.Lock()
+	sizes.counts = nil
+	sizes.mu.Unlock()
+	// Random keys of the tree: each batch is cut at the cap (a line
+	// changes one key of the bucket).
+	const lines = 6000
+	for range lines {
+		apply(rng.IntN(keys))
+	}
+	if err := s.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	sizes.mu.Lock()
+	counts := append([]int(nil), sizes.counts...)
+	sizes.mu.Unlock()
+	// The first batches are cut at the cap the keys in order left (a
+	// page for many keys); their commits show random keys, and the next
+	// are cut at the random keys' cap.
+	random := e.keyCap.Load()
+	if random >= capped || random > 2*minBatchKeys {
+		t.Errorf("cap after random keys %d, want below the cap after keys in order (%d) and near %d", random, capped, minBatchKeys)
+	}
+	total, over := 0, 0
+	for _, c := range counts {
+		total += c
+		if c > int(capped)*2 {
+			t.Errorf("a batch of %d lines, with a cap of %d keys", c, capped)
+		}
+		if c > int(random)*2 {
+			over++
+		}
+	}
+	// Batches cut before a commit of random keys told the cap: the
+	// committer cuts what is staged whenever it is free, so a first
+	// batch may have too few keys to tell.
+	if over > 3 {
+		t.Errorf("%d batches above twice the cap of %d keys: %v", over, random, counts)
+	}
+	if total != lines {
+		t.Errorf("%d batches of %d lines in all (%v), want %d lines", len(counts), total, counts, lines)
+	}
+	// Every line applied once.
+	var sum int64
+	if err := s.View(func(tx *Tx) error {
+		return tx.Bucket("acct").ForEach(func(k, v []byte) error {
+			x, _ := decodeInt64(v)
+			sum += x
+			return nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if sum != keys+lines {
+		t.Errorf("sum of the balances %d, want %d", sum, keys+lines)
+	}
+}
