@@ -82,7 +82,11 @@ func (s *stream) store(position int64) error {
 		p.Identity == s.lastRec.Identity && p.Fingerprint == s.lastRec.Fingerprint {
 		// Only the position moves: the writer writes it.
 		if s.gw == nil {
-			s.gw = newGroupWriter(s.pf, s.path, s.wroteInBackground, s.failedInBackground)
+			if e, ok := s.pf.(*regEntry); ok && s.setw != nil {
+				s.gw = s.setw.slot(e, s.path, s.wroteInBackground, s.failedInBackground)
+			} else {
+				s.gw = newGroupWriter(s.pf, s.path, s.wroteInBackground, s.failedInBackground)
+			}
 		}
 		s.lastRec = p
 		s.committed = position

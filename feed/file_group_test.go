@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -130,14 +129,7 @@ func groupInput(t *testing.T, n int) string {
 
 // writersRunning counts the goroutines of group commit writers.
 func writersRunning() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "created by github.com/tidemark-go/tidemark/feed.newGroupWriter")
-		}
-		buf = make([]byte, 2*len(buf))
-	}
+	return goroutinesCreatedBy("github.com/tidemark-go/tidemark/feed.newGroupWriter")
 }
 
 // TestGroupCommitCoalesces: while the writer writes one record, the commits

@@ -61,13 +61,14 @@ type framer struct {
 	onSkip func(kind skipKind, start, end int64)
 }
 
-// newFramer returns a framer whose first byte is at input offset off.
+// newFramer returns a framer whose first byte is at input offset off. It
+// takes its read buffer at its first fill (from bufPool): a set of many
+// files holds buffers only for the files it reads.
 func newFramer(maxLine int, onSkip func(kind skipKind, start, end int64)) *framer {
 	if maxLine <= 0 {
 		maxLine = DefaultMaxLineBytes
 	}
 	return &framer{
-		buf:    make([]byte, framerBufSize),
 		base:   framerBufSize,
 		max:    maxLine,
 		onSkip: onSkip,

@@ -51,6 +51,7 @@ type fileSet struct {
 	now    func() time.Time
 	fs     vfs.FS
 	reg    *pointer.Registry // nil unless Committed
+	sw     *setWriter        // the GroupCommit writer of the files' records; nil without a registry
 	forget time.Duration
 	every  time.Duration
 
@@ -71,6 +72,7 @@ type fileSet struct {
 	done      bool
 	delivered []delivery
 	seq       uint64
+	caught    *member           // the file of the last Poll, if it caught up then
 	unsynced  bool              // the sync after priming new files failed
 	errs      map[string]string // the last error of a file that could not be followed
 	// scans counts the scans; rescan asks the next Poll for one (a
@@ -143,6 +145,7 @@ func newFileSet(cfg Config) (*fileSet, error) {
 		if err := fset.reg.Lock(); err != nil {
 			return nil, errors.Join(fmt.Errorf("feed: the registry %s of the file set %s: %w", path, strings.Join(cfg.Paths, ", "), err), fset.reg.Close())
 		}
+		fset.sw = newSetWriter(fset.reg, cfg.Sync)
 	}
 	return fset, nil
 }
@@ -271,6 +274,14 @@ func (fset *fileSet) poll(ctx context.Context, items []Item) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
+	if m := fset.caught; m != nil {
+		// The file read last caught up at the last Poll, whose lines are
+		// not in use any more: its read buffer serves the next file.
+		fset.caught = nil
+		if m.st != nil {
+			m.st.fr.release()
+		}
+	}
 	if fset.quantum <= 0 {
 		fset.cur++
 		fset.quantum = setQuantum
@@ -304,6 +315,7 @@ func (fset *fileSet) poll(ctx context.Context, items []Item) (int, error) {
 			fset.quantum--
 		} else {
 			fset.quantum = 0 // caught up: the next Poll starts with the next file
+			fset.caught = m
 		}
 		fset.handed(m, items[:got])
 		return got, nil
@@ -404,6 +416,9 @@ func (fset *fileSet) close() error {
 		if m.st != nil {
 			errs = append(errs, m.st.close())
 		}
+	}
+	if fset.sw != nil {
+		fset.sw.close() // every stream's slot is closed
 	}
 	if fset.reg != nil {
 		errs = append(errs, fset.reg.Close())
@@ -594,6 +609,7 @@ func (fset *fileSet) start(m *member, first bool) error {
 		}
 	}
 	st.leaveCheck = func() leaveVerdict { return fset.mayLeave(m) }
+	st.setw = fset.sw
 	m.st, m.finished, m.reported, m.asked = st, false, false, false
 	return nil
 }
@@ -862,6 +878,14 @@ func (e *regEntry) Store(p pointer.Record) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.reg.Store(e.key, pointer.Entry{Record: p, Stamp: e.now()})
+}
+
+// storeLater is Store without the sync of SyncEveryCommit (see
+// setWriter, which syncs once for the records of several files).
+func (e *regEntry) storeLater(p pointer.Record) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.reg.StoreLater(e.key, pointer.Entry{Record: p, Stamp: e.now()})
 }
 
 // moveTo moves the entry to key: it is stored under key, then forgotten

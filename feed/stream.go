@@ -61,8 +61,12 @@ type stream struct {
 	// madePointer: the pointer file was missing, and its lock made it.
 	madePointer bool
 	sync        SyncPolicy
-	group       bool         // Config.GroupCommit, Committed only
-	gw          *groupWriter // GroupCommit's writer; nil until the first record handed to it
+	group       bool          // Config.GroupCommit, Committed only
+	gw          pointerWriter // GroupCommit's writer; nil until the first record handed to it
+	// setw is the GroupCommit writer of the file set the stream is a file
+	// of (its records go to the set's registry); nil for a feed of one
+	// file, whose stream has a writer of its own.
+	setw *setWriter
 	// lastRec is the last pointer record stored, or handed to the writer;
 	// a record that differs from it by its position only goes to the
 	// writer (GroupCommit).

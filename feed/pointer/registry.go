@@ -438,7 +438,15 @@ func (r *Registry) Entries() map[string]Entry {
 // Finished flag and a lower position, or the stored entry again, writes
 // nothing. A failed Store leaves every entry durable before it in place;
 // the next write rewrites the file.
-func (r *Registry) Store(key string, e Entry) error {
+func (r *Registry) Store(key string, e Entry) error { return r.store(key, e, false) }
+
+// StoreLater is Store without the sync of SyncEveryCommit: the entry is
+// written, and durable once [Registry.Sync] (or a Store that syncs)
+// returns. A writer that stores the entries of several files at once makes
+// them durable with one sync. Under the other policies it is Store.
+func (r *Registry) StoreLater(key string, e Entry) error { return r.store(key, e, true) }
+
+func (r *Registry) store(key string, e Entry, later bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -457,7 +465,7 @@ func (r *Registry) Store(key string, e Entry) error {
 		(e.Position < old.Position || old.Record == e.Record) {
 		return r.syncIfDue()
 	}
-	return r.write(key, e, false)
+	return r.write(key, e, false, later)
 }
 
 // Forget removes key's entry. Forgetting a key without an entry writes
@@ -474,7 +482,7 @@ func (r *Registry) Forget(key string) error {
 	if _, ok := r.live[key]; !ok {
 		return nil
 	}
-	return r.write(key, Entry{}, true)
+	return r.write(key, Entry{}, true, false)
 }
 
 // prepare loads the registry's state for writing when Load was not called.
@@ -497,8 +505,9 @@ func (r *Registry) prepare() error {
 }
 
 // write appends one record (or rewrites the file with it), syncing per
-// the policy, and applies it to r.live once written.
-func (r *Registry) write(key string, e Entry, forget bool) error {
+// the policy (later: not under SyncEveryCommit), and applies it to r.live
+// once written.
+func (r *Registry) write(key string, e Entry, forget, later bool) error {
 	size := r.newSize(key, forget)
 	for r.syncing && (r.rewrite || r.lockf == nil || (r.end > compactMin && r.end > 4*size)) {
 		// The file a sync in progress uses is not replaced under it.
@@ -544,7 +553,7 @@ func (r *Registry) write(key string, e Entry, forget bool) error {
 		r.synced = r.appended
 	case r.policy == SyncInterval:
 		return r.syncIfDue()
-	case r.deferred:
+	case r.deferred || later:
 		return nil
 	}
 	return r.syncTo(r.appended)
