@@ -11,7 +11,7 @@ import (
 
 // The defaults of Config.
 const (
-	// DefaultBuffer is the default number of messages the source
+	// DefaultBuffer is the default number of messages the pump goroutine
 	// holds for Poll.
 	DefaultBuffer = 2048
 	// DefaultPullBatch is the default number of messages nats.go asks the
@@ -85,9 +85,9 @@ type Config struct {
 	Consumer string
 	// Replicas is the consumer's replica count; 0 takes the stream's.
 	Replicas int
-	// Buffer is how many messages the source holds for Poll
+	// Buffer is how many messages the pump goroutine holds for Poll
 	// (DefaultBuffer when 0). When Poll is not called (the feed pauses),
-	// the source stops pulling once Buffer messages wait, plus at most
+	// the pump stops pulling once Buffer messages wait, plus at most
 	// PullBatch in nats.go's own buffer.
 	Buffer int
 	// PullBatch is how many messages nats.go asks for at a time

@@ -68,7 +68,7 @@
 //     store made durable, so the consumer's ack floor never passes what is
 //     applied. The ack is sent without waiting for the reply.
 //   - Rereadable: true. The framework's default overload policy is Pause:
-//     when Poll is not called, the source stops pulling once its
+//     when Poll is not called, the pump goroutine stops pulling once its
 //     buffer (Config.Buffer) and nats.go's (Config.PullBatch) are full,
 //     and the server delivers nothing more until Poll makes room. Poll
 //     never blocks.

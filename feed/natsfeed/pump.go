@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,30 +13,19 @@ import (
 	"github.com/tidemark-go/tidemark/feed"
 )
 
-// pump pulls the consumer's messages into the source's buffer. It owns
-// the delivery chain: since the last reset (a generation) every consumer
-// sequence from 1 on was delivered to it, so every message of the
-// partition after the reset's sequence reached it, in order. What breaks
-// the chain is handled here: a reconnect or a new consumer leader (reset
-// again, from the last commit), another reader (an error), re-deliveries
-// (dropped), messages removed from the stream before delivery (a gap).
-//
-// A generation is one nats.go Consume: its handler, called on the
-// subscription's goroutine for each message, checks the message and puts
-// it in the buffer (handle); the pump's own goroutine (run) starts and
-// ends generations, resets the consumer, and handles what the listener
-// wakes it for. Consume rather than Messages().Next: Next arms a
-// heartbeat timer and allocates its options on every call, Consume keeps
-// one timer for the subscription; a message costs the handler call only.
+// pump is the goroutine that pulls the consumer's messages into the
+// source's buffer. It owns the delivery chain: since the last reset (a
+// generation) every consumer sequence from 1 on was delivered to it, so
+// every message of the partition after the reset's sequence reached it,
+// in order. What breaks the chain is handled here: a reconnect or a new
+// consumer leader (reset again, from the last commit), another reader (an
+// error), re-deliveries (dropped), messages removed from the stream before
+// delivery (a gap).
 type pump struct {
 	s      *Source
 	cons   jetstream.Consumer
 	stream jetstream.Stream
 
-	// mu guards what follows between the handler and the pump's
-	// goroutine (woke, refresh). The handler holds it while it checks a
-	// message, and lets it go while it waits for room in the buffer.
-	mu         sync.Mutex
 	gen        uint64
 	accepted   uint64 // the last stream sequence put in the buffer
 	cseq       uint64 // the last consumer sequence received
@@ -51,41 +39,6 @@ type pump struct {
 	dropLogged time.Time
 }
 
-// generation is one Consume of the consumer, from a reset to the next.
-type generation struct {
-	// run is held by the handler for each message, and taken by the pump
-	// once the generation is stopped, to set ended: after that, no handler
-	// call of the generation changes anything, so that the reset that
-	// follows sees every message the generation put in the buffer.
-	run   sync.Mutex
-	ended bool // under run
-
-	// done is closed when the pump stops the generation: a handler waiting
-	// for room in the buffer gives its message up (it comes again after
-	// the reset).
-	done chan struct{}
-
-	// over is set, and brk closed, once the generation must end: the
-	// handler found the chain broken (out, why), or nats.go reported an
-	// error (err). Later messages of the generation are dropped.
-	over atomic.Bool
-	once sync.Once
-	brk  chan struct{}
-	out  outcome
-	why  string
-	err  error
-}
-
-// end ends the generation for out and why, or for err (nextFailed
-// decides), once.
-func (g *generation) end(out outcome, why string, err error) {
-	g.once.Do(func() {
-		g.out, g.why, g.err = out, why, err
-		g.over.Store(true)
-		close(g.brk)
-	})
-}
-
 // outcome is why consume returned.
 type outcome int
 
@@ -95,10 +48,8 @@ const (
 )
 
 // begin starts a generation at a reset whose answer was ci, made with the
-// listener's reconnect count woken. No handler runs meanwhile.
+// listener's reconnect count woken.
 func (p *pump) begin(ci *jetstream.ConsumerInfo, woken uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.cseq = 0
 	p.pending, p.pendingAt = 0, 0
 	if ci != nil {
@@ -132,17 +83,14 @@ func (p *pump) run() {
 	}
 }
 
-// consume runs one generation until the chain breaks (it returns outReset
-// and why), or the source stops.
+// consume reads one generation's messages until the chain breaks (it
+// returns outReset and why), or the source stops.
 func (p *pump) consume() (outcome, string) {
 	s := p.s
-	g := &generation{done: make(chan struct{}), brk: make(chan struct{})}
-	cc, err := p.cons.Consume(func(msg jetstream.Msg) { p.handle(g, msg) },
-		jetstream.PullMaxMessages(s.cfg.PullBatch),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { p.consumeError(g, err) }))
+	it, err := p.cons.Messages(jetstream.PullMaxMessages(s.cfg.PullBatch))
 	if err != nil {
 		if s.nc.IsClosed() {
-			s.fail(s.errorf(ErrClosed, p.lastAccepted(), "the NATS connection is closed (%v): connect with nats.MaxReconnects(-1), and start the source again on a new connection", err))
+			s.fail(s.errorf(ErrClosed, p.accepted, "the NATS connection is closed (%v): connect with nats.MaxReconnects(-1), and start the source again on a new connection", err))
 			return outStop, ""
 		}
 		if !p.sleep(time.Second) {
@@ -150,166 +98,100 @@ func (p *pump) consume() (outcome, string) {
 		}
 		return outReset, "the pull could not start: " + err.Error()
 	}
-	closed := cc.Closed()
-	out, why, failed := p.wait(g, closed)
-	p.stop(cc, g, closed)
-	if failed != nil {
-		return p.nextFailed(failed)
-	}
-	return out, why
-}
-
-// wait waits until generation g must end: it returns why (out and why),
-// or the error nats.go reported (failed). It handles the listener's wakes
-// meanwhile.
-func (p *pump) wait(g *generation, closed <-chan struct{}) (out outcome, why string, failed error) {
-	s := p.s
+	defer p.stop(it)
 	for {
 		ctx := s.waker.current()
-		select {
-		case <-g.brk:
-			return g.out, g.why, g.err
-		case <-closed:
-			// nats.go stopped consuming by itself: a terminal error it
-			// reported (handled as that error), or the connection closed.
-			select {
-			case <-g.brk:
-				return g.out, g.why, g.err
-			default:
-			}
-			return 0, "", jetstream.ErrMsgIteratorClosed
-		case <-ctx.Done():
-		}
+		msg, err := it.Next(jetstream.NextContext(ctx))
 		if s.ctx.Err() != nil {
-			return outStop, "", nil
+			return outStop, ""
 		}
-		s.waker.renew()
-		p.mu.Lock()
-		out, why, done := p.woke()
-		p.mu.Unlock()
-		if done {
-			return out, why, nil
+		if ctx.Err() != nil {
+			// Woken (a message may have come too: it is handled below,
+			// unless the wake resets, which delivers it again).
+			s.waker.renew()
+			if out, why, done := p.woke(); done {
+				return out, why
+			}
+			if err != nil && errors.Is(err, context.Canceled) {
+				continue
+			}
 		}
-	}
-}
-
-// handle is the generation's message handler: it checks msg against the
-// chain and puts it in the buffer, waiting for room when the buffer is
-// full (the feed pauses: nats.go pulls no more while it waits).
-func (p *pump) handle(g *generation, msg jetstream.Msg) {
-	g.run.Lock()
-	defer g.run.Unlock()
-	if g.ended || g.over.Load() {
-		return // the generation ends: the message comes again after the reset
-	}
-	p.mu.Lock()
-	out, why, done := p.accept(g, msg)
-	p.mu.Unlock()
-	if done {
-		g.end(out, why, nil)
-	}
-}
-
-// accept checks msg and puts it in the buffer; done reports that the
-// generation must end, for out and why. Under p.mu, which it lets go
-// while it waits for room.
-func (p *pump) accept(g *generation, msg jetstream.Msg) (out outcome, why string, done bool) {
-	s := p.s
-	md, err := parseAck(msg.Reply())
-	if err != nil {
-		return outReset, "a message without JetStream metadata: " + err.Error(), true
-	}
-	sseq, cseq := md.stream, md.consumer
-	if cseq != p.cseq+1 {
-		out, why := p.broken(cseq, sseq)
-		return out, why, true
-	}
-	p.cseq = cseq
-	if md.delivered > 1 || sseq <= p.accepted {
-		if sseq > p.accepted {
-			// A re-delivery of a message this generation never gave
-			// us: the chain broke before.
-			out, why := p.broken(cseq, sseq)
-			return out, why, true
+		if err != nil {
+			return p.nextFailed(err)
 		}
-		p.dropped(msg, md)
-		return 0, "", false
-	}
-	p.staleTries = 0
-	if out, why, done := p.checkPending(md.pending, cseq, sseq); done {
-		return out, why, true
-	}
-	e := entry{msg: msg, seq: sseq, ts: md.ts, gen: p.gen}
-	select {
-	case s.buf <- e:
-	default:
-		// Full: the feed pauses. Wait for room, or for the pump to stop
-		// the generation (a reconnect, a status tick that found a reason
-		// to reset, Close); the pump's goroutine handles its wakes
-		// meanwhile.
-		p.mu.Unlock()
+		md, err := msg.Metadata()
+		if err != nil {
+			return outReset, "a message without JetStream metadata: " + err.Error()
+		}
+		sseq, cseq := md.Sequence.Stream, md.Sequence.Consumer
+		if cseq != p.cseq+1 {
+			return p.broken(cseq, sseq)
+		}
+		p.cseq = cseq
+		if md.NumDelivered > 1 || sseq <= p.accepted {
+			if sseq > p.accepted {
+				// A re-delivery of a message this generation never gave
+				// us: the chain broke before.
+				return p.broken(cseq, sseq)
+			}
+			p.dropped(msg, md)
+			continue
+		}
+		p.staleTries = 0
+		if out, why, done := p.checkPending(md.NumPending, cseq, sseq); done {
+			return out, why
+		}
+		e := entry{msg: msg, seq: sseq, ts: md.Timestamp.UnixNano(), gen: p.gen}
 		select {
 		case s.buf <- e:
-		case <-g.done:
-			p.mu.Lock()
-			return 0, "", false // e was not accepted: it comes again
+		default:
+			// Full: the feed pauses. Wait for room, a reconnect, the
+			// next status tick, or Close.
+			for sent := false; !sent; {
+				ctx := s.waker.current()
+				select {
+				case s.buf <- e:
+					sent = true
+					continue
+				case <-ctx.Done():
+				}
+				if s.ctx.Err() != nil {
+					return outStop, ""
+				}
+				s.waker.renew()
+				if out, why, done := p.woke(); done {
+					return out, why // e was not accepted: it comes again
+				}
+			}
 		}
-		p.mu.Lock()
+		p.accepted = sseq
+		s.pending.Store(md.NumPending)
+		s.delivered.Add(1)
 	}
-	p.accepted = sseq
-	s.pending.Store(md.pending)
-	s.delivered.Add(1)
-	return 0, "", false
 }
 
-// consumeError handles an error nats.go reports while it consumes. The
-// notifications that change nothing for the chain are ignored (the
-// consumer sequences say what matters), as Messages' Next ignores them;
-// any other error ends the generation, as it ended Next.
-func (p *pump) consumeError(g *generation, err error) {
-	switch {
-	case errors.Is(err, jetstream.ErrConsumerLeadershipChanged),
-		errors.Is(err, jetstream.ErrPinIDMismatch),
-		errors.Is(err, jetstream.ErrServerShutdown),
-		errors.Is(err, jetstream.ErrNoMessages):
-		return
-	}
-	g.end(0, "", err)
-}
-
-// lastAccepted is the last stream sequence put in the buffer.
-func (p *pump) lastAccepted() uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.accepted
-}
-
-// stop stops a generation and waits until the server knows: the
-// subscription is removed (nats.go does that in a goroutine of its own)
-// and the connection flushed. A pull request the generation left waiting
-// at the server would otherwise take the next generation's first
-// deliveries, to a reply subject nobody reads: lost to this generation,
-// they would come again only after AckWait. The server skips a waiting
-// request whose reply subject has no interest, and it reads the
-// unsubscription before the reset that follows, on the same connection.
-// closed is the ConsumeContext's Closed channel.
-func (p *pump) stop(cc jetstream.ConsumeContext, g *generation, closed <-chan struct{}) {
+// stop stops a generation's message iterator and waits until the server
+// knows: the iterator's subscription is removed (nats.go does that in a
+// goroutine of its own) and the connection flushed. A pull request the
+// iterator left waiting at the server would otherwise take the next
+// generation's first deliveries, to a reply subject nobody reads: lost to
+// this generation, they would come again only after AckWait. The server
+// skips a waiting request whose reply subject has no interest, and it reads
+// the unsubscription before the reset that follows, on the same
+// connection.
+func (p *pump) stop(it jetstream.MessagesContext) {
 	s := p.s
-	close(g.done)
-	cc.Stop()
-	// A handler call in progress returns promptly now (done is closed);
-	// once it did, the generation changes nothing more.
-	g.run.Lock()
-	g.ended = true
-	g.run.Unlock()
-	t := time.NewTimer(s.cfg.Timeout)
-	defer t.Stop()
-	select {
-	case <-closed:
-	case <-t.C:
-		s.log.Warn("the consumer's subscription did not stop within Timeout; a pull request it left at the server may delay the next messages until AckWait", "timeout", s.cfg.Timeout)
-	case <-s.ctx.Done():
-		return
+	it.Stop()
+	if c, ok := it.(interface{ Closed() <-chan struct{} }); ok {
+		t := time.NewTimer(s.cfg.Timeout)
+		defer t.Stop()
+		select {
+		case <-c.Closed():
+		case <-t.C:
+			s.log.Warn("the message iterator did not stop within Timeout; a pull request it left at the server may delay the next messages until AckWait", "timeout", s.cfg.Timeout)
+		case <-s.ctx.Done():
+			return
+		}
 	}
 	if s.nc.IsConnected() {
 		_ = s.nc.FlushTimeout(s.cfg.Timeout)
@@ -334,7 +216,7 @@ func (p *pump) woke() (out outcome, why string, done bool) {
 	return 0, "", false
 }
 
-// nextFailed handles an error nats.go reported while the pump consumed.
+// nextFailed handles an error of the message iterator.
 func (p *pump) nextFailed(err error) (outcome, string) {
 	s := p.s
 	switch {
@@ -350,7 +232,7 @@ func (p *pump) nextFailed(err error) (outcome, string) {
 	if !p.sleep(100 * time.Millisecond) {
 		return outStop, ""
 	}
-	return outReset, "consuming failed: " + err.Error()
+	return outReset, "the message iterator failed: " + err.Error()
 }
 
 // broken handles a consumer sequence that does not follow the last one
@@ -396,21 +278,21 @@ func (p *pump) broken(cseq, sseq uint64) (outcome, string) {
 
 // dropped counts and logs a re-delivery of a message handed out already,
 // and keeps it for acknowledgements when it is above the last commit.
-func (p *pump) dropped(msg jetstream.Msg, md ackMeta) {
+func (p *pump) dropped(msg jetstream.Msg, md *jetstream.MsgMetadata) {
 	s := p.s
 	n := s.redelivered.Add(1)
-	seq := md.stream
+	seq := md.Sequence.Stream
 	if seq > s.committed.Load() {
 		s.heldMu.Lock()
 		if len(s.dups) == 0 || s.dups[len(s.dups)-1].seq < seq {
-			s.dups = append(s.dups, heldMsg{seq: seq, ts: md.ts, gen: p.gen, msg: msg})
+			s.dups = append(s.dups, heldMsg{seq: seq, ts: md.Timestamp.UnixNano(), gen: p.gen, msg: msg})
 		}
 		s.heldMu.Unlock()
 	}
-	if md.delivered > 1 && (n == 1 || time.Since(p.dropLogged) >= time.Second) {
+	if md.NumDelivered > 1 && (n == 1 || time.Since(p.dropLogged) >= time.Second) {
 		p.dropLogged = time.Now()
 		s.log.Warn("re-delivery of a message handed out already: dropped (it was not committed within AckWait, or the server re-delivered after a failure)",
-			"epoch", s.epoch.Load(), "seq", seq, "delivered", md.delivered, "last_handed", p.accepted, "dropped_total", n)
+			"epoch", s.epoch.Load(), "seq", seq, "delivered", md.NumDelivered, "last_handed", p.accepted, "dropped_total", n)
 	}
 }
 
