@@ -1,6 +1,9 @@
 package state
 
-import "unsafe"
+import (
+	"sync"
+	"unsafe"
+)
 
 // DefaultCacheSize is the memory budget of a store's caches when
 // [Options].CacheSize is 0: 32 MiB.
@@ -54,11 +57,18 @@ func (o *Options) valueCacheSize(kind string) int64 {
 // key was not changed by the last two batches read the backend on the
 // group's goroutine (at 10,000 accounts, most lines).
 //
-// Only the holder of the token (Apply and View) touches it. It holds
-// durable values only, and stays the backend's mirror for its keys: every
-// committed batch is folded into it (see core.foldCommitted) before the
-// next transaction reads it, and a key read from the backend is one that
-// no batch not yet folded holds, so no commit can change it meanwhile.
+// It holds durable values only, and stays the backend's mirror for its
+// keys. The committer folds each batch it committed into it (fold), on its
+// own goroutine, before the batch stops being one a transaction looks in
+// (the sealed batch, then the last committed, see Tx.getOlder): a key a
+// transaction finds in no batch is either one of the cache, up to date,
+// or one no commit changes while the transaction runs (only the sealed
+// batch commits then, and it does not hold the key), read from the
+// backend and put here. The holder of the token (Apply and View) reads and
+// puts; mu serializes it with the committer's folds, which take it for a
+// few hundred keys at a time. A value handed out by get is one that no
+// fold changes while its transaction runs: a fold changes only keys of
+// the batch it folds, which that transaction finds in the batch.
 //
 // Memory: each entry counts its key, its value and cacheEntryOverhead
 // bytes; above its budget, random entries (Go's map order) are dropped
@@ -66,6 +76,7 @@ func (o *Options) valueCacheSize(kind string) int64 {
 // room of deleted entries, and a cache that deleted them one by one from
 // the same map grew to three times its budget under churn (TestValueCacheMemory).
 type valueCache struct {
+	mu     sync.Mutex
 	m      map[string]cachedValue
 	size   int64
 	budget int64
@@ -93,15 +104,23 @@ func newValueCache(budget int64) *valueCache {
 
 // get returns the cached value of key.
 func (vc *valueCache) get(key []byte) (cachedValue, bool) {
+	vc.mu.Lock()
 	v, ok := vc.m[string(key)]
+	vc.mu.Unlock()
 	return v, ok
 }
 
 // put records that key has the durable value val (ok), or is absent. Both
-// are copied. A value handed out before keeps its bytes unless put
-// replaces it with one of the same length (only fold does, between
-// transactions).
+// are copied.
 func (vc *valueCache) put(key, val []byte, ok bool) {
+	vc.mu.Lock()
+	vc.set(key, val, ok)
+	vc.mu.Unlock()
+}
+
+// set is put, vc.mu held. A value handed out before keeps its bytes
+// unless set replaces it with one of the same length (only a fold does).
+func (vc *valueCache) set(key, val []byte, ok bool) {
 	if old, had := vc.m[string(key)]; had {
 		if old.ok == ok && len(old.val) == len(val) {
 			copy(old.val, val)
@@ -149,9 +168,20 @@ func (vc *valueCache) evict(target int64) {
 	vc.m = m
 }
 
-// fold records the values of a committed batch.
+// foldChunk is the most keys a fold records under one hold of vc.mu: a
+// transaction that reads the cache meanwhile waits for that many at most.
+const foldChunk = 256
+
+// fold records the values of a committed batch. The committer calls it,
+// once the batch is durable and before it publishes it as committed.
 func (vc *valueCache) fold(b *batch) {
-	for _, e := range b.writes {
-		vc.put(e.key, e.val, !e.del)
+	for ws := b.writes; len(ws) > 0; {
+		n := min(len(ws), foldChunk)
+		vc.mu.Lock()
+		for _, e := range ws[:n] {
+			vc.set(e.key, e.val, !e.del)
+		}
+		vc.mu.Unlock()
+		ws = ws[n:]
 	}
 }

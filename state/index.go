@@ -84,10 +84,20 @@ func hashKey(ph uint64, key []byte) uint64 {
 // index finds a batch's entries by key: open addressing with linear
 // probing over a power-of-two table kept at most half full. A line hashes a
 // key once for every batch it looks in, and finds it without joining it
-// to its bucket's prefix.
+// to its bucket's prefix. Each slot holds its entry's hash beside it, so
+// that a probe reads the entry (and its key) only when the hashes match:
+// with thousands of keys a batch, most probes of a key the batch does not
+// hold (a line looks in the staging batch, then the one committing, then
+// the last committed) would otherwise cost a cache miss each.
 type index struct {
-	slots []*entry
+	slots []slot
 	n     int
+}
+
+// slot is an entry of the index and its hash; e nil for an empty one.
+type slot struct {
+	h uint64
+	e *entry
 }
 
 // newIndex returns an index with room for n entries.
@@ -96,16 +106,16 @@ func newIndex(n int) index {
 	for size < 2*n {
 		size *= 2
 	}
-	return index{slots: make([]*entry, size)}
+	return index{slots: make([]slot, size)}
 }
 
 // get returns the entry of q, or nil.
 func (ix *index) get(q *bkey) *entry {
 	m := uint64(len(ix.slots) - 1)
 	for i := q.h & m; ; i = (i + 1) & m {
-		e := ix.slots[i]
-		if e == nil || e.h == q.h && q.isEntry(e) {
-			return e
+		s := &ix.slots[i]
+		if s.e == nil || s.h == q.h && q.isEntry(s.e) {
+			return s.e
 		}
 	}
 }
@@ -114,14 +124,14 @@ func (ix *index) get(q *bkey) *entry {
 func (ix *index) insert(e *entry) {
 	if 2*(ix.n+1) > len(ix.slots) {
 		old := ix.slots
-		ix.slots = make([]*entry, 2*len(old))
+		ix.slots = make([]slot, 2*len(old))
 		for _, o := range old {
-			if o != nil {
+			if o.e != nil {
 				ix.place(o)
 			}
 		}
 	}
-	ix.place(e)
+	ix.place(slot{h: e.h, e: e})
 	ix.n++
 }
 
@@ -130,8 +140,8 @@ func (ix *index) insert(e *entry) {
 func (ix *index) remove(e *entry) {
 	m := uint64(len(ix.slots) - 1)
 	i := e.h & m
-	for ix.slots[i] != e {
-		if ix.slots[i] == nil {
+	for ix.slots[i].e != e {
+		if ix.slots[i].e == nil {
 			return // not in the index
 		}
 		i = (i + 1) & m
@@ -139,7 +149,7 @@ func (ix *index) remove(e *entry) {
 	for j := i; ; {
 		j = (j + 1) & m
 		f := ix.slots[j]
-		if f == nil {
+		if f.e == nil {
 			break
 		}
 		// f stays where it is when its home slot k is cyclically in (i, j].
@@ -150,15 +160,15 @@ func (ix *index) remove(e *entry) {
 		ix.slots[i] = f
 		i = j
 	}
-	ix.slots[i] = nil
+	ix.slots[i] = slot{}
 	ix.n--
 }
 
-func (ix *index) place(e *entry) {
+func (ix *index) place(s slot) {
 	m := uint64(len(ix.slots) - 1)
-	i := e.h & m
-	for ix.slots[i] != nil {
+	i := s.h & m
+	for ix.slots[i].e != nil {
 		i = (i + 1) & m
 	}
-	ix.slots[i] = e
+	ix.slots[i] = s
 }

@@ -62,7 +62,7 @@ func TestBKeyIsItsFullKey(t *testing.T) {
 	if string(full) != string(a.prefix)+"k1" {
 		t.Fatalf("full key %q", full)
 	}
-	bt := newBatch(1, 0)
+	bt := newBatch(1, 0, nil)
 	e := bt.add(&q)
 	var again bkey
 	again.set(newBucketInfo("ns", "a"), []byte("k1"))

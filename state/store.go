@@ -256,7 +256,31 @@ type batch struct {
 
 	arena []byte  // keys and values of writes
 	ents  []entry // entries not used yet
+	// The memory the batch was cut from: its arena's chunks and its
+	// entries' slabs, taken from pool (see memPool) and given back to it
+	// once the batch is retired.
+	pool   *memPool
+	chunks [][]byte
+	slabs  [][]entry
 }
+
+// memPool is the memory of retired batches, for the next batches to cut
+// theirs from: with thousands of keys a batch, their entries, keys,
+// values and indexes were most of what a line allocated. Only the holder
+// of the token uses it: a batch gives its memory back (memPool.reuse)
+// once it is retired, two commits after its own, at a cut, when no Apply
+// or View runs and so no transaction still reads it.
+type memPool struct {
+	chunks [][]byte  // arena chunks of chunkSize bytes
+	slabs  [][]entry // entry slabs of slabLen
+	slots  [][]slot  // index tables
+	writes [][]*entry
+}
+
+const (
+	chunkSize = 64 << 10 // the arena's largest chunks, the ones reused
+	slabLen   = 64
+)
 
 // batchOut is what a batch appends to one output.
 type batchOut struct {
@@ -273,8 +297,59 @@ const maxBatchBytes = 1 << 30
 
 // grow gives the arena a new chunk with room for n bytes at least.
 func (b *batch) grow(n int) {
-	b.arena = make([]byte, 0, max(n, min(max(2*cap(b.arena), 1024), 64<<10)))
+	size := max(n, min(max(2*cap(b.arena), 1024), chunkSize))
+	if p := b.pool; p != nil && size <= chunkSize && len(p.chunks) > 0 {
+		b.arena = p.chunks[len(p.chunks)-1]
+		p.chunks[len(p.chunks)-1] = nil
+		p.chunks = p.chunks[:len(p.chunks)-1]
+	} else {
+		b.arena = make([]byte, 0, size)
+	}
+	if cap(b.arena) == chunkSize {
+		b.chunks = append(b.chunks, b.arena)
+	}
 	b.grown += cap(b.arena)
+}
+
+// reuse takes the memory of b, a retired batch that nothing reads any
+// more. The caller holds the token.
+func (p *memPool) reuse(b *batch) {
+	// Bounded: what two large batches use.
+	for _, c := range b.chunks {
+		if len(p.chunks) < 2*maxBatchChunks {
+			p.chunks = append(p.chunks, c[:0])
+		}
+	}
+	for _, sl := range b.slabs {
+		if len(p.slabs) < 2*(1<<16)/slabLen {
+			clear(sl) // their pointers keep nothing alive
+			p.slabs = append(p.slabs, sl)
+		}
+	}
+	if len(p.slots) < 2 && b.idx.slots != nil {
+		clear(b.idx.slots)
+		p.slots = append(p.slots, b.idx.slots)
+	}
+	if len(p.writes) < 2 && b.writes != nil {
+		clear(b.writes[:cap(b.writes)])
+		p.writes = append(p.writes, b.writes[:0])
+	}
+	b.chunks, b.slabs, b.arena, b.ents, b.writes, b.idx = nil, nil, nil, nil, nil, index{}
+}
+
+// maxBatchChunks is the most arena chunks of a batch kept for reuse: 16
+// MiB.
+const maxBatchChunks = 256
+
+// slab returns an entry slab.
+func (p *memPool) slab() []entry {
+	if n := len(p.slabs); n > 0 {
+		sl := p.slabs[n-1]
+		p.slabs[n-1] = nil
+		p.slabs = p.slabs[:n-1]
+		return sl
+	}
+	return make([]entry, slabLen)
 }
 
 type markOf struct {
@@ -282,14 +357,29 @@ type markOf struct {
 	m  checkpoint.Mark
 }
 
-// newBatch returns an empty batch, room made for keys changes.
-func newBatch(seq uint64, keys int) *batch {
-	return &batch{
-		seq:    seq,
-		writes: make([]*entry, 0, keys),
-		idx:    newIndex(keys),
-		done:   make(chan struct{}),
+// newBatch returns an empty batch, room made for keys changes, cut from
+// pool (nil: new memory).
+func newBatch(seq uint64, keys int, pool *memPool) *batch {
+	b := &batch{seq: seq, pool: pool, done: make(chan struct{})}
+	if pool != nil {
+		if n := len(pool.writes); n > 0 && cap(pool.writes[n-1]) >= keys {
+			b.writes = pool.writes[n-1]
+			pool.writes[n-1] = nil
+			pool.writes = pool.writes[:n-1]
+		}
+		if n := len(pool.slots); n > 0 && len(pool.slots[n-1]) >= 2*keys && len(pool.slots[n-1]) <= 8*max(keys, 16) {
+			b.idx = index{slots: pool.slots[n-1]}
+			pool.slots[n-1] = nil
+			pool.slots = pool.slots[:n-1]
+		}
 	}
+	if b.writes == nil {
+		b.writes = make([]*entry, 0, keys)
+	}
+	if b.idx.slots == nil {
+		b.idx = newIndex(keys)
+	}
+	return b
 }
 
 // bytes returns a copy of p in the batch's arena.
@@ -312,7 +402,12 @@ func (b *batch) get(q *bkey) *entry { return b.idx.get(q) }
 // value yet.
 func (b *batch) add(q *bkey) *entry {
 	if len(b.ents) == 0 {
-		b.ents = make([]entry, 64)
+		if b.pool != nil {
+			b.ents = b.pool.slab()
+		} else {
+			b.ents = make([]entry, slabLen)
+		}
+		b.slabs = append(b.slabs, b.ents)
 	}
 	e := &b.ents[0]
 	b.ents = b.ents[1:]
@@ -377,19 +472,19 @@ type core struct {
 	// values: a line that reads a key its batch has not written yet finds
 	// it here rather than in the backend. nil after a failed commit.
 	recent *batch
-	// committed are the batches committed since the last snapshot, in
-	// their order, for the holder of the token to fold into vc; only
-	// when vc is not nil.
-	committed []*batch
-	changed   chan struct{}
-	feeds     map[feedKey]*feedState
-	lastFeed  *feedState // the one of the last Apply
-	seq       uint64     // of the last batch made
-	binds     []*checkpoint.Checkpoint
-	failed    error
-	failedCh  chan struct{} // see failedChan; closed by noteFailed
-	closed    bool
-	stats     Stats
+	// retired are the batches that were recent before, whose memory the
+	// next cut gives to pool (which only the holder of the token uses).
+	retired  []*batch
+	pool     memPool
+	changed  chan struct{}
+	feeds    map[feedKey]*feedState
+	lastFeed *feedState // the one of the last Apply
+	seq      uint64     // of the last batch made
+	binds    []*checkpoint.Checkpoint
+	failed   error
+	failedCh chan struct{} // see failedChan; closed by noteFailed
+	closed   bool
+	stats    Stats
 
 	wake     chan struct{}
 	stop     chan struct{}
@@ -406,8 +501,7 @@ type core struct {
 	txs     []Tx                      // transactions, used up to txi
 	txi     int                       // the next unused in txs
 	ts      txState                   // the running Apply or View
-	vc      *valueCache               // durable values read or committed; nil for none
-	fold    []*batch                  // committed batches to fold into vc
+	vc      *valueCache               // durable values read or committed; nil for none (the committer folds into it)
 	tw      txWrites                  // what the running Apply changed
 	// lastOutput names the output the last Apply wrote to: declared.
 	lastOutput string
@@ -429,7 +523,7 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 		outputs:   make(map[string]*Output),
 		outFree:   make(map[string][]byte),
 		applyFree: make(chan struct{}, 1),
-		cur:       newBatch(1, 0),
+		cur:       newBatch(1, 0, nil),
 		seq:       1,
 		changed:   make(chan struct{}),
 		feeds:     make(map[feedKey]*feedState),
@@ -602,8 +696,16 @@ func (c *core) cut() *batch {
 	c.sealed = b
 	c.ver.Add(1)
 	c.seq++
+	// No transaction runs (the caller holds the token), and the next one
+	// takes a new view of the batches (c.ver moved): the batches retired
+	// since the last cut are read no more, their memory serves again.
+	for i, r := range c.retired {
+		c.pool.reuse(r)
+		c.retired[i] = nil
+	}
+	c.retired = c.retired[:0]
 	// The next batch likely changes as many keys as this one.
-	c.cur = newBatch(c.seq, min(len(b.writes), 1<<16))
+	c.cur = newBatch(c.seq, min(len(b.writes), 1<<16), &c.pool)
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -769,7 +871,6 @@ func (c *core) enter(ctx context.Context, ns *nsStore, d *tidemark.Delivery) (fs
 	tx = c.newTx(ns, d, false)
 	c.snapshot()
 	c.mu.Unlock()
-	c.foldCommitted()
 	return fs, tx, false, nil
 }
 
@@ -1115,25 +1216,6 @@ func (c *core) snapshot() {
 	if ts.recent != c.recent {
 		ts.recent = c.recent
 	}
-	if len(c.committed) > 0 {
-		c.fold = append(c.fold, c.committed...)
-		clear(c.committed)
-		c.committed = c.committed[:0]
-	}
-}
-
-// foldCommitted brings the value cache up to date with the batches
-// committed before the last snapshot, in their order. The caller holds
-// the token, and not c.mu: a batch of 10,000 changes takes a millisecond.
-func (c *core) foldCommitted() {
-	if len(c.fold) == 0 {
-		return
-	}
-	for _, b := range c.fold {
-		c.vc.fold(b)
-	}
-	clear(c.fold)
-	c.fold = c.fold[:0]
 }
 
 // bucket returns the name and key prefix of bucket b of namespace ns. The
@@ -1374,6 +1456,13 @@ func (c *core) commit(b *batch) {
 		if o := c.opts.Observer; o != nil && err == nil {
 			o.ObserveCommit(b.count, time.Since(start))
 		}
+		if err == nil && c.vc != nil {
+			// Durable: its values go into the value cache here, off the
+			// goroutine of the Applies, before a transaction can stop
+			// finding them in b (when the next batch commits and takes
+			// its place as the last committed, see Tx.getOlder).
+			c.vc.fold(b)
+		}
 	}
 	c.mu.Lock()
 	if err != nil && c.failed == nil {
@@ -1393,11 +1482,12 @@ func (c *core) commit(b *batch) {
 			r.fs.durable, r.fs.hasDur = r.lin, true
 		}
 		// Its values are now those of the backend, until a later batch
-		// commits and takes its place.
-		c.recent = b
-		if c.vc != nil {
-			c.committed = append(c.committed, b)
+		// commits and takes its place (the value cache holds them by
+		// then: see the fold above).
+		if r := c.recent; r != nil && r != b && len(c.retired) < 4 {
+			c.retired = append(c.retired, r)
 		}
+		c.recent = b
 		// Its output bytes are in the files: the buffers serve again.
 		for _, o := range b.outs {
 			if cap(o.buf) <= maxOutputBuffer {
@@ -1610,7 +1700,6 @@ func (s *nsStore) View(fn func(tx *Tx) error) error {
 	closed := s.c.closed
 	s.c.snapshot()
 	s.c.mu.Unlock()
-	s.c.foldCommitted()
 	if closed {
 		tx.done = true
 		return ErrClosed

@@ -480,9 +480,6 @@ func (tx *Tx) getOlder(q *bkey) ([]byte, bool, error) {
 	// commits meanwhile held no change of the key, so cannot change it.
 	c.kbuf = q.appendTo(c.kbuf[:0])
 	if c.vc != nil {
-		// The batches committed before the snapshot first (leave takes
-		// a snapshot for the next Apply, which may not enter).
-		c.foldCommitted()
 		if v, ok := c.vc.get(c.kbuf); ok {
 			return v.val, v.ok, nil
 		}
