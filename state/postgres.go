@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,11 +113,18 @@ const pgSchemaLock = 0x7469_6465_6d61_726b // "tidemark"
 // pgFenceCode is the SQLSTATE tidemark_fence raises.
 const pgFenceCode = "TMFEN"
 
+// pgUniqueViolation is the SQLSTATE of an insert of a key in the table.
+const pgUniqueViolation = "23505"
+
 // SQL of the engine.
 const (
 	sqlFence  = `SELECT tidemark_fence($1, $2, $3, $4)`
 	sqlUpsert = `INSERT INTO tidemark_kv (store, k, v) SELECT $1, t.k, t.v FROM unnest($2::bytea[], $3::bytea[]) AS t(k, v)
 		ON CONFLICT (store, k) DO UPDATE SET v = excluded.v`
+	// sqlInsert writes keys the store knows are not in the table (see
+	// pgCache.split): a plain insert costs the server about 0.6 of an
+	// upsert a key.
+	sqlInsert = `INSERT INTO tidemark_kv (store, k, v) SELECT $1, t.k, t.v FROM unnest($2::bytea[], $3::bytea[]) AS t(k, v)`
 	sqlDelete = `DELETE FROM tidemark_kv WHERE store = $1 AND k = ANY($2::bytea[])`
 	sqlGet    = `SELECT v FROM tidemark_kv WHERE store = $1 AND k = $2`
 	sqlScan   = `SELECT k, v FROM tidemark_kv WHERE store = $1 AND k >= $2 ORDER BY k`
@@ -544,9 +553,13 @@ func (e *pgEngine) scan(prefix []byte, fn func(k, v []byte) error) error {
 //
 //	BEGIN
 //	SELECT tidemark_fence(store, token, commits, lease)  -- or TMFEN: abort
-//	INSERT … SELECT … unnest(keys, values) ON CONFLICT DO UPDATE  -- one or more
+//	INSERT … SELECT … unnest(keys, values)                -- keys known new
+//	INSERT … SELECT … unnest(keys, values) ON CONFLICT DO UPDATE  -- the others
 //	DELETE … WHERE k = ANY(keys)
 //	COMMIT
+//
+// (each statement once or more, see pgStatementBytes; keys in order, see
+// pgCache.split).
 //
 // Any error (the fence, a statement, a connection lost before COMMIT's
 // reply) fails the commit and the engine for good: a commit in doubt is a
@@ -567,28 +580,34 @@ func (e *pgEngine) commit(ws []write) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(sqlFence, e.store, e.token, e.commits, e.lease.Milliseconds())
-	var keys, vals, dels [][]byte
-	size := 0
-	for _, w := range ws {
-		if w.del {
-			dels = append(dels, w.key)
-			continue
+	ins, ups, dels := e.cache.split(ws)
+	queue := func(sql string, idx []int) {
+		var keys, vals [][]byte
+		size := 0
+		for _, i := range idx {
+			w := ws[i]
+			if size+len(w.key)+len(w.val) > pgStatementBytes && len(keys) > 0 {
+				b.Queue(sql, e.store, keys, vals)
+				keys, vals, size = nil, nil, 0
+			}
+			val := w.val
+			if val == nil {
+				val = []byte{} // an empty value is not NULL
+			}
+			keys, vals, size = append(keys, w.key), append(vals, val), size+len(w.key)+len(w.val)
 		}
-		if size+len(w.key)+len(w.val) > pgStatementBytes && len(keys) > 0 {
-			b.Queue(sqlUpsert, e.store, keys, vals)
-			keys, vals, size = nil, nil, 0
+		if len(keys) > 0 {
+			b.Queue(sql, e.store, keys, vals)
 		}
-		val := w.val
-		if val == nil {
-			val = []byte{} // an empty value is not NULL
-		}
-		keys, vals, size = append(keys, w.key), append(vals, val), size+len(w.key)+len(w.val)
 	}
-	if len(keys) > 0 {
-		b.Queue(sqlUpsert, e.store, keys, vals)
-	}
+	queue(sqlInsert, ins)
+	queue(sqlUpsert, ups)
 	if len(dels) > 0 {
-		b.Queue(sqlDelete, e.store, dels)
+		keys := make([][]byte, len(dels))
+		for j, i := range dels {
+			keys[j] = ws[i].key
+		}
+		b.Queue(sqlDelete, e.store, keys)
 	}
 	b.Queue("COMMIT")
 	sent := time.Now()
@@ -635,6 +654,11 @@ func (e *pgEngine) send(b *pgx.Batch) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == pgFenceCode {
 		return fmt.Errorf("postgres store %q: commit refused: %s: %w", e.store, pe.Message, ErrFenced)
+	}
+	if errors.As(err, &pe) && pe.Code == pgUniqueViolation {
+		return fmt.Errorf("postgres store %q: commit (lease token %d, commit %d): a key this store never wrote, or deleted, is in the table: "+
+			"the table was written behind the store's back (by hand, or by a process that does not hold the lease); nothing of the batch was committed; reopen the store: %w",
+			e.store, e.token, e.commits+1, err)
 	}
 	return fmt.Errorf("postgres store %q: commit (lease token %d, commit %d): %w", e.store, e.token, e.commits+1, err)
 }
@@ -714,6 +738,40 @@ func (c *pgCache) get(key []byte) (v []byte, ok, hit bool) {
 		return append([]byte{}, e.v...), true, true
 	}
 	return nil, false, c.complete
+}
+
+// split sorts the writes of a commit by key (a btree takes keys in order
+// with fewer pages touched a key: about 0.8 of the time in random order
+// for 10,000 new keys) and divides them: ins, the keys the cache knows
+// are not in the table (it is complete, and holds them absent or not at
+// all), ups the other keys written, dels the keys deleted, each a list of
+// indexes into ws.
+//
+// A key is absent from the table if the cache says so: every write of the
+// store goes through this engine, under its lease, and the cache takes
+// each commit once it is durable (commit, after send). Were the table
+// written behind the store's back, the insert of such a key fails the
+// commit (a unique violation), and the store with it: never silently.
+func (c *pgCache) split(ws []write) (ins, ups, dels []int) {
+	order := make([]int, len(ws))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(ws[a].key, ws[b].key) })
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, i := range order {
+		w := ws[i]
+		switch {
+		case w.del:
+			dels = append(dels, i)
+		case c.complete && !isOutputChunk(w.key) && !c.m[string(w.key)].ok:
+			ins = append(ins, i)
+		default:
+			ups = append(ups, i)
+		}
+	}
+	return ins, ups, dels
 }
 
 // load adds a key read at open; false when it does not fit.

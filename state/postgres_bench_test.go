@@ -102,6 +102,7 @@ func BenchmarkPostgresDistinctKeys(b *testing.B) {
 	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "keys/s")
 	b.ReportMetric(float64(s.Stats().Commits), "commits")
+	b.ReportMetric(float64(pgEngineOf(s).reads.Load()), "server-reads")
 }
 
 // BenchmarkPostgresColdRead measures a read inside Apply of a durable key

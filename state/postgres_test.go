@@ -416,3 +416,68 @@ func TestPostgresReadCache(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresKeyWrittenBehindTheStoreFailsTheCommit: a store whose read
+// cache holds every key inserts the keys it knows are new with a plain
+// INSERT. A row put in its table by hand meanwhile fails the commit that
+// inserts that key (and the store: ErrFailed), with an error that says
+// so; nothing of the batch is committed.
+func TestPostgresKeyWrittenBehindTheStoreFailsTheCommit(t *testing.T) {
+	dir := t.TempDir()
+	o := &Options{Logger: quietLogger(), Unbound: true, BatchSize: 1 << 20, BatchInterval: time.Hour}
+	s, err := Open(pgSpec(t, dir), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	put := func(n int, key string) {
+		t.Helper()
+		if _, err := s.Apply(context.Background(), del("f", 1, n), func(tx *Tx) error {
+			_, err := tx.AddInt64([]byte(key), 1)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A key made, deleted and made again, each in a batch of its own, is
+	// inserted again (the cache forgot it at the delete).
+	put(1, "a")
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(context.Background(), del("f", 1, 2), func(tx *Tx) error { return tx.Delete([]byte("a")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	put(3, "a")
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatalf("insert of a key deleted before: %v", err)
+	}
+	if got := getInt(t, s, "a"); got != 1 {
+		t.Fatalf("a = %d, want 1", got)
+	}
+
+	key := append(newBucketInfo("", "").prefix, "b"...)
+	pgExec(t, dir, "INSERT INTO tidemark_kv (store, k, v) VALUES ($1, $2, $3)", dir, key, []byte("by hand"))
+	put(4, "b")
+	put(5, "a")
+	err = s.Flush(context.Background())
+	if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "behind the store's back") {
+		t.Fatalf("Flush of a batch inserting a key put in the table by hand: %v; want ErrFailed saying the table was written behind the store's back", err)
+	}
+	var v []byte
+	if err := pgConn(t, dir).QueryRow(context.Background(), "SELECT v FROM tidemark_kv WHERE store = $1 AND k = $2", dir, key).Scan(&v); err != nil || string(v) != "by hand" {
+		t.Fatalf("the row put by hand: %q, %v", v, err)
+	}
+	s.Close()
+	s2, err := Open(pgSpec(t, dir), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if got := getInt(t, s2, "a"); got != 1 {
+		t.Fatalf("after the failed commit, a = %d: want 1 (nothing of the batch committed)", got)
+	}
+}

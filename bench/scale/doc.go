@@ -21,6 +21,15 @@
 //	                               its successor on the partition: p50, max
 //
 // TIDEMARK_SCALE_PROFILE=DIR writes a CPU profile of each measured worker
-// into DIR (ledger run --cpuprofile). Nothing here asserts a speed; see
-// bench/README.md for the figures.
+// into DIR (ledger run --cpuprofile). TIDEMARK_SCALE_BASELINE=EXE names a
+// ledger program built from another commit: BenchmarkJetStreamToPostgres
+// then runs it too in each round, and reports this build's worker CPU a
+// line as a ratio of the baseline's (cpu-ratio), measured in the same run
+// on the same stream; BenchmarkHighCardinality reports the ratio of the
+// rates (ratio):
+//
+//	(cd /path/to/checkout-of-main && go build -o /tmp/ledger-base ./examples/ledger)
+//	TIDEMARK_SCALE_BASELINE=/tmp/ledger-base go test ./scale -run '^$' -bench JetStreamToPostgres -benchtime 5x
+//
+// Nothing here asserts a speed; see bench/RESULTS.md for the figures.
 package scale

@@ -153,6 +153,11 @@ type worker struct {
 }
 
 func (e *env) startWorker(name, stream string, extra ...string) *worker {
+	return e.startWorkerOf(e.exe, name, stream, extra...)
+}
+
+// startWorkerOf starts a worker of the ledger program exe.
+func (e *env) startWorkerOf(exe, name, stream string, extra ...string) *worker {
 	b := e.b
 	b.Helper()
 	w := &worker{b: b, name: name, exited: make(chan struct{}), changed: make(chan struct{}),
@@ -163,7 +168,7 @@ func (e *env) startWorker(name, stream string, extra ...string) *worker {
 	}
 	args := append([]string{"run", "--source", e.url(stream), "--store", e.db, "--worker", name,
 		"--events", "--progress", "none", "--log-level", "warn"}, extra...)
-	w.cmd = exec.Command(e.exe, args...)
+	w.cmd = exec.Command(exe, args...)
 	w.cmd.Stderr = w.log
 	out, err := w.cmd.StdoutPipe()
 	if err != nil {
@@ -273,12 +278,17 @@ func (w *worker) stop() {
 // CPU time per line (user and system, start and stop included): what the
 // machine's load does not change much.
 func (e *env) ledgerRate(stream string, lines int64) (rate float64, cpu time.Duration) {
+	return e.ledgerRateOf(e.exe, stream, lines)
+}
+
+// ledgerRateOf is ledgerRate with the ledger program exe.
+func (e *env) ledgerRateOf(exe, stream string, lines int64) (rate float64, cpu time.Duration) {
 	e.runs++
 	args := []string{"--job", fmt.Sprintf("bench%d", e.runs)}
 	if dir := os.Getenv("TIDEMARK_SCALE_PROFILE"); dir != "" {
 		args = append(args, "--cpuprofile", filepath.Join(dir, fmt.Sprintf("%s-%d.cpu", e.b.Name(), e.runs)))
 	}
-	w := e.startWorker("bench", stream, args...)
+	w := e.startWorkerOf(exe, "bench", stream, args...)
 	w.waitUntil("every line saved", func() bool { return w.total() >= lines })
 	w.mu.Lock()
 	d := time.Since(w.firstAcq)
@@ -328,16 +338,37 @@ func (e *env) bareRate(stream string, lines int) (rate float64, cpu time.Duratio
 	return float64(lines) / time.Since(start).Seconds(), (cpuSelf() - cpu0) / time.Duration(lines)
 }
 
+// baselineExe is the ledger program TIDEMARK_SCALE_BASELINE names, ""
+// when it names none: a build of another commit, to compare a change
+// with in the same run (go build -o /tmp/ledger-base ./examples/ledger in
+// a checkout of that commit).
+func baselineExe(b *testing.B) string {
+	exe := os.Getenv("TIDEMARK_SCALE_BASELINE")
+	if exe == "" {
+		return ""
+	}
+	if _, err := os.Stat(exe); err != nil {
+		b.Fatalf("TIDEMARK_SCALE_BASELINE: %v", err)
+	}
+	return exe
+}
+
 // BenchmarkJetStreamToPostgres: the ledger, one worker, one partition,
 // exactly once (JetStream with sync_interval: always, PostgreSQL with
 // synchronous_commit on), against a bare durable pull consumer of the same
-// stream.
+// stream. With TIDEMARK_SCALE_BASELINE, each round also runs that build of
+// the ledger, and the worker's CPU a line is compared with it.
 func BenchmarkJetStreamToPostgres(b *testing.B) {
 	const lines = 200_000
 	e := newEnv(b)
 	e.fill(map[string]int{"ONE": 1}, lines, 1000)
-	var led, bare, ledCPU, bareCPU []float64
+	baseExe := baselineExe(b)
+	var led, bare, ledCPU, bareCPU, base, baseCPU []float64
 	for range b.N {
+		if baseExe != "" {
+			r, c := e.ledgerRateOf(baseExe, "ONE", lines)
+			base, baseCPU = append(base, r), append(baseCPU, float64(c.Nanoseconds()))
+		}
 		// The two alternate; the bare consumer reads through a consumer
 		// of its own, the ledger through its partition's.
 		r, c := e.bareRate("ONE", lines)
@@ -357,19 +388,42 @@ func BenchmarkJetStreamToPostgres(b *testing.B) {
 	b.ReportMetric(rc, "bare-cpu-ns/msg")
 	fmt.Printf("scale: JetStream → PostgreSQL, one worker, exactly once: %.0f lines/s (worker CPU %.1f µs a line); bare durable pull consumer (AckAll every 1,000): %.0f msgs/s (client CPU %.1f µs a message); ratio %.2f (%d lines, %d runs, load average %s)\n",
 		l, lc/1000, r, rc/1000, l/r, lines, b.N, loadAvg())
+	if baseExe != "" {
+		bl, bc := median(base), median(baseCPU)
+		b.ReportMetric(bl, "baseline-lines/s")
+		b.ReportMetric(bc, "baseline-worker-cpu-ns/line")
+		b.ReportMetric(lc/bc, "cpu-ratio")
+		fmt.Printf("scale: baseline %s: %.0f lines/s (worker CPU %.1f µs a line); this build's CPU a line %.2f of the baseline's (runs: this %v, baseline %v µs)\n",
+			baseExe, bl, bc/1000, lc/bc, micros(ledCPU), micros(baseCPU))
+	}
+}
+
+// micros rounds nanoseconds to tenths of microseconds, for the record.
+func micros(ns []float64) []float64 {
+	out := make([]float64, len(ns))
+	for i, v := range ns {
+		out[i] = float64(int(v/100+0.5)) / 10
+	}
+	return out
 }
 
 // BenchmarkHighCardinality: the ledger, one worker, one partition, over
 // 1,000,000 accounts, so that nearly every line changes an account no
 // earlier line did: each batch commits about as many keys as it has lines.
-// keys/s is the distinct accounts made durable a second.
+// keys/s is the distinct accounts made durable a second. With
+// TIDEMARK_SCALE_BASELINE, each round also runs that build.
 func BenchmarkHighCardinality(b *testing.B) {
 	const lines, accounts = 200_000, 1_000_000
 	e := newEnv(b)
 	e.fill(map[string]int{"WIDE": 1}, lines, accounts)
 	keys := e.distinctAccounts()
-	var rates []float64
+	baseExe := baselineExe(b)
+	var rates, base []float64
 	for range b.N {
+		if baseExe != "" {
+			r, _ := e.ledgerRateOf(baseExe, "WIDE", lines)
+			base = append(base, r)
+		}
 		r, _ := e.ledgerRate("WIDE", lines)
 		rates = append(rates, r)
 	}
@@ -379,6 +433,22 @@ func BenchmarkHighCardinality(b *testing.B) {
 	b.ReportMetric(k, "keys/s")
 	fmt.Printf("scale: high cardinality, one worker, %d lines over %d accounts (%d distinct): %.0f lines/s, %.0f distinct keys/s (load average %s)\n",
 		lines, accounts, keys, r, k, loadAvg())
+	if baseExe != "" {
+		bl := median(base)
+		b.ReportMetric(bl*float64(keys)/lines, "baseline-keys/s")
+		b.ReportMetric(r/bl, "ratio")
+		fmt.Printf("scale: baseline %s: %.0f distinct keys/s; this build %.2f of it (runs: this %v, baseline %v lines/s)\n",
+			baseExe, bl*float64(keys)/lines, r/bl, rounded(rates), rounded(base))
+	}
+}
+
+// rounded rounds rates to whole numbers, for the record.
+func rounded(xs []float64) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = float64(int(x + 0.5))
+	}
+	return out
 }
 
 // distinctAccounts counts the accounts of the input fill generated.

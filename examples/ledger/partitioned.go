@@ -54,8 +54,15 @@ type partLedger struct {
 	root   state.Store
 	pace   time.Duration
 	buf    []byte
-	rec    []byte
 	atOpen int64 // lines the store held when it opened, applied and rejected
+
+	// The line Handle applies, and the function it applies it with (made
+	// once, so that a line allocates no closure), as the file path's
+	// ledger does.
+	e        Entry
+	d        tidemark.Delivery
+	applyFn  func(*state.Tx) error
+	accounts interned
 
 	applied, skipped, rejected atomic.Uint64
 }
@@ -82,6 +89,7 @@ func (l *partLedger) Start(ctx context.Context, fc *framework.Context) error {
 	}); err != nil {
 		return err
 	}
+	l.applyFn, l.accounts = l.applyLine, make(interned)
 	return fc.Subscribe(feedName)
 }
 
@@ -89,15 +97,12 @@ func (l *partLedger) Handle(ctx context.Context, d tidemark.Delivery, line []byt
 	if l.pace > 0 {
 		time.Sleep(l.pace)
 	}
-	e, err := ParseLine(line)
+	id, account, amount, err := parseFields(line)
 	if err != nil {
 		return l.reject(ctx, d, err.Error(), line)
 	}
-	applied, err := l.st.Apply(ctx, d, func(tx *state.Tx) error {
-		var err error
-		l.buf, err = applyEntry(tx, e, d, true, l.buf)
-		return err
-	})
+	l.e, l.d = Entry{ID: id, Account: l.accounts.of(account), Amount: amount}, d
+	applied, err := l.st.Apply(ctx, d, l.applyFn)
 	if errors.Is(err, state.ErrTooLarge) {
 		// Nothing of it was staged: the line is rejected instead.
 		return l.reject(ctx, d, err.Error(), line)
@@ -111,6 +116,15 @@ func (l *partLedger) Handle(ctx context.Context, d tidemark.Delivery, line []byt
 		l.skipped.Add(1)
 	}
 	return nil
+}
+
+// applyLine is the function Handle applies: the balance, counters and
+// output line of l.e. The store records the position (it always
+// de-duplicates here), so the ledger does not (own false).
+func (l *partLedger) applyLine(tx *state.Tx) error {
+	var err error
+	l.buf, err = applyEntry(tx, l.e, l.d, false, l.buf)
+	return err
 }
 
 // reject applies a rejected line: its record in rejects.csv and the count.
