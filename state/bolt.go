@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -41,9 +42,16 @@ type boltEngine struct {
 	// after each commit as the tree grows.
 	commitShare int64
 	keyCap      atomic.Int64
+	// vouched is set once the file passed its check, or was found as the
+	// store left it checked (boltleft.go), and cleared by damage: a clean
+	// close then records how it left the file.
+	vouched atomic.Bool
+	logger  *slog.Logger
 	// lastWritten and lastKeys are the pages the last commit of at least
 	// minRatioKeys keys wrote, and its keys (the committer's).
 	lastWritten, lastKeys int64
+	hooks                 *hooks
+	verifyMax             int64 // Options.VerifyMaxBytes as opened
 }
 
 // minRatioKeys is the least keys a commit changes for the pages it wrote a
@@ -231,7 +239,7 @@ func openBolt(dir string, opts *Options) (_ *boltEngine, err error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("open bbolt %s: create bucket: %w", path, err), db.Close())
 	}
-	e := &boltEngine{db: db, dir: dir, path: path, commitShare: boltCommitShare(opts.cacheSize())}
+	e := &boltEngine{db: db, dir: dir, path: path, commitShare: boltCommitShare(opts.cacheSize()), logger: opts.logger(), hooks: opts.hooks, verifyMax: opts.verifyMaxBytes()}
 	e.updateKeyCap(0, 0)
 	return e, nil
 }
@@ -303,7 +311,24 @@ func (e *boltEngine) commit(ws []write) (err error) {
 func (e *boltEngine) close() (err error) {
 	e.stopChecking()
 	defer func(old bool) { e.guard(old, recover(), &err) }(debug.SetPanicOnFault(true))
-	return e.db.Close()
+	// A large file left checked is recorded so (see boltleft.go).
+	var txid uint64
+	record := e.vouched.Load() && e.broken.Load() == nil && e.verifyMax >= 0 &&
+		e.db.View(func(tx *bolt.Tx) error { txid = uint64(tx.ID()); return nil }) == nil && e.size() > e.verifyMax
+	if err := e.db.Close(); err != nil {
+		return err
+	}
+	if record {
+		e.recordLeft(txid)
+	}
+	return nil
+}
+
+func (e *boltEngine) log() *slog.Logger {
+	if e.logger != nil {
+		return e.logger
+	}
+	return slog.Default()
 }
 
 // limits are bbolt's: its Put refuses a longer key or value, and so would

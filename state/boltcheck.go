@@ -12,8 +12,6 @@ import (
 	"os"
 	"slices"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // The check of a bbolt file. bbolt trusts its pages: a leaf whose element
@@ -98,12 +96,19 @@ type bbRef struct {
 }
 
 // checkFile checks the file of e as committed by its latest meta page. It
-// must not run while a commit may: its caller holds commits back.
+// holds a read transaction of bbolt for as long as it reads, so that
+// commits made meanwhile (a file left checked, see boltleft.go, does not
+// hold them back) reuse none of the pages it reads: bbolt frees a page
+// for reuse only once no reader of a transaction that reached it is left.
+// The meta page of the transaction is read before anything else: the next
+// commit but one writes over it.
 func (e *boltEngine) checkFile(value func(k, v []byte) error, stop <-chan struct{}) (pages int, err error) {
-	var txid uint64
-	if err := e.db.View(func(tx *bolt.Tx) error { txid = uint64(tx.ID()); return nil }); err != nil {
+	tx, err := e.db.Begin(false)
+	if err != nil {
 		return 0, err
 	}
+	defer func() { _ = tx.Rollback() }()
+	txid := uint64(tx.ID())
 	f, err := os.Open(e.path)
 	if err != nil {
 		return 0, fmt.Errorf("check bbolt %s: %w", e.path, err)
@@ -119,6 +124,9 @@ func (ck *boltCheck) run(txid uint64) error {
 	m, err := ck.meta(txid)
 	if err != nil {
 		return err
+	}
+	if h := ck.e.hooks; h != nil && h.boltCheck != nil && ck.stop != nil {
+		h.boltCheck(ck.stop)
 	}
 	ck.hwm = m.hwm
 	ck.seen = make([]uint64, (m.hwm+63)/64)
@@ -431,6 +439,9 @@ type bgCheck struct {
 	done chan struct{} // closed with err set
 	err  error
 	stop chan struct{} // closed by Close to end the check
+	// left says the file was found as the store left it checked
+	// (boltleft.go): commits do not wait for this check.
+	left bool
 }
 
 // checkAtOpen checks the bbolt file of an existing store (see boltCheck):
@@ -447,12 +458,19 @@ func (e *boltEngine) checkAtOpen(value func(k, v []byte) error, maxBytes int64, 
 	size := e.size()
 	if size <= maxBytes {
 		_, err := e.runCheck(value, nil)
+		e.vouched.Store(err == nil)
 		return err
 	}
-	bg := &bgCheck{done: make(chan struct{}), stop: make(chan struct{})}
+	bg := &bgCheck{done: make(chan struct{}), stop: make(chan struct{}), left: e.leftChecked()}
 	e.bg = bg
-	log.Info("state: checking the bbolt file in the background; the store serves reads meanwhile, and its first commit waits for the check",
-		"store", e.dir, "file", e.path, "bytes", size, "verify_max_bytes", maxBytes)
+	if bg.left {
+		e.vouched.Store(true)
+		log.Info("state: checking the bbolt file in the background; the file is as this store left it checked at its last close, so commits do not wait for the check",
+			"store", e.dir, "file", e.path, "bytes", size, "verify_max_bytes", maxBytes)
+	} else {
+		log.Info("state: checking the bbolt file in the background; the store serves reads meanwhile, and its first commit waits for the check",
+			"store", e.dir, "file", e.path, "bytes", size, "verify_max_bytes", maxBytes)
+	}
 	go func() {
 		defer close(bg.done)
 		start := time.Now()
@@ -462,6 +480,8 @@ func (e *boltEngine) checkAtOpen(value func(k, v []byte) error, maxBytes int64, 
 			bg.err = fmt.Errorf("check bbolt %s: %w", e.path, ErrClosed)
 		case err != nil:
 			bg.err = err
+			e.vouched.Store(false)
+			e.forgetLeft()
 			log.Error("state: the check of the bbolt file found damage: the store refuses every read and commit from now on",
 				"store", e.dir, "file", e.path, "err", err)
 			// The store fails before its reads do: a read refused means
@@ -471,6 +491,7 @@ func (e *boltEngine) checkAtOpen(value func(k, v []byte) error, maxBytes int64, 
 				e.broken.CompareAndSwap(nil, ce)
 			}
 		default:
+			e.vouched.Store(true)
 			log.Info("state: the bbolt file passed its check", "store", e.dir, "file", e.path, "pages", pages, "took", time.Since(start).Round(time.Millisecond))
 		}
 	}()
@@ -492,6 +513,18 @@ func (e *boltEngine) runCheck(value func(k, v []byte) error, stop <-chan struct{
 // returns its error.
 func (e *boltEngine) waitChecked() error {
 	if e.bg == nil {
+		return nil
+	}
+	if e.bg.left {
+		// The file is as the store left it checked: a commit waits for
+		// nothing, but not past damage the check found.
+		select {
+		case <-e.bg.done:
+			if !errors.Is(e.bg.err, ErrClosed) {
+				return e.bg.err
+			}
+		default:
+		}
 		return nil
 	}
 	<-e.bg.done
@@ -560,4 +593,15 @@ func (c *core) checked() error {
 		return be.waitChecked()
 	}
 	return nil
+}
+
+// checkedFully waits for the check running in the background even when
+// the file is as the store left it checked: an upgrade gives checksums
+// only to values of a file checked in this process.
+func (c *core) checkedFully() error {
+	if be, ok := c.rawEngine().(*boltEngine); ok && be.bg != nil {
+		<-be.bg.done
+		return be.bg.err
+	}
+	return c.checked()
 }

@@ -80,7 +80,14 @@
 //     returns it, and [Store.Failed] is closed at once). The check costs about 0.4 s for 1,000,000 values (a file of 140 MiB) and 5
 //     to 7 s for 10,000,000 (1.4 GiB), about 4 s a GiB on a loaded 2-core
 //     machine; an open that leaves it to the background takes milliseconds
-//     (BenchmarkOpenVerify). A panic or fault of bbolt on a damaged page
+//     (BenchmarkOpenVerify). A restart must not wait seconds for it on a
+//     store it left sound: a clean close of a large file that passed its
+//     check (or was vouched for so) records its size, modification time
+//     (set a second back first, so that any later write moves it), inode
+//     and meta transaction in state.bolt.checked, and an open that finds
+//     the file exactly so lets its commits go on while the check runs
+//     (the check still fails the store on damage, and removes the record).
+//     Snapshots, backups and upgrades still wait for the check. A panic or fault of bbolt on a damaged page
 //     becomes an error (the memory-mapped pages are read with
 //     debug.SetPanicOnFault). Pebble checks its own blocks as it reads them;
 //     before it opens, the store reads its MANIFEST (Pebble takes a damaged

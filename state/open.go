@@ -124,7 +124,15 @@ type Options struct {
 	// nothing. The check takes about 0.4 s for a file of 140 MiB (1,000,000
 	// values) and 5 to 7 s for 1.4 GiB (10,000,000) on a loaded 2-core
 	// machine (BenchmarkOpenVerify); an open that leaves it to the
-	// background returns in a few milliseconds. For Pebble, a database of
+	// background returns in a few milliseconds. A store that closes
+	// cleanly with a file above this size checked (or vouched for, as
+	// below) records how it left the file beside it (state.bolt.checked:
+	// size, modification time, inode, transaction); the next open that
+	// finds the file exactly so still checks it in the background, and
+	// damage found fails the store as above, but its commits do not wait
+	// for the check: a restart on a large store applies its first lines
+	// at once. A file written, copied or replaced since, or left by a
+	// crash, does not match, and its first commit waits. For Pebble, a database of
 	// at most this size is opened read-only first and its levels checked.
 	VerifyMaxBytes int64
 
@@ -163,6 +171,10 @@ type hooks struct {
 	whileCutting func()
 	// afterUpgradeChunk runs after each chunk of an upgrade is committed.
 	afterUpgradeChunk func()
+	// boltCheck runs in the background check of a bbolt file once it
+	// read the meta page, before the tree; stop is closed when the store
+	// closes.
+	boltCheck func(stop <-chan struct{})
 }
 
 func (o *Options) logger() *slog.Logger {

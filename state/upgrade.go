@@ -49,7 +49,7 @@ func Upgrade(config string, opts *Options) (upgraded bool, err error) {
 	if c.eng.(*sumEngine).sums {
 		return false, nil
 	}
-	if err := c.checked(); err != nil {
+	if err := c.checkedFully(); err != nil {
 		return false, err
 	}
 	if err := c.upgradeV1(nil); err != nil {
