@@ -433,6 +433,10 @@ func (ck *boltCheck) damaged(id uint64, what string) *CorruptError {
 	return &CorruptError{Backend: Bolt, Dir: ck.e.dir, File: ck.e.path, Record: fmt.Sprintf("page %d of the bbolt database", id), Detail: what}
 }
 
+// leftCheckDelay is how long the background check of a file left checked
+// waits before it reads.
+const leftCheckDelay = time.Second
+
 // bgCheck is the check of a bbolt file running in the background: the
 // store serves reads meanwhile, and its first commit waits for the result.
 type bgCheck struct {
@@ -473,6 +477,19 @@ func (e *boltEngine) checkAtOpen(value func(k, v []byte) error, maxBytes int64, 
 	}
 	go func() {
 		defer close(bg.done)
+		if bg.left {
+			// Nothing waits for this check: it starts a moment later, so
+			// that a short run (a restart that applies a few lines) does
+			// not share the machine with its reads.
+			t := time.NewTimer(leftCheckDelay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-bg.stop:
+				bg.err = fmt.Errorf("check bbolt %s: %w", e.path, ErrClosed)
+				return
+			}
+		}
 		start := time.Now()
 		pages, err := e.runCheck(value, bg.stop)
 		switch {
