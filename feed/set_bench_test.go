@@ -20,11 +20,16 @@ func BenchmarkFileSetRead(b *testing.B) {
 		name         string
 		files, lines int
 		sync         SyncPolicy
-	}{{"one-file", 1, 100_000, SyncEveryCommit}, {"100-files", 100, 1000, SyncEveryCommit},
-		{"one-file-syncnever", 1, 100_000, SyncNever}, {"100-files-syncnever", 100, 1000, SyncNever}} {
+		lineLen      int
+	}{
+		{"one-file", 1, 100_000, SyncEveryCommit, 100}, {"100-files", 100, 1000, SyncEveryCommit, 100},
+		{"one-file-syncnever", 1, 100_000, SyncNever, 100}, {"100-files-syncnever", 100, 1000, SyncNever, 100},
+		// Bench row 15's shape: the ledger's lines of about 30 bytes.
+		{"one-file-1M", 1, 1_000_000, SyncEveryCommit, 30}, {"1000-files", 1000, 1000, SyncEveryCommit, 30},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
 			dir := b.TempDir()
-			line := strings.Repeat("x", 99) + "\n"
+			line := strings.Repeat("x", bc.lineLen-1) + "\n"
 			for i := range bc.files {
 				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%04d.csv", i)), []byte(strings.Repeat(line, bc.lines)), 0o644); err != nil {
 					b.Fatal(err)
