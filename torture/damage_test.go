@@ -309,8 +309,9 @@ func crashed(out string) string {
 			return "crashed (" + s + ")"
 		}
 	}
-	// The runtime's, at the start of a line (the framework logs a "fatal
-	// error" of its own in a message).
+	// The runtime's, at the start of a line (the framework's log never
+	// says it; a message may quote one, as Pebble's "reported a fatal
+	// error").
 	if strings.HasPrefix(out, "fatal error:") || strings.Contains(out, "\nfatal error:") {
 		return "crashed (fatal error:)"
 	}

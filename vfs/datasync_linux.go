@@ -6,7 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func (f osFile) Datasync() error {
+func (f *osFile) Datasync() error {
 	for {
 		err := unix.Fdatasync(int(f.Fd()))
 		if err != unix.EINTR {

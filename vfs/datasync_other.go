@@ -2,4 +2,4 @@
 
 package vfs
 
-func (f osFile) Datasync() error { return f.Sync() }
+func (f *osFile) Datasync() error { return f.Sync() }

@@ -7,6 +7,6 @@ import (
 	"os"
 )
 
-func (f osFile) Lock() error {
+func (f *osFile) Lock() error {
 	return &os.PathError{Op: "lock", Path: f.Name(), Err: errors.ErrUnsupported}
 }

@@ -12,7 +12,7 @@ import (
 // (this process's own included) from reading and writing the file.
 const lockOffset = 1 << 62
 
-func (f osFile) Lock() error {
+func (f *osFile) Lock() error {
 	ol := &windows.Overlapped{Offset: uint32(lockOffset & 0xffffffff), OffsetHigh: uint32(lockOffset >> 32)}
 	err := windows.LockFileEx(windows.Handle(f.Fd()), windows.LOCKFILE_EXCLUSIVE_LOCK|windows.LOCKFILE_FAIL_IMMEDIATELY, 0, 1, 0, ol)
 	switch {

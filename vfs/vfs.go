@@ -32,6 +32,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 )
 
 // File is an open file.
@@ -126,13 +127,18 @@ func (osFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 	return wrap(os.OpenFile(name, flag, perm))
 }
 
-type osFile struct{ *os.File }
+// osFile is a file of the operating system's file system. locked is set
+// once Lock took the file's lock: Close then releases it first.
+type osFile struct {
+	*os.File
+	locked atomic.Bool
+}
 
 func wrap(f *os.File, err error) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return &osFile{File: f}, nil
 }
 func (osFS) Stat(name string) (fs.FileInfo, error)        { return os.Stat(name) }
 func (osFS) Rename(oldname, newname string) error         { return os.Rename(oldname, newname) }
