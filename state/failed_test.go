@@ -117,21 +117,31 @@ func TestFailedByTheBackgroundCheck(t *testing.T) {
 	bp := listBoltPages(t, filepath.Join(orig, boltFile))
 	leaf := bp.leaves[len(bp.leaves)/2]
 	le.PutUint16(data[leaf*bp.ps+10:], le.Uint16(data[leaf*bp.ps+10:])+1) // one element more
-	dir := t.TempDir()
 	store, err := os.ReadFile(filepath.Join(orig, storeFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(dir, boltFile)
-	if err := os.WriteFile(filepath.Join(dir, storeFile), store, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s, err := OpenBolt(dir, o)
-	if err != nil {
-		t.Fatalf("open (the file is checked in the background): %v", err)
+	// The check may end before the open does (the open's reads then fail
+	// with the damage): a fresh copy is opened until the open returns
+	// first.
+	var s Store
+	var file string
+	for attempt := 1; s == nil; attempt++ {
+		dir := t.TempDir()
+		file = filepath.Join(dir, boltFile)
+		if err := os.WriteFile(filepath.Join(dir, storeFile), store, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err = OpenBolt(dir, o)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), file) || attempt == 20 {
+				t.Fatalf("open (the file is checked in the background), attempt %d: %v", attempt, err)
+			}
+			s = nil
+		}
 	}
 	defer s.Close()
 	failedWithin(t, s)
