@@ -102,7 +102,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Sync, "sync", false, "save each line durably before the next, instead of batched asynchronous saves")
 	fs.IntVar(&o.Batch, "batch", 0, fmt.Sprintf("lines per batched save (0: %d)", state.DefaultBatchSize))
 	fs.DurationVar(&o.BatchInterval, "batch-interval", 0, fmt.Sprintf("longest wait of a staged line for its save (0: %v)", state.DefaultBatchInterval))
-	fs.Int64Var(&o.CacheSize, "cache-size", 0, fmt.Sprintf("bytes of memory for the store's caches of balances and, with Pebble, of its blocks (0: %d MiB; -1: none); about 350 bytes an account (470 with Pebble) keeps every balance in memory", state.DefaultCacheSize>>20))
+	fs.Int64Var(&o.CacheSize, "cache-size", 0, fmt.Sprintf("bytes of memory for the store's caches of balances and, with Pebble, of its blocks (0: %d MiB; -1: none); with bbolt, half of it (at most 128 MiB) is kept for the memory of a save and the balances get the rest; about 350 bytes an account of the balances' part (470 of the whole with Pebble) keeps every balance in memory", state.DefaultCacheSize>>20))
 	fs.Int64Var(&o.VerifyMaxBytes, "verify-max-bytes", 0, fmt.Sprintf("a bbolt store of at most this many bytes is checked whole before the run starts; a larger one is checked while the run starts, and the first save waits for the check (0: %d MiB; -1: never)", state.DefaultVerifyMaxBytes>>20))
 	fs.BoolVar(&o.Follow, "follow", false, "tail the input (appends, rotation, truncation) until SIGTERM or SIGINT")
 	fs.DurationVar(&o.Pace, "pace", 0, "sleep this long per line, for demonstrations")
