@@ -149,12 +149,7 @@ func TestSetReadsEveryFile(t *testing.T) {
 // restart reads each from its own committed position.
 func TestSetStopMidwayResumesEachFile(t *testing.T) {
 	dir := t.TempDir()
-	var paths []string
-	for i := range 5 {
-		p := filepath.Join(dir, fmt.Sprintf("f%d.log", i))
-		write(t, p, genLines(fmt.Sprintf("f%d", i), 0, 300))
-		paths = append(paths, p)
-	}
+	paths := writeSet(t, dir, 5, 300)
 	s := openSet(t, dir, Config{}, "f*.log")
 	committed := map[string]int64{}
 	epochs := map[string]uint64{}
@@ -414,4 +409,17 @@ func TestSetConfigErrors(t *testing.T) {
 			t.Errorf("%+v: %v, want an error about %s", tc.cfg, err, tc.want)
 		}
 	}
+}
+
+// writeSet writes n files f0.log, f1.log… in dir, each of lines lines
+// (genLines with the prefix f0, f1…), and returns their paths in order.
+func writeSet(t *testing.T, dir string, n, lines int) []string {
+	t.Helper()
+	var paths []string
+	for i := range n {
+		p := filepath.Join(dir, fmt.Sprintf("f%d.log", i))
+		write(t, p, genLines(fmt.Sprintf("f%d", i), 0, lines))
+		paths = append(paths, p)
+	}
+	return paths
 }

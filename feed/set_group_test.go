@@ -101,12 +101,7 @@ func TestSetGroupCommitSharesOneWriter(t *testing.T) {
 // back, the entry reaches the position committed.
 func TestSetGroupCommitWriteFails(t *testing.T) {
 	dir := t.TempDir()
-	var paths []string
-	for i := range 3 {
-		p := filepath.Join(dir, fmt.Sprintf("f%d.log", i))
-		write(t, p, genLines(fmt.Sprintf("f%d", i), 0, 400))
-		paths = append(paths, p)
-	}
+	paths := writeSet(t, dir, 3, 400)
 	rf := &registryFaults{reg: filepath.Join(dir, "ptr", "files"+pointer.RegistrySuffix)}
 	s := openSet(t, dir, Config{GroupCommit: true, FS: rf.fs()}, "*.log")
 	byFile := map[string][]got{}

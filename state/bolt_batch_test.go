@@ -153,9 +153,18 @@ func TestBoltBatchCutByCommitMemory(t *testing.T) {
 		t.Errorf("%d batches of %d lines in all (%v), want %d lines", len(counts), total, counts, lines)
 	}
 	// Every line applied once.
+	if sum := sumInt64s(t, s, "acct"); sum != keys+lines {
+		t.Errorf("sum of the balances %d, want %d", sum, keys+lines)
+	}
+}
+
+// sumInt64s returns the sum of the int64 values of bucket in s's default
+// namespace, read in one View.
+func sumInt64s(t *testing.T, s Store, bucket string) int64 {
+	t.Helper()
 	var sum int64
 	if err := s.View(func(tx *Tx) error {
-		return tx.Bucket("acct").ForEach(func(k, v []byte) error {
+		return tx.Bucket(bucket).ForEach(func(_, v []byte) error {
 			x, _ := decodeInt64(v)
 			sum += x
 			return nil
@@ -163,7 +172,5 @@ func TestBoltBatchCutByCommitMemory(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if sum != keys+lines {
-		t.Errorf("sum of the balances %d, want %d", sum, keys+lines)
-	}
+	return sum
 }

@@ -100,14 +100,7 @@ func TestBoltLeftCheckedCommitsWithoutWaiting(t *testing.T) {
 	step("a byte rewritten after the close", true)
 	step("left checked again", false)
 	// A copy of the folder with the file's time kept: another inode.
-	rec, err := os.ReadFile(filepath.Join(dir, boltLeftFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, ok := parseLeft(rec)
-	if !ok {
-		t.Fatalf("record does not parse: %q", rec)
-	}
+	l := readLeft(t, dir)
 	cp := t.TempDir()
 	for _, name := range []string{boltFile, storeFile, boltLeftFile} {
 		data, err := os.ReadFile(filepath.Join(dir, name))
@@ -168,14 +161,7 @@ func TestBoltLeftCheckedDamageAtRestStillFails(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := os.ReadFile(filepath.Join(dir, boltLeftFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, ok := parseLeft(rec)
-	if !ok {
-		t.Fatalf("record does not parse: %q", rec)
-	}
+	l := readLeft(t, dir)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -275,17 +261,7 @@ func TestBoltLeftCheckedCommitsDuringTheCheck(t *testing.T) {
 	if err := s.(*nsStore).c.checkedFully(); err != nil {
 		t.Fatalf("the check, with commits meanwhile: %v", err)
 	}
-	var sum int64
-	if err := s.View(func(tx *Tx) error {
-		return tx.Bucket("acct").ForEach(func(k, v []byte) error {
-			x, _ := decodeInt64(v)
-			sum += x
-			return nil
-		})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if sum != 3000*11 {
+	if sum := sumInt64s(t, s, "acct"); sum != 3000*11 {
 		t.Errorf("sum %d, want %d", sum, 3000*11)
 	}
 }
@@ -303,4 +279,19 @@ func addKeys(t *testing.T, s Store, n int) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// readLeft reads and parses the record a clean close of the bbolt store in
+// dir left beside its file.
+func readLeft(t *testing.T, dir string) boltLeft {
+	t.Helper()
+	rec, err := os.ReadFile(filepath.Join(dir, boltLeftFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, ok := parseLeft(rec)
+	if !ok {
+		t.Fatalf("record does not parse: %q", rec)
+	}
+	return l
 }
