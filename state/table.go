@@ -145,20 +145,54 @@ func (t *Table[K, V]) Update(tx *Tx, k K, fn func(v V, ok bool) (V, error)) (V, 
 func (t *Table[K, V]) Add(tx *Tx, k K, delta V) (V, error) {
 	var zero V
 	if t.add == nil {
-		return zero, fmt.Errorf("table %q: Add needs a value codec of Int64 or Uint64, not %s: %w", t.bucket, t.schema.Value, ErrNotInt64)
+		return zero, t.notAdder()
 	}
 	if err := tx.check(true); err != nil {
 		return zero, err
-	}
-	bi := tx.binfo(t.bucket)
-	if bi.schema != t.schema {
-		tx.recordSchema(bi, t.schema)
 	}
 	key, err := t.key(tx, k)
 	if err != nil {
 		return zero, err
 	}
+	return t.addIn(tx, key, delta)
+}
+
+// AddEncoded is [Table.Add] of the key whose encoding is key: the bytes
+// the table's key codec appends for it (for a [String] key, the string's
+// bytes). It is for a caller that holds a key's bytes and not the key,
+// such as a parser's slice of an input line: no key is made, and no
+// string allocated. key is read, never kept, and may change once
+// AddEncoded returns. Bytes that the key codec does not decode (an
+// [Int64] key of 5 bytes) are refused with an error, and nothing is
+// written.
+func (t *Table[K, V]) AddEncoded(tx *Tx, key []byte, delta V) (V, error) {
+	var zero V
+	if t.add == nil {
+		return zero, t.notAdder()
+	}
+	if err := tx.check(true); err != nil {
+		return zero, err
+	}
+	if t.raw == nil {
+		// A String key decodes from any bytes; another codec checks.
+		if _, err := t.keys.DecodeKey(key); err != nil {
+			return zero, fmt.Errorf("table %q: AddEncoded: key %x is not an encoding of the key codec (%s): %w", t.bucket, key, t.schema.Key, err)
+		}
+	}
+	return t.addIn(tx, key, delta)
+}
+
+// addIn is Add of the encoded key, the transaction checked.
+func (t *Table[K, V]) addIn(tx *Tx, key []byte, delta V) (V, error) {
+	bi := tx.binfo(t.bucket)
+	if bi.schema != t.schema {
+		tx.recordSchema(bi, t.schema)
+	}
 	return t.add.add(tx, bi, key, delta)
+}
+
+func (t *Table[K, V]) notAdder() error {
+	return fmt.Errorf("table %q: Add needs a value codec of Int64 or Uint64, not %s: %w", t.bucket, t.schema.Value, ErrNotInt64)
 }
 
 // key encodes k into the transaction's scratch space; a String key is its

@@ -332,3 +332,85 @@ func TestTableSchemaIsRecorded(t *testing.T) {
 		}
 	})
 }
+
+// AddEncoded adds to the key whose encoding it is given, as Add does to
+// the key: the same value, staged, durable and read back through the
+// table; the bytes it was given are not kept (the caller's buffer changes
+// after each call); an encoding the key codec does not decode is refused
+// and writes nothing; a failed Apply keeps nothing of it; a done Tx and
+// View refuse it.
+func TestTableAddEncoded(t *testing.T) {
+	byNum := NewTable("enc-num", Int64{}, Int64{})
+	forEachBackend(t, func(t *testing.T, be backend) {
+		s := mustOpen(t, be, t.TempDir(), testOpts())
+		ctx := context.Background()
+		buf := []byte("alice")
+		var kept *Tx
+		if _, err := s.Apply(ctx, del("f", 1, 1), func(tx *Tx) error {
+			kept = tx
+			if v, err := testBalances.AddEncoded(tx, buf, 100); err != nil || v != 100 {
+				return fmt.Errorf("AddEncoded = %d, %v", v, err)
+			}
+			copy(buf, "bobby") // the caller's buffer, reused
+			if v, err := testBalances.AddEncoded(tx, buf, 7); err != nil || v != 7 {
+				return fmt.Errorf("AddEncoded of another key in the same buffer = %d, %v", v, err)
+			}
+			if v, err := testBalances.Add(tx, "alice", 1); err != nil || v != 101 {
+				return fmt.Errorf("Add after AddEncoded = %d, %v", v, err)
+			}
+			k, _ := Int64{}.AppendKey(nil, -5)
+			if v, err := byNum.AddEncoded(tx, k, 3); err != nil || v != 3 {
+				return fmt.Errorf("AddEncoded of an int64 key = %d, %v", v, err)
+			}
+			if _, err := byNum.AddEncoded(tx, k[:5], 3); err == nil || !errors.Is(err, ErrNotInt64) {
+				return fmt.Errorf("AddEncoded of 5 bytes for an int64 key: %v, want ErrNotInt64", err)
+			}
+			if _, err := testByID.AddEncoded(tx, k, "x"); !errors.Is(err, ErrNotInt64) {
+				return fmt.Errorf("AddEncoded on a table of strings: %v, want ErrNotInt64", err)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := testBalances.AddEncoded(kept, []byte("alice"), 1); !errors.Is(err, ErrTxDone) {
+			t.Fatalf("AddEncoded on a done Tx: %v, want ErrTxDone", err)
+		}
+		boom := errors.New("boom")
+		if _, err := s.Apply(ctx, del("f", 1, 2), func(tx *Tx) error {
+			if _, err := testBalances.AddEncoded(tx, []byte("alice"), 1000); err != nil {
+				return err
+			}
+			if _, err := testBalances.AddEncoded(tx, []byte("carol"), 1000); err != nil {
+				return err
+			}
+			return boom
+		}); !errors.Is(err, boom) {
+			t.Fatalf("Apply: %v, want boom", err)
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.View(func(tx *Tx) error {
+			if _, err := testBalances.AddEncoded(tx, []byte("alice"), 1); !errors.Is(err, ErrReadOnly) {
+				return fmt.Errorf("AddEncoded in View: %v, want ErrReadOnly", err)
+			}
+			got := map[string]int64{}
+			for k, v := range testBalances.All(tx) {
+				got[k] = v
+			}
+			if want := map[string]int64{"alice": 101, "bobby": 7}; fmt.Sprint(got) != fmt.Sprint(want) {
+				return fmt.Errorf("balances %v, want %v", got, want)
+			}
+			n := map[int64]int64{}
+			for k, v := range byNum.All(tx) {
+				n[k] = v
+			}
+			if fmt.Sprint(n) != fmt.Sprint(map[int64]int64{-5: 3}) {
+				return fmt.Errorf("int64 keys %v, want map[-5:3]", n)
+			}
+			return tx.Err()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

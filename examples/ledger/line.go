@@ -36,8 +36,10 @@ func ParseLine(line []byte) (Entry, error) {
 }
 
 // parseFields is ParseLine without the account's string: account is a
-// part of line. The ledger's Handle takes the string from its intern table
-// (interned), so that a line of an account seen before allocates nothing.
+// part of line. The ledger's Handle adds to the account's balance by its
+// bytes (Table.AddEncoded); the partitioned one takes the string from its
+// intern table (interned): a line of an account seen before allocates
+// nothing in either.
 func parseFields(line []byte) (id int64, account []byte, amount int64, err error) {
 	if id, account, amount, ok := parseCanonical(line); ok {
 		return id, account, amount, nil

@@ -163,15 +163,18 @@ type ledger struct {
 	buf    []byte
 
 	// The line being applied, for applyFn (group goroutine): a function
-	// made once, so that a line allocates no closure.
-	e Entry
+	// made once, so that a line allocates no closure. e.Account is set
+	// only for a line that is not canonical: account holds its bytes, a
+	// part of the delivered line (the balance's key is read from it, and
+	// no string is made per line).
+	e       Entry
+	account []byte
 	// line is the line of e when it is as AppendLine writes e (see
 	// parseCanonical), else nil.
-	line     []byte
-	d        tidemark.Delivery
-	staged   int // reject records applyFn staged
-	applyFn  func(tx *state.Tx) error
-	accounts interned
+	line    []byte
+	d       tidemark.Delivery
+	staged  int // reject records applyFn staged
+	applyFn func(tx *state.Tx) error
 
 	applied, skipped, malformed atomic.Uint64
 	// rej is the ledger's side of the reject log (rejectout.go).
@@ -211,12 +214,16 @@ func (l *ledger) Handle(ctx context.Context, d tidemark.Delivery, line []byte) e
 		}
 	}
 	if l.applyFn == nil {
-		l.applyFn, l.accounts = l.applyLine, make(interned)
+		l.applyFn = l.applyLine
 	}
-	l.e, l.d, l.staged = Entry{ID: id, Account: l.accounts.of(account), Amount: amount}, d, 0
+	l.e, l.account, l.d, l.staged = Entry{ID: id, Amount: amount}, account, d, 0
 	l.line = nil
 	if canonical {
 		l.line = line
+	} else {
+		// The output line is formatted from e (a line that is not
+		// canonical is rare: its account's string is made).
+		l.e.Account = string(account)
 	}
 	// Without de-duplication, a delivery without positions is never taken
 	// for a re-delivery: the store applies it again. The ledger records
@@ -242,7 +249,7 @@ func (l *ledger) Handle(ctx context.Context, d tidemark.Delivery, line []byte) e
 // skipped before it.
 func (l *ledger) applyLine(tx *state.Tx) error {
 	var err error
-	if l.buf, err = applyLineOf(tx, l.e, l.line, l.d, !l.dedupe, l.buf); err != nil {
+	if l.buf, err = applyLineOf(tx, l.e, l.account, l.line, l.d, !l.dedupe, l.buf); err != nil {
 		return err
 	}
 	l.staged, err = l.rej.stage(tx, l.d)

@@ -127,15 +127,24 @@ func readLedgerTx(tx *state.Tx) (st LedgerState, last tidemark.Applied, err erro
 // record is the one ReadStore reports, and two more writes a line would
 // only repeat it).
 func applyEntry(tx *state.Tx, e Entry, d tidemark.Delivery, own bool, buf []byte) ([]byte, error) {
-	return applyLineOf(tx, e, nil, d, own, buf)
+	return applyLineOf(tx, e, nil, nil, d, own, buf)
 }
 
-// applyLineOf is applyEntry, given, when line is not nil, the input line
-// of e as AppendLine writes it (without its newline; see parseCanonical):
-// the output line is that line and the balance, its bytes copied rather
-// than e formatted again.
-func applyLineOf(tx *state.Tx, e Entry, line []byte, d tidemark.Delivery, own bool, buf []byte) ([]byte, error) {
-	bal, err := balances.Add(tx, e.Account, e.Amount)
+// applyLineOf is applyEntry, given, when account is not nil, the bytes of
+// e's account (e.Account is not read then), and, when line is not nil,
+// the input line of e as AppendLine writes it (without its newline; see
+// parseCanonical): the output line is that line and the balance, its
+// bytes copied rather than e formatted again. Both are parts of the
+// delivered line: the balance's key is read from it, and no string is
+// made of the account.
+func applyLineOf(tx *state.Tx, e Entry, account, line []byte, d tidemark.Delivery, own bool, buf []byte) ([]byte, error) {
+	var bal int64
+	var err error
+	if account != nil {
+		bal, err = balances.AddEncoded(tx, account, e.Amount)
+	} else {
+		bal, err = balances.Add(tx, e.Account, e.Amount)
+	}
 	if err != nil {
 		return buf, err
 	}
