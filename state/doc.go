@@ -331,8 +331,9 @@
 //
 // (2026-11-29 23:29 UTC, load about 1.3.)
 //
-// Staging a line allocates nothing but its Tx handle (16 bytes) and the
-// handle of each output it writes (24 bytes), both cut from slabs; a
+// Staging a line allocates nothing but its Tx handle (32 bytes, the
+// handle of its first bucket in it) and the handle of each output it
+// writes (24 bytes), both cut from slabs; a
 // batch's entries, keys, values and index are cut from the memory of the
 // batches committed before it. The function writes straight into the
 // staging batch (its output bytes too), whose keys are found through an

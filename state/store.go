@@ -1165,6 +1165,7 @@ func (c *core) newTx(ns *nsStore, d *tidemark.Delivery, readOnly bool) *Tx {
 		c.txs, c.txi = make([]Tx, 256), 0
 		for i := range c.txs {
 			c.txs[i].txState = &c.ts
+			c.txs[i].bk.tx = &c.txs[i]
 		}
 	}
 	tx := &c.txs[c.txi]

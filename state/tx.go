@@ -14,13 +14,16 @@ import (
 // error (or panics). A Tx is valid only inside the function and must not be shared
 // with other goroutines. The Tx methods act on the namespace's root bucket.
 //
-// A Tx is a small handle (16 bytes, cut from a slab), never reused, so
-// that one kept past its function stays done; what it works with
-// (*txState) is the store's, reused by every Apply and View (they are
-// serialized).
+// A Tx is a small handle (32 bytes with the handle of its first bucket,
+// cut from a slab), never reused, so that one kept past its function stays
+// done; what it works with (*txState) is the store's, reused by every
+// Apply and View (they are serialized).
 type Tx struct {
 	*txState
 	done bool
+	// bk is the first bucket handed out (bk.tx is set with the slab, see
+	// core.newTx): a line that uses one bucket cuts no handle.
+	bk Bucket
 }
 
 // txState is the state of the running transaction.
@@ -41,8 +44,10 @@ type txState struct {
 	cur, sealed, recent *batch
 	// ow is the last output writer handed out.
 	ow *OutputWriter
-	// bks are the last buckets handed out.
-	bks [4]*Bucket
+	// bks are the last buckets handed out past Tx.bk; bkNext is where
+	// the next one goes.
+	bks    [4]*Bucket
+	bkNext int
 	// err is the first error of an iteration of the running transaction
 	// (see fail); reset by each.
 	err error
@@ -123,6 +128,13 @@ func (tx *Tx) Bucket(name string) *Bucket {
 		// Beside Apply: nothing of the store's is touched.
 		return &Bucket{tx: tx, bucketInfo: tx.binfo(name)}
 	}
+	if tx.bk.bucketInfo == nil {
+		tx.bk.bucketInfo = tx.binfo(name)
+		return &tx.bk
+	}
+	if tx.bk.name == name {
+		return &tx.bk
+	}
 	// Cut from a slab, and remembered for this transaction.
 	ts := tx.txState
 	for _, b := range ts.bks {
@@ -132,8 +144,8 @@ func (tx *Tx) Bucket(name string) *Bucket {
 	}
 	b := fromSlab(&tx.c.bks)
 	b.tx, b.bucketInfo = tx, tx.binfo(name)
-	copy(ts.bks[1:], ts.bks[:])
-	ts.bks[0] = b
+	ts.bks[ts.bkNext%len(ts.bks)] = b
+	ts.bkNext++
 	return b
 }
 
