@@ -65,6 +65,9 @@ type partLedger struct {
 	accounts interned
 
 	applied, skipped, rejected atomic.Uint64
+	// started is set once Start has set st, root and atOpen, which the
+	// watcher reads from its own goroutine.
+	started atomic.Bool
 }
 
 func (l *partLedger) Start(ctx context.Context, fc *framework.Context) error {
@@ -90,6 +93,7 @@ func (l *partLedger) Start(ctx context.Context, fc *framework.Context) error {
 		return err
 	}
 	l.applyFn, l.accounts = l.applyLine, make(interned)
+	l.started.Store(true)
 	return fc.Subscribe(feedName)
 }
 
@@ -213,6 +217,7 @@ func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer)
 	if o.Events {
 		ev = &partEvents{w: stdout}
 	}
+	held := &heldParts{held: map[int]int64{}}
 	cfg := cluster.Config{
 		Name:          o.Job,
 		Worker:        worker,
@@ -246,8 +251,16 @@ func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer)
 			if e.Kind == cluster.Lost && errors.Is(e.Err, state.ErrFenced) {
 				logger.Warn("ledger: a partition was taken over while this worker was paused or cut off; its late saves were refused", "partition", e.Partition, "token", e.Token)
 			}
+			// A partition's durable events follow its acquired event,
+			// and none follows its release or loss.
+			if e.Kind != cluster.Acquired {
+				held.event(e)
+			}
 			if ev != nil {
 				ev.partition(e)
+			}
+			if e.Kind == cluster.Acquired {
+				held.event(e)
 			}
 		},
 		Logger: logger,
@@ -275,7 +288,7 @@ func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		watchPartitions(sup, current, ev, o.Progress, stderr, stopWatch)
+		watchPartitions(held, sup.Status().Worker, parts, current, ev, o.Progress, stderr, stopWatch)
 	}()
 	fmt.Fprintf(stderr, "ledger: worker %s of job %s: stream %s, %d partitions, stores in %s\n", sup.Status().Worker, o.Job, t.stream, parts, redactURL(o.Store))
 	if ev != nil {
@@ -357,17 +370,59 @@ func (e *partEvents) partition(ev cluster.Event) {
 	}
 }
 
+// heldParts is the partitions this worker runs, by partition, with the
+// token it holds each by, as its events say: what the watcher reads
+// (every 2 ms with --events) instead of the supervisor's Status, which
+// builds the view of every worker and partition.
+type heldParts struct {
+	mu   sync.Mutex
+	held map[int]int64
+	// list is the held partitions and their tokens, in partition order,
+	// rebuilt at each change.
+	list []heldPart
+}
+
+type heldPart struct {
+	partition int
+	token     int64
+}
+
+// event notes what ev changes.
+func (h *heldParts) event(ev cluster.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch ev.Kind {
+	case cluster.Acquired:
+		h.held[ev.Partition] = ev.Token
+	case cluster.Released, cluster.Lost:
+		delete(h.held, ev.Partition)
+	default:
+		return
+	}
+	h.list = h.list[:0]
+	for p, t := range h.held {
+		h.list = append(h.list, heldPart{p, t})
+	}
+	slices.SortFunc(h.list, func(a, b heldPart) int { return a.partition - b.partition })
+}
+
+// appendTo appends the held partitions to list.
+func (h *heldParts) appendTo(list []heldPart) []heldPart {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append(list, h.list...)
+}
+
 // watchPartitions prints durable events (every 2 ms, for the partitions
 // whose saves moved) and progress lines (every second) until stop.
-func watchPartitions(sup *cluster.Supervisor, current func(int) *partLedger, ev *partEvents, progress string, stderr io.Writer, stop <-chan struct{}) {
+func watchPartitions(held *heldParts, worker string, parts int, current func(int) *partLedger, ev *partEvents, progress string, stderr io.Writer, stop <-chan struct{}) {
 	type last struct {
 		token    int64
 		pos, app int64
 	}
 	seen := map[int]last{}
 	// Events time a take-over's first save (bench/scale's failover row):
-	// every 2 ms. The progress line needs far less, and a Status of every
-	// partition is not free.
+	// every 2 ms. The progress line needs far less.
 	every := 50 * time.Millisecond
 	if ev != nil {
 		every = 2 * time.Millisecond
@@ -376,22 +431,18 @@ func watchPartitions(sup *cluster.Supervisor, current func(int) *partLedger, ev 
 	defer tick.Stop()
 	var lastLine time.Time
 	var lastApplied int64
+	var list []heldPart
 	for {
 		select {
 		case <-stop:
 			return
 		case <-tick.C:
 		}
-		st := sup.Status()
+		list = held.appendTo(list[:0])
 		var total int64
-		var held []string
-		for _, ps := range st.PartitionStates {
-			if ps.State != cluster.Running {
-				continue
-			}
-			held = append(held, strconv.Itoa(ps.Partition))
-			proc := current(ps.Partition)
-			if proc == nil || proc.st == nil {
+		for _, hp := range list {
+			proc := current(hp.partition)
+			if proc == nil || !proc.started.Load() {
 				continue
 			}
 			pos, app := proc.durable()
@@ -399,17 +450,20 @@ func watchPartitions(sup *cluster.Supervisor, current func(int) *partLedger, ev 
 			if ev == nil {
 				continue
 			}
-			l := last{ps.Token, pos, app}
-			if seen[ps.Partition] != l {
-				seen[ps.Partition] = l
-				ev.printf("durable partition=%d token=%d position=%d lines=%d\n", ps.Partition, ps.Token, pos, app)
+			l := last{hp.token, pos, app}
+			if seen[hp.partition] != l {
+				seen[hp.partition] = l
+				ev.printf("durable partition=%d token=%d position=%d lines=%d\n", hp.partition, hp.token, pos, app)
 			}
 		}
 		if progress != "none" && time.Since(lastLine) >= time.Second {
 			if !lastLine.IsZero() {
-				slices.Sort(held)
+				names := make([]string, len(list))
+				for i, hp := range list {
+					names[i] = strconv.Itoa(hp.partition)
+				}
 				fmt.Fprintf(stderr, "ledger: worker %s holds %d of %d partitions (%s), %d lines saved in them, %.0f lines/s\n",
-					st.Worker, len(held), st.Partitions, strings.Join(held, ","), total, float64(total-lastApplied)/time.Since(lastLine).Seconds())
+					worker, len(list), parts, strings.Join(names, ","), total, float64(total-lastApplied)/time.Since(lastLine).Seconds())
 			}
 			lastLine, lastApplied = time.Now(), total
 		}
