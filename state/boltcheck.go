@@ -550,30 +550,32 @@ func (e *boltEngine) waitChecked() error {
 
 // stopChecking ends the check running in the background, if any.
 func (e *boltEngine) stopChecking() {
-	if e.bg == nil {
-		return
+	if e.bg != nil {
+		stopAndWait(e.bg.stop, e.bg.done)
 	}
+}
+
+// stopAndWait closes stop, unless it is closed, and waits for done: the end
+// of a check running in the background.
+func stopAndWait(stop chan struct{}, done <-chan struct{}) {
 	select {
-	case <-e.bg.stop:
+	case <-stop:
 	default:
-		close(e.bg.stop)
+		close(stop)
 	}
-	<-e.bg.done
+	<-done
 }
 
 // checkStore checks the backend's data at open: bbolt's file (see
 // boltEngine.checkAtOpen); Pebble checks its blocks' checksums as it
-// reads them (and a small store whole at open, see pebbleEngine.check).
+// reads them (and a small store whole at open, see pebbleEngine.check, or
+// in the background when the store left it checked, see pebble_left.go).
 func (c *core) checkStore(sums *sumEngine) error {
-	be, ok := sums.engine.(*boltEngine)
-	if !ok {
-		return nil
-	}
 	var value func(k, v []byte) error
 	if sums.sums {
 		value = func(k, v []byte) error { _, err := sums.verify(k, v); return err }
 	}
-	return be.checkAtOpen(value, c.opts.verifyMaxBytes(), c.log, func(err error) {
+	fail := func(err error) {
 		c.mu.Lock()
 		if c.failed == nil {
 			c.stats.LastError = err.Error()
@@ -582,7 +584,16 @@ func (c *core) checkStore(sums *sumEngine) error {
 		}
 		c.broadcast()
 		c.mu.Unlock()
-	})
+	}
+	switch e := sums.engine.(type) {
+	case *boltEngine:
+		return e.checkAtOpen(value, c.opts.verifyMaxBytes(), c.log, fail)
+	case *pebbleEngine:
+		if e.left && e.bg == nil {
+			e.checkLeftInBackground(value, c.log, fail)
+		}
+	}
+	return nil
 }
 
 // checked waits for the check of the backend's data running in the

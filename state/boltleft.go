@@ -138,22 +138,7 @@ func (e *boltEngine) recordLeft(txid uint64) {
 		if err != nil || !ok {
 			return errors.Join(err, os.Remove(path))
 		}
-		tmp := path + ".tmp"
-		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-		if err != nil {
-			return err
-		}
-		_, err = f.WriteString(l.String())
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Rename(tmp, path)
-		}
-		return err
+		return writeFileSynced(path, l.String())
 	}()
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		e.log().Warn("state: could not record the checked bbolt file: the next open waits for its check before it commits", "store", e.dir, "file", path, "err", err)

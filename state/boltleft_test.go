@@ -83,20 +83,7 @@ func TestBoltLeftCheckedCommitsWithoutWaiting(t *testing.T) {
 	step("the file as the store left it", false)
 	step("again", false)
 	// A byte written over with its own value: the file's time moves.
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, 5000); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(b, 5000); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	rewriteByte(t, path, 5000)
 	step("a byte rewritten after the close", true)
 	step("left checked again", false)
 	// A copy of the folder with the file's time kept: another inode.
@@ -128,6 +115,26 @@ func TestBoltLeftCheckedCommitsWithoutWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("after a run without checks", true)
+}
+
+// rewriteByte writes the byte at off of the file at path over with its own
+// value.
+func rewriteByte(t *testing.T, path string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func applyCount(t *testing.T, s Store, n int) {

@@ -94,7 +94,13 @@
 //     record of it for its end, and would open an older version of its
 //     tables and delete the newer ones) and refuses a damaged one, and a
 //     database of at most VerifyMaxBytes is opened read-only and its levels
-//     checked first. A file output's committed bytes are checked at open
+//     checked first (about 2 µs a key), unless the store left it so at its
+//     last clean close: state.pebble.checked then lists every file of the
+//     database with its size, modification time (set a second back) and
+//     inode, and an open that finds them exactly so reads the whole
+//     database in the background instead, a second later (damage found
+//     fails the store; the record is removed at every open, so a crash
+//     leaves none). A file output's committed bytes are checked at open
 //     against a CRC-32C recorded with its length. Each failure is a
 //     [*CorruptError] (wrapping [ErrCorrupt]) that names the file, the
 //     record (namespace, bucket, key) and what to do: restore the folder

@@ -31,14 +31,37 @@ type pebbleEngine struct {
 	fatal atomic.Bool
 	// dir is the store's folder, path the database's.
 	dir, path string
+	// vouched is set once the database passed its check of the levels, was
+	// made by this store, or was found as the store left it checked
+	// (pebble_left.go), and cleared by damage: a clean close then records
+	// how it left the files.
+	vouched atomic.Bool
+	// broken is the damage the background read of a database left
+	// checked found (pebble_left.go).
+	broken atomic.Pointer[CorruptError]
+	// bg is that read, nil when none was started.
+	bg *pebbleBgCheck
+	// left is set when the open found the database as the store left it
+	// checked: the store reads it in the background (checkLeftInBackground).
+	left      bool
+	verifyMax int64 // Options.VerifyMaxBytes as opened
+	hooks     *hooks
 }
 
 // damaged returns err as a *CorruptError when Pebble says it found
 // damage (a block's checksum, a missing file), else err.
 func (e *pebbleEngine) damaged(err error) error {
-	if err == nil || !pebble.IsCorruptionError(err) {
+	if err == nil {
+		return nil
+	}
+	if ce := (*CorruptError)(nil); errors.As(err, &ce) {
+		e.vouched.Store(false)
 		return err
 	}
+	if !pebble.IsCorruptionError(err) {
+		return err
+	}
+	e.vouched.Store(false)
 	return errors.Join(&CorruptError{Backend: Pebble, Dir: e.dir, File: e.path, Record: "the Pebble database",
 		Detail: "Pebble found damaged data (" + firstLine(err.Error()) + ")"}, err)
 }
@@ -59,7 +82,7 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 	if fs == nil {
 		fs = pebblevfs.Default
 	}
-	e := &pebbleEngine{fs: fs, log: opts.logger(), bgErr: make(chan error, 1), dir: dir, path: path}
+	e := &pebbleEngine{fs: fs, log: opts.logger(), bgErr: make(chan error, 1), dir: dir, path: path, verifyMax: opts.verifyMaxBytes(), hooks: opts.hooks}
 	logger := pebbleLogger{log: opts.logger()}
 	po := &pebble.Options{
 		FS:     fs,
@@ -110,8 +133,19 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 		case md != nil:
 			return nil, md.err(dir, path)
 		}
-		if err := e.check(fs, po, opts.verifyMaxBytes()); err != nil {
-			return nil, err
+		// A database as the store left it checked is read in the
+		// background instead (see pebble_left.go).
+		if e.recordsLeft() && e.takeLeft() && e.verifyMax >= 0 {
+			e.vouched.Store(true)
+			e.left = true
+			opts.logger().Info("state: the Pebble database is as this store left it checked at its last close: its levels are not checked before the open, and it is read whole in the background",
+				"store", dir, "path", path)
+		} else {
+			checked, err := e.check(fs, po, opts.verifyMaxBytes())
+			if err != nil {
+				return nil, err
+			}
+			e.vouched.Store(checked)
 		}
 	}
 	// Pebble does not wait for another holder of its lock: retry until
@@ -122,6 +156,7 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 		if err == nil {
 			e.db = db
 			if create {
+				e.vouched.Store(true)
 				// A new database's first WAL was made before Pebble moved
 				// to the format asked for, without WAL sync chunks: a flush
 				// puts it behind, and its successor has them.
@@ -165,14 +200,15 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 
 // check opens the database read-only, without compactions, and checks
 // every level (db.CheckLevels: every key in order, every block read and
-// its checksum checked), when the database is at most maxBytes. Pebble
+// its checksum checked), when the database is at most maxBytes; checked
+// says it did. Pebble
 // panics on some damage (a key out of order in a damaged MANIFEST) in its
 // own compaction goroutines, where no recover reaches: the read-only open
 // starts none, and its panics on this goroutine become errors. An open
 // that fails for another reason (the lock) is left to the real open.
-func (e *pebbleEngine) check(fs pebblevfs.FS, po *pebble.Options, maxBytes int64) (err error) {
+func (e *pebbleEngine) check(fs pebblevfs.FS, po *pebble.Options, maxBytes int64) (checked bool, err error) {
 	if maxBytes < 0 {
-		return nil
+		return false, nil
 	}
 	var size int64
 	if names, err := fs.List(e.path); err == nil {
@@ -185,7 +221,10 @@ func (e *pebbleEngine) check(fs pebblevfs.FS, po *pebble.Options, maxBytes int64
 	if size > maxBytes {
 		e.log.Info("state: the Pebble database is larger than the check at open covers: its blocks are checked as they are read",
 			"store", e.dir, "path", e.path, "bytes", size, "verify_max_bytes", maxBytes)
-		return nil
+		return false, nil
+	}
+	if e.hooks != nil && e.hooks.pebbleCheck != nil {
+		e.hooks.pebbleCheck()
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -199,17 +238,17 @@ func (e *pebbleEngine) check(fs pebblevfs.FS, po *pebble.Options, maxBytes int64
 	ro.EventListener = nil
 	db, err := pebble.Open(e.path, &ro)
 	if err != nil {
-		return nil
+		return false, nil
 	}
 	cerr := db.CheckLevels(nil)
 	if err := db.Close(); err != nil && cerr == nil {
 		cerr = err
 	}
 	if cerr != nil {
-		return errors.Join(&CorruptError{Backend: Pebble, Dir: e.dir, File: e.path, Record: "the Pebble database",
+		return false, errors.Join(&CorruptError{Backend: Pebble, Dir: e.dir, File: e.path, Record: "the Pebble database",
 			Detail: "its levels do not check (" + firstLine(cerr.Error()) + ")"}, cerr)
 	}
-	return nil
+	return true, nil
 }
 
 // pebbleLocked reports whether Open failed on Pebble's LOCK file: held by
@@ -222,6 +261,9 @@ func pebbleLocked(err error) bool {
 func (e *pebbleEngine) get(key []byte) (_ []byte, _ bool, err error) {
 	if e.fatal.Load() {
 		return nil, false, errPebbleFatal
+	}
+	if err := e.brokenErr(); err != nil {
+		return nil, false, err
 	}
 	defer e.recoverFatal(&err)
 	return e.getFrom(e.db, key)
@@ -245,6 +287,9 @@ func (e *pebbleEngine) scan(prefix []byte, fn func(k, v []byte) error) (err erro
 	if e.fatal.Load() {
 		return errPebbleFatal
 	}
+	if err := e.brokenErr(); err != nil {
+		return err
+	}
 	defer e.recoverFatal(&err)
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
@@ -265,6 +310,9 @@ func (e *pebbleEngine) scan(prefix []byte, fn func(k, v []byte) error) (err erro
 func (e *pebbleEngine) commit(ws []write) (err error) {
 	if e.fatal.Load() {
 		return errPebbleFatal
+	}
+	if err := e.brokenErr(); err != nil {
+		return err
 	}
 	defer e.recoverFatal(&err)
 	b := e.db.NewBatch()
@@ -303,15 +351,26 @@ var errPebbleFatal = errors.New("pebble reported a fatal error earlier; restart 
 // close flushes the memtable, so that a store closed cleanly keeps
 // nothing in its WAL (see pebble_wal.go), and closes the database. A flush
 // that fails (a full disk) leaves the last batches in the WAL, durable: a
-// warning, not an error.
+// warning, not an error. A database closed so, checked and never found
+// damaged, is recorded as left checked (pebble_left.go).
 func (e *pebbleEngine) close() (err error) {
+	e.stopChecking()
 	defer e.recoverFatal(&err)
+	flushed := false
 	if !e.fatal.Load() {
 		if err := e.flush(); err != nil {
 			e.log.Warn("state: could not flush pebble's memtable at close: the last batches stay in its WAL, durable", "err", err)
+		} else {
+			flushed = true
 		}
 	}
-	return e.db.Close()
+	if err := e.db.Close(); err != nil {
+		return err
+	}
+	if flushed && e.recordsLeft() && e.verifyMax >= 0 && e.vouched.Load() && !e.fatal.Load() && e.broken.Load() == nil {
+		e.recordLeft()
+	}
+	return nil
 }
 
 // flush flushes the memtable and waits until it is in a table, or until
