@@ -1,9 +1,11 @@
 package state
 
 import (
+	"cmp"
 	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 	"unsafe"
 )
 
@@ -171,4 +173,105 @@ func (ix *index) place(s slot) {
 		i = (i + 1) & m
 	}
 	ix.slots[i] = s
+}
+
+// writeOrder sorts the writes of a commit by key, for the backend: bbolt
+// searches its B+tree from the root for each Put, and keys in order find
+// the pages of the one before in the CPU's cache; Pebble's memtable
+// inserts keys in order near the one before. A batch's keys share long
+// prefixes (the namespace's and the bucket's, and the start of the keys:
+// "account-0000"), so a sort that compares whole keys spends its time in
+// the bytes every key has (with 10,000 accounts, 1.5 s of the committer's
+// 8.5 s over 5,000,000 lines). writeOrder skips the bytes a group of keys
+// shares and compares the next 8 as one integer: the keys that tie on
+// them (and go on) are sorted again from there, and so on. Only the
+// committer uses it; it keeps its scratch space from commit to commit.
+type writeOrder struct {
+	rk  []keyRank
+	tmp []write
+}
+
+// keyRank is a key's rank from the offset a sort level starts at: the 8
+// bytes there (big-endian, padded with zeros), and how many of them the
+// key has (9: more than 8), so that a key sorts before the longer keys it
+// is the start of.
+type keyRank struct {
+	a uint64
+	n int32
+	i int32 // the write's index
+}
+
+// sort sorts ws by key. The keys are distinct.
+func (o *writeOrder) sort(ws []write) {
+	if len(ws) < 2 {
+		return
+	}
+	rk := o.rk[:0]
+	for i := range ws {
+		rk = append(rk, keyRank{i: int32(i)})
+	}
+	o.rank(ws, rk, 0)
+	// The writes move once, to the order of their ranks.
+	o.tmp = append(o.tmp[:0], ws...)
+	for j, r := range rk {
+		ws[j] = o.tmp[r.i]
+	}
+	clear(o.tmp) // they hold the batch's keys and values
+	o.rk, o.tmp = rk, o.tmp[:0]
+}
+
+// rank sorts rk, ranks of writes of ws whose keys share their first off
+// bytes, by those keys.
+func (o *writeOrder) rank(ws []write, rk []keyRank, off int) {
+	if len(rk) < 2 {
+		return
+	}
+	// Skip what every key has from off on.
+	first := ws[rk[0].i].key
+	l := len(first)
+	for _, r := range rk[1:] {
+		k := ws[r.i].key
+		j, m := off, min(l, len(k))
+		for j < m && k[j] == first[j] {
+			j++
+		}
+		if l = j; l == off {
+			break
+		}
+	}
+	for x := range rk {
+		r := &rk[x]
+		k := ws[r.i].key
+		r.a, r.n = load8(k, l), int32(min(len(k)-l, 9))
+	}
+	slices.SortFunc(rk, func(x, y keyRank) int {
+		return cmp.Or(cmp.Compare(x.a, y.a), cmp.Compare(x.n, y.n))
+	})
+	// The keys that tie on their 8 bytes from l and have more are sorted
+	// from l+8 (keys are distinct, so a tie with fewer bytes is of one key).
+	for s := 0; s < len(rk); {
+		e := s + 1
+		if rk[s].n > 8 {
+			for e < len(rk) && rk[e].n > 8 && rk[e].a == rk[s].a {
+				e++
+			}
+			if e-s > 1 {
+				o.rank(ws, rk[s:e], l+8)
+			}
+		}
+		s = e
+	}
+}
+
+// load8 returns the 8 bytes of k from off, big-endian, padded with zeros.
+func load8(k []byte, off int) uint64 {
+	k = k[off:]
+	if len(k) >= 8 {
+		return binary.BigEndian.Uint64(k)
+	}
+	var a uint64
+	for i, b := range k {
+		a |= uint64(b) << (56 - 8*i)
+	}
+	return a
 }

@@ -486,6 +486,9 @@ type core struct {
 	closed   bool
 	stats    Stats
 
+	// order sorts the writes of a commit; the committer's.
+	order writeOrder
+
 	wake     chan struct{}
 	stop     chan struct{}
 	stopped  chan struct{}
@@ -1565,6 +1568,8 @@ func (c *core) write(b *batch) error {
 	if h := c.opts.hooks; h != nil && h.afterOutput != nil && len(b.outs) > 0 {
 		h.afterOutput()
 	}
+	// In key order (see writeOrder).
+	c.order.sort(ws)
 	if err := c.eng.commit(ws); err != nil {
 		return fmt.Errorf("commit %d changes of %d deliveries to %s store %s: %w", len(ws), b.count, c.kind, c.dir, err)
 	}
