@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,30 +14,41 @@ import (
 	"github.com/tidemark-go/tidemark/feed"
 )
 
-// pump is the goroutine that pulls the consumer's messages into the
-// source's buffer. It owns the delivery chain: since the last reset (a
-// generation) every consumer sequence from 1 on was delivered to it, so
-// every message of the partition after the reset's sequence reached it,
-// in order. What breaks the chain is handled here: a reconnect or a new
-// consumer leader (reset again, from the last commit), another reader (an
-// error), re-deliveries (dropped), messages removed from the stream before
-// delivery (a gap).
+// pump pulls the consumer's messages into the source's buffer. It owns
+// the delivery chain: since the last reset (a generation) every consumer
+// sequence from 1 on was delivered to it, so every message of the
+// partition after the reset's sequence reached it, in order. What breaks
+// the chain is handled here: a reconnect or a new consumer leader (reset
+// again, from the last commit), another reader (an error), re-deliveries
+// (dropped), messages removed from the stream before delivery (a gap).
 //
-// It reads with Messages().Next, not Consume, although Next arms a
-// heartbeat timer on every call. With Consume, TestPauseStopsPulling
-// stalled in about one run in three at load 12-23: nats.go sent no more
-// pull requests, reported nothing, and believed messages were on their
-// way, until its heartbeat timeout (2 × 15 s). Its Consume decides to
-// pull more only after its handler returned a message, and skips that
-// while its last pull request is still being sent: on a loaded machine
-// the handler can finish every message before the goroutine that sends
-// the request marks it sent, and nothing asks again. Next checks at every
-// call, and the pump calls it again at every status tick.
+// A generation is one nats.go Consume: its handler, called on the
+// subscription's goroutine for each message, checks the message and puts
+// it in the buffer (handle); the pump's own goroutine (run) starts and
+// ends generations, resets the consumer, and handles what the listener
+// wakes it for. Consume rather than Messages().Next: Next arms a
+// heartbeat timer (a time.AfterFunc) on every call, 5 % of a worker's CPU
+// at 100,000 messages a second with its select; Consume keeps one timer
+// for the subscription.
+//
+// nats.go v1.55's Consume can stop pulling: it asks for more only after
+// a handled message, and skips that while its last pull request is still
+// being sent, so that when the handler finishes every message asked for
+// before the goroutine that sends requests marks the last one sent (a
+// loaded machine, small batches), nothing asks again until its heartbeat
+// timer finds the subscription silent and pulls anew. The pump sets that
+// heartbeat to its minimum (pullHeartbeat): such a stall lasts at most
+// two heartbeats, and costs no reset (TestPauseStopsPulling, with batches
+// of 8, stalled that way for 30 s with the default heartbeat).
 type pump struct {
 	s      *Source
 	cons   jetstream.Consumer
 	stream jetstream.Stream
 
+	// mu guards what follows between the handler and the pump's
+	// goroutine (woke, refresh). The handler holds it while it checks a
+	// message, and lets it go while it waits for room in the buffer.
+	mu         sync.Mutex
 	gen        uint64
 	accepted   uint64 // the last stream sequence put in the buffer
 	cseq       uint64 // the last consumer sequence received
@@ -50,6 +62,47 @@ type pump struct {
 	dropLogged time.Time
 }
 
+// generation is one Consume of the consumer, from a reset to the next.
+type generation struct {
+	// run is held by the handler for each message, and taken by the pump
+	// once the generation is stopped, to set ended: after that, no handler
+	// call of the generation changes anything, so that the reset that
+	// follows sees every message the generation put in the buffer.
+	run   sync.Mutex
+	ended bool // under run
+
+	// done is closed when the pump stops the generation: a handler waiting
+	// for room in the buffer gives its message up (it comes again after
+	// the reset).
+	done chan struct{}
+
+	// over is set, and brk closed, once the generation must end: the
+	// handler found the chain broken (out, why), or nats.go reported an
+	// error (err). Later messages of the generation are dropped.
+	over atomic.Bool
+	once sync.Once
+	brk  chan struct{}
+	out  outcome
+	why  string
+	err  error
+}
+
+// end ends the generation for out and why, or for err (nextFailed
+// decides), once.
+func (g *generation) end(out outcome, why string, err error) {
+	g.once.Do(func() {
+		g.out, g.why, g.err = out, why, err
+		g.over.Store(true)
+		close(g.brk)
+	})
+}
+
+// pullHeartbeat is the idle heartbeat the pump asks the server for, the
+// least nats.go takes: the server sends one while a pull request waits
+// with nothing to deliver, and nats.go pulls anew when two are missing
+// (see pump on why that matters).
+const pullHeartbeat = 500 * time.Millisecond
+
 // outcome is why consume returned.
 type outcome int
 
@@ -59,8 +112,10 @@ const (
 )
 
 // begin starts a generation at a reset whose answer was ci, made with the
-// listener's reconnect count woken.
+// listener's reconnect count woken. No handler runs meanwhile.
 func (p *pump) begin(ci *jetstream.ConsumerInfo, woken uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.cseq = 0
 	p.pending, p.pendingAt = 0, 0
 	if ci != nil {
@@ -94,14 +149,17 @@ func (p *pump) run() {
 	}
 }
 
-// consume reads one generation's messages until the chain breaks (it
-// returns outReset and why), or the source stops.
+// consume runs one generation until the chain breaks (it returns outReset
+// and why), or the source stops.
 func (p *pump) consume() (outcome, string) {
 	s := p.s
-	it, err := p.cons.Messages(jetstream.PullMaxMessages(s.cfg.PullBatch))
+	g := &generation{done: make(chan struct{}), brk: make(chan struct{})}
+	cc, err := p.cons.Consume(func(msg jetstream.Msg) { p.handle(g, msg) },
+		jetstream.PullMaxMessages(s.cfg.PullBatch), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { p.consumeError(g, err) }))
 	if err != nil {
 		if s.nc.IsClosed() {
-			s.fail(s.errorf(ErrClosed, p.accepted, "the NATS connection is closed (%v): connect with nats.MaxReconnects(-1), and start the source again on a new connection", err))
+			s.fail(s.errorf(ErrClosed, p.lastAccepted(), "the NATS connection is closed (%v): connect with nats.MaxReconnects(-1), and start the source again on a new connection", err))
 			return outStop, ""
 		}
 		if !p.sleep(time.Second) {
@@ -109,107 +167,195 @@ func (p *pump) consume() (outcome, string) {
 		}
 		return outReset, "the pull could not start: " + err.Error()
 	}
-	defer p.stop(it)
-	// The option of the waker's current context, made once per context
-	// rather than once a message.
-	var optCtx context.Context
-	var opt []jetstream.NextOpt
+	closed := cc.Closed()
+	out, why, failed := p.wait(g, closed)
+	p.stop(cc, g, closed)
+	if failed != nil {
+		return p.nextFailed(failed)
+	}
+	return out, why
+}
+
+// wait waits until generation g must end: it returns why (out and why),
+// or the error nats.go reported (failed). It handles the listener's wakes
+// meanwhile.
+func (p *pump) wait(g *generation, closed <-chan struct{}) (out outcome, why string, failed error) {
+	s := p.s
 	for {
 		ctx := s.waker.current()
-		if ctx != optCtx {
-			optCtx, opt = ctx, []jetstream.NextOpt{jetstream.NextContext(ctx)}
-		}
-		msg, err := it.Next(opt...)
-		if s.ctx.Err() != nil {
-			return outStop, ""
-		}
-		if ctx.Err() != nil {
-			// Woken (a message may have come too: it is handled below,
-			// unless the wake resets, which delivers it again).
-			s.waker.renew()
-			if out, why, done := p.woke(); done {
-				return out, why
-			}
-			if err != nil && errors.Is(err, context.Canceled) {
-				continue
-			}
-		}
-		if err != nil {
-			return p.nextFailed(err)
-		}
-		md, err := parseAck(msg.Reply())
-		if err != nil {
-			return outReset, "a message without JetStream metadata: " + err.Error()
-		}
-		sseq, cseq := md.stream, md.consumer
-		if cseq != p.cseq+1 {
-			return p.broken(cseq, sseq)
-		}
-		p.cseq = cseq
-		if md.delivered > 1 || sseq <= p.accepted {
-			if sseq > p.accepted {
-				// A re-delivery of a message this generation never gave
-				// us: the chain broke before.
-				return p.broken(cseq, sseq)
-			}
-			p.dropped(msg, md)
-			continue
-		}
-		p.staleTries = 0
-		if out, why, done := p.checkPending(md.pending, cseq, sseq); done {
-			return out, why
-		}
-		e := entry{msg: msg, seq: sseq, ts: md.ts, gen: p.gen}
 		select {
-		case s.buf <- e:
-		default:
-			// Full: the feed pauses. Wait for room, a reconnect, the
-			// next status tick, or Close.
-			for sent := false; !sent; {
-				ctx := s.waker.current()
-				select {
-				case s.buf <- e:
-					sent = true
-					continue
-				case <-ctx.Done():
-				}
-				if s.ctx.Err() != nil {
-					return outStop, ""
-				}
-				s.waker.renew()
-				if out, why, done := p.woke(); done {
-					return out, why // e was not accepted: it comes again
-				}
+		case <-g.brk:
+			return g.out, g.why, g.err
+		case <-closed:
+			// nats.go stopped consuming by itself: a terminal error it
+			// reported (handled as that error), or the connection closed.
+			select {
+			case <-g.brk:
+				return g.out, g.why, g.err
+			default:
 			}
+			return 0, "", jetstream.ErrMsgIteratorClosed
+		case <-ctx.Done():
 		}
-		p.accepted = sseq
-		s.pending.Store(md.pending)
-		s.delivered.Add(1)
+		if s.ctx.Err() != nil {
+			return outStop, "", nil
+		}
+		s.waker.renew()
+		p.mu.Lock()
+		out, why, done := p.woke()
+		p.mu.Unlock()
+		if done {
+			return out, why, nil
+		}
 	}
 }
 
-// stop stops a generation's message iterator and waits until the server
-// knows: the iterator's subscription is removed (nats.go does that in a
-// goroutine of its own) and the connection flushed. A pull request the
-// iterator left waiting at the server would otherwise take the next
-// generation's first deliveries, to a reply subject nobody reads: lost to
-// this generation, they would come again only after AckWait. The server
-// skips a waiting request whose reply subject has no interest, and it reads
-// the unsubscription before the reset that follows, on the same
-// connection.
-func (p *pump) stop(it jetstream.MessagesContext) {
+// handle is the generation's message handler: it checks msg against the
+// chain and puts it in the buffer, waiting for room when the buffer is
+// full (the feed pauses: nats.go pulls no more while it waits).
+func (p *pump) handle(g *generation, msg jetstream.Msg) {
+	g.run.Lock()
+	defer g.run.Unlock()
+	if g.ended || g.over.Load() {
+		return // the generation ends: the message comes again after the reset
+	}
+	p.mu.Lock()
+	out, why, done := p.accept(g, msg)
+	p.mu.Unlock()
+	if done {
+		g.end(out, why, nil)
+	}
+}
+
+// accept checks msg and puts it in the buffer; done reports that the
+// generation must end, for out and why. Under p.mu, which it lets go
+// while it waits for room.
+func (p *pump) accept(g *generation, msg jetstream.Msg) (out outcome, why string, done bool) {
 	s := p.s
-	it.Stop()
-	if c, ok := it.(interface{ Closed() <-chan struct{} }); ok {
-		t := time.NewTimer(s.cfg.Timeout)
-		defer t.Stop()
-		select {
-		case <-c.Closed():
-		case <-t.C:
-			s.log.Warn("the message iterator did not stop within Timeout; a pull request it left at the server may delay the next messages until AckWait", "timeout", s.cfg.Timeout)
-		case <-s.ctx.Done():
-			return
+	if s.failure() != nil {
+		// The pump's goroutine stopped the source (a gap found by a
+		// status tick, under p.mu): nothing more is handed out.
+		return outStop, "", true
+	}
+	md, err := parseAck(msg.Reply())
+	if err != nil {
+		return outReset, "a message without JetStream metadata: " + err.Error(), true
+	}
+	sseq, cseq := md.stream, md.consumer
+	if cseq != p.cseq+1 {
+		out, why := p.broken(cseq, sseq)
+		return out, why, true
+	}
+	p.cseq = cseq
+	if md.delivered > 1 || sseq <= p.accepted {
+		if sseq > p.accepted {
+			// A re-delivery of a message this generation never gave
+			// us: the chain broke before.
+			out, why := p.broken(cseq, sseq)
+			return out, why, true
 		}
+		p.dropped(msg, md)
+		return 0, "", false
+	}
+	p.staleTries = 0
+	if out, why, done := p.checkPending(md.pending, cseq, sseq); done {
+		return out, why, true
+	}
+	e := entry{msg: msg, seq: sseq, ts: md.ts, gen: p.gen}
+	for sent := false; !sent; {
+		select {
+		case s.buf <- e:
+			sent = true
+			continue
+		default:
+		}
+		// Full: the feed pauses. Wait for Poll to make room, or for the
+		// pump to stop the generation (a reconnect, a status tick that
+		// found a reason to reset, Close); the pump's goroutine handles
+		// its wakes meanwhile. e goes in the buffer under p.mu only, so
+		// that a status tick that stops the source (a gap after the last
+		// message put in the buffer) is not followed by e.
+		p.mu.Unlock()
+		select {
+		case <-s.room:
+		case <-g.done:
+		}
+		p.mu.Lock()
+		if g.over.Load() || isClosed(g.done) {
+			return 0, "", false // e was not accepted: it comes again
+		}
+		if s.failure() != nil {
+			return outStop, "", true
+		}
+	}
+	p.accepted = sseq
+	s.pending.Store(md.pending)
+	s.delivered.Add(1)
+	return 0, "", false
+}
+
+// consumeError handles an error nats.go reports while it consumes. The
+// consumer gone and the connection closed end the generation (nextFailed
+// says what follows). The rest are notifications that change nothing for
+// the chain, which the consumer sequences guard: a status of the server
+// (a new consumer leader, a limit of a pull request), a pull request not
+// sent (the next one is), missing heartbeats (nats.go pulls anew by
+// itself). Messages' Next ignored them too, but for missing heartbeats,
+// which it reported.
+func (p *pump) consumeError(g *generation, err error) {
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound),
+		errors.Is(err, jetstream.ErrBadRequest), errors.Is(err, jetstream.ErrConnectionClosed),
+		errors.Is(err, nats.ErrConnectionClosed):
+		g.end(0, "", err)
+	case errors.Is(err, jetstream.ErrNoHeartbeat):
+		p.s.log.Debug("no heartbeat from the server for two heartbeats: nats.go pulls again", "heartbeat", pullHeartbeat)
+	}
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// lastAccepted is the last stream sequence put in the buffer.
+func (p *pump) lastAccepted() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
+// stop stops a generation and waits until the server knows: the
+// subscription is removed (nats.go does that in a goroutine of its own)
+// and the connection flushed. A pull request the generation left waiting
+// at the server would otherwise take the next generation's first
+// deliveries, to a reply subject nobody reads: lost to this generation,
+// they would come again only after AckWait. The server skips a waiting
+// request whose reply subject has no interest, and it reads the
+// unsubscription before the reset that follows, on the same connection.
+// closed is the ConsumeContext's Closed channel.
+func (p *pump) stop(cc jetstream.ConsumeContext, g *generation, closed <-chan struct{}) {
+	s := p.s
+	close(g.done)
+	cc.Stop()
+	// A handler call in progress returns promptly now (done is closed);
+	// once it did, the generation changes nothing more.
+	g.run.Lock()
+	g.ended = true
+	g.run.Unlock()
+	t := time.NewTimer(s.cfg.Timeout)
+	defer t.Stop()
+	select {
+	case <-closed:
+	case <-t.C:
+		s.log.Warn("the consumer's subscription did not stop within Timeout; a pull request it left at the server may delay the next messages until AckWait", "timeout", s.cfg.Timeout)
+	case <-s.ctx.Done():
+		return
 	}
 	if s.nc.IsConnected() {
 		_ = s.nc.FlushTimeout(s.cfg.Timeout)
@@ -234,7 +380,7 @@ func (p *pump) woke() (out outcome, why string, done bool) {
 	return 0, "", false
 }
 
-// nextFailed handles an error of the message iterator.
+// nextFailed handles an error nats.go reported while the pump consumed.
 func (p *pump) nextFailed(err error) (outcome, string) {
 	s := p.s
 	switch {
@@ -250,7 +396,7 @@ func (p *pump) nextFailed(err error) (outcome, string) {
 	if !p.sleep(100 * time.Millisecond) {
 		return outStop, ""
 	}
-	return outReset, "the message iterator failed: " + err.Error()
+	return outReset, "consuming failed: " + err.Error()
 }
 
 // broken handles a consumer sequence that does not follow the last one

@@ -50,6 +50,9 @@ type Source struct {
 	read      atomic.Uint64 // the last sequence handed out by Poll
 
 	buf chan entry
+	// room is signalled by Poll once it took messages from buf, for the
+	// pump's handler waiting for room in a full buffer.
+	room chan struct{}
 
 	// ackMu orders acknowledgements with the pump's resets: an ack sent
 	// before a reset is for a sequence at or below the reset's floor, and
@@ -131,6 +134,7 @@ func New(cfg Config) (*Source, error) {
 		ctx:    ctx,
 		cancel: cancel,
 		buf:    make(chan entry, cfg.Buffer),
+		room:   make(chan struct{}, 1),
 	}
 	s.waker = newWaker(ctx)
 	s.log = cfg.Logger.With("stream", cfg.Stream, "consumer", cfg.Consumer)
@@ -222,6 +226,10 @@ fill:
 	}
 	s.heldMu.Unlock()
 	if n > 0 {
+		select {
+		case s.room <- struct{}{}:
+		default:
+		}
 		s.read.Store(uint64(items[n-1].Position))
 		s.bytes.Add(bytes)
 		return n, nil
