@@ -469,8 +469,10 @@ type core struct {
 	cur    *batch // staging
 	sealed *batch // cut, being committed
 	// recent is the last batch committed, kept as a cache of durable
-	// values: a line that reads a key its batch has not written yet finds
-	// it here rather than in the backend. nil after a failed commit.
+	// values: a line that reads a key its batch has not written yet, and
+	// that the value cache does not hold (a store without one, or a key
+	// it dropped), finds it here rather than in the backend. nil after a
+	// failed commit.
 	recent *batch
 	// retired are the batches that were recent before, whose memory the
 	// next cut gives to pool (which only the holder of the token uses).

@@ -476,26 +476,33 @@ func (tx *Tx) put(q *bkey, e *entry, v []byte, del bool) {
 
 // getOlder returns the value of q, which the current batch does not
 // hold, as staged in the sealed batch, or durable.
+//
+// The durable value is looked for in the value cache before the last
+// committed batch: the committer folds a batch into the cache before it
+// makes it the last committed one (see core.commit), so the cache holds
+// that batch's values, unless it dropped them for room, and no older
+// ones. Asking the batch first cost a probe of its index a line (with
+// thousands of keys a batch, cache misses) for a value the cache has.
 func (tx *Tx) getOlder(q *bkey) ([]byte, bool, error) {
-	var e *entry
 	if tx.sealed != nil {
-		e = tx.sealed.get(q)
-	}
-	if e == nil && tx.recent != nil {
-		e = tx.recent.get(q)
-	}
-	if e != nil {
-		return e.val[:len(e.val):len(e.val)], !e.del, nil
+		if e := tx.sealed.get(q); e != nil {
+			return e.val[:len(e.val):len(e.val)], !e.del, nil
+		}
 	}
 	c := tx.c
-	// Not staged: the durable state holds the latest value. A batch that
-	// commits meanwhile held no change of the key, so cannot change it.
 	c.kbuf = q.appendTo(c.kbuf[:0])
 	if c.vc != nil {
 		if v, ok := c.vc.get(c.kbuf); ok {
 			return v.val, v.ok, nil
 		}
 	}
+	if tx.recent != nil {
+		if e := tx.recent.get(q); e != nil {
+			return e.val[:len(e.val):len(e.val)], !e.del, nil
+		}
+	}
+	// Not staged: the durable state holds the latest value. A batch that
+	// commits meanwhile held no change of the key, so cannot change it.
 	v, ok, err := c.eng.get(c.kbuf)
 	if err != nil {
 		return nil, false, fmt.Errorf("read %s store %s: %w", c.kind, c.dir, err)
