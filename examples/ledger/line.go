@@ -36,10 +36,7 @@ func ParseLine(line []byte) (Entry, error) {
 }
 
 // parseFields is ParseLine without the account's string: account is a
-// part of line. The ledger's Handle adds to the account's balance by its
-// bytes (Table.AddEncoded); the partitioned one takes the string from its
-// intern table (interned): a line of an account seen before allocates
-// nothing in either.
+// part of line.
 func parseFields(line []byte) (id int64, account []byte, amount int64, err error) {
 	if id, account, amount, ok := parseCanonical(line); ok {
 		return id, account, amount, nil
@@ -142,27 +139,6 @@ func parseChecked(line []byte) (id int64, account []byte, amount int64, err erro
 		return 0, nil, 0, err
 	}
 	return id, account, amount, nil
-}
-
-// interned is an intern table of account names: the string of an account
-// seen before is the one made the first time. It keeps at most maxNames
-// names (about 60 bytes each): past them, a line of a new account makes
-// its own string, as ParseLine does.
-type interned map[string]string
-
-// maxNames bounds an intern table: 16,384 accounts, about 1 MiB.
-const maxNames = 1 << 14
-
-// of returns account as a string.
-func (n interned) of(account []byte) string {
-	if s, ok := n[string(account)]; ok { // no string is made for the lookup
-		return s
-	}
-	s := string(account)
-	if len(n) < maxNames {
-		n[s] = s
-	}
-	return s
 }
 
 // AppendLine appends e as an input line with its newline.

@@ -58,11 +58,15 @@ type partLedger struct {
 
 	// The line Handle applies, and the function it applies it with (made
 	// once, so that a line allocates no closure), as the file path's
-	// ledger does.
-	e        Entry
-	d        tidemark.Delivery
-	applyFn  func(*state.Tx) error
-	accounts interned
+	// ledger does: account holds the account's bytes, a part of the
+	// delivered line, from which the balance's key is read (no string is
+	// made per line); line is the delivered line when it is as AppendLine
+	// writes e (see parseCanonical), else nil, and e.Account is set.
+	e       Entry
+	account []byte
+	line    []byte
+	d       tidemark.Delivery
+	applyFn func(*state.Tx) error
 
 	applied, skipped, rejected atomic.Uint64
 	// started is set once Start has set st, root and atOpen, which the
@@ -92,7 +96,7 @@ func (l *partLedger) Start(ctx context.Context, fc *framework.Context) error {
 	}); err != nil {
 		return err
 	}
-	l.applyFn, l.accounts = l.applyLine, make(interned)
+	l.applyFn = l.applyLine
 	l.started.Store(true)
 	return fc.Subscribe(feedName)
 }
@@ -101,11 +105,21 @@ func (l *partLedger) Handle(ctx context.Context, d tidemark.Delivery, line []byt
 	if l.pace > 0 {
 		time.Sleep(l.pace)
 	}
-	id, account, amount, err := parseFields(line)
-	if err != nil {
-		return l.reject(ctx, d, err.Error(), line)
+	id, account, amount, canonical := parseCanonical(line)
+	if !canonical {
+		var err error
+		if id, account, amount, err = parseChecked(line); err != nil {
+			return l.reject(ctx, d, err.Error(), line)
+		}
 	}
-	l.e, l.d = Entry{ID: id, Account: l.accounts.of(account), Amount: amount}, d
+	l.e, l.account, l.d, l.line = Entry{ID: id, Amount: amount}, account, d, nil
+	if canonical {
+		l.line = line
+	} else {
+		// The output line is formatted from e (a line that is not
+		// canonical is rare: its account's string is made).
+		l.e.Account = string(account)
+	}
 	applied, err := l.st.Apply(ctx, d, l.applyFn)
 	if errors.Is(err, state.ErrTooLarge) {
 		// Nothing of it was staged: the line is rejected instead.
@@ -127,7 +141,7 @@ func (l *partLedger) Handle(ctx context.Context, d tidemark.Delivery, line []byt
 // de-duplicates here), so the ledger does not (own false).
 func (l *partLedger) applyLine(tx *state.Tx) error {
 	var err error
-	l.buf, err = applyEntry(tx, l.e, l.d, false, l.buf)
+	l.buf, err = applyLineOf(tx, l.e, l.account, l.line, l.d, false, l.buf)
 	return err
 }
 
