@@ -94,18 +94,8 @@ func benchLedger(b *testing.B, be backend, o *Options) {
 	for i := range keys {
 		keys[i] = fmt.Appendf(nil, "account-holder-%05d", i)
 	}
-	applied, total := []byte("applied"), []byte("total")
 	var n int
-	fn := func(tx *Tx) error {
-		if _, err := tx.Bucket("balances").AddInt64(keys[(n*7919)%len(keys)], int64(n)); err != nil {
-			return err
-		}
-		if _, err := tx.AddInt64(applied, 1); err != nil {
-			return err
-		}
-		_, err := tx.AddInt64(total, int64(n))
-		return err
-	}
+	fn := ledgerLine(keys, &n)
 	b.ReportAllocs()
 	cpu0 := cpuTime()
 	for b.Loop() {
@@ -126,6 +116,22 @@ func benchLedger(b *testing.B, be backend, o *Options) {
 	// Lines that waited for a full batch's predecessor to commit: 0 when
 	// staging is the bound, about one a commit when committing is.
 	b.ReportMetric(float64(s.Stats().BackPressure), "waits")
+}
+
+// ledgerLine returns benchLedger's function: line *n adds *n to one of
+// the balances keys, 1 to a count and *n to a total.
+func ledgerLine(keys [][]byte, n *int) func(*Tx) error {
+	applied, total := []byte("applied"), []byte("total")
+	return func(tx *Tx) error {
+		if _, err := tx.Bucket("balances").AddInt64(keys[(*n*7919)%len(keys)], int64(*n)); err != nil {
+			return err
+		}
+		if _, err := tx.AddInt64(applied, 1); err != nil {
+			return err
+		}
+		_, err := tx.AddInt64(total, int64(*n))
+		return err
+	}
 }
 
 // commitTimes adds up the time of the commits.

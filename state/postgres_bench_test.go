@@ -32,81 +32,115 @@ func BenchmarkPostgresBareLedger(b *testing.B) {
 	for _, size := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
 			dir := b.TempDir()
-			pgSchemaFor(b, dir)
-			dsn, err := pgDSN(dir)
-			if err != nil {
-				b.Fatal(err)
-			}
-			pool, err := pgxpool.New(context.Background(), dsn)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer pool.Close()
-			const accounts = 100
-			bal := newBucketInfo("ledger", "balances").prefix
-			root := newBucketInfo("ledger", "").prefix
-			// names are the accounts the lines name (benchLedger's keys),
-			// slot their index in the balances.
-			names := make([][]byte, accounts)
-			slot := make(map[string]int, accounts)
-			var keys [][]byte
-			for i := range accounts {
-				names[i] = fmt.Appendf(nil, "account-holder-%05d", i)
-				slot[string(names[i])] = i
-				keys = append(keys, append(append([]byte{}, bal...), names[i]...))
-			}
-			keys = append(keys, append(append([]byte{}, root...), "applied"...), append(append([]byte{}, root...), "total"...), appliedKey("ledger", "f", ""))
-			vals := make([][]byte, len(keys))
-			for i := range vals {
-				vals[i] = make([]byte, 8+sumLen)
-			}
-			vals[len(vals)-1] = make([]byte, lineageLen+sumLen)
-			balances := make([]int64, accounts)
-			changed := make([]bool, accounts)
-			var count, total int64
+			pool := bareLedgerPool(b, dir)
+			l := newBareLedger()
 			ctx := context.Background()
-			n := 0
-			var ks, vs [][]byte
-			commit := func() {
-				ks, vs = ks[:0], vs[:0]
-				for i := range accounts {
-					if changed[i] {
-						binary.BigEndian.PutUint64(vals[i], uint64(balances[i]))
-						ks, vs = append(ks, keys[i]), append(vs, vals[i])
-						changed[i] = false
+			cpu0 := cpuTime()
+			for b.Loop() {
+				l.line()
+				if l.n%size == 0 {
+					if err := l.commit(ctx, pool, dir); err != nil {
+						b.Fatal(err)
 					}
 				}
-				binary.BigEndian.PutUint64(vals[accounts], uint64(count))
-				binary.BigEndian.PutUint64(vals[accounts+1], uint64(total))
-				binary.BigEndian.PutUint64(vals[accounts+2][9:], uint64(n))
-				ks, vs = append(ks, keys[accounts:]...), append(vs, vals[accounts:]...)
-				batch := &pgx.Batch{}
-				batch.Queue("BEGIN")
-				batch.Queue(sqlUpsert, dir, ks, vs)
-				batch.Queue("COMMIT")
-				if err := pool.SendBatch(ctx, batch).Close(); err != nil {
+			}
+			if l.n%size != 0 {
+				if err := l.commit(ctx, pool, dir); err != nil {
 					b.Fatal(err)
 				}
 			}
-			cpu0 := cpuTime()
-			for b.Loop() {
-				n++
-				i := slot[string(names[(n*7919)%accounts])]
-				balances[i] += int64(n)
-				changed[i] = true
-				count++
-				total += int64(n)
-				if n%size == 0 {
-					commit()
-				}
-			}
-			if n%size != 0 {
-				commit()
-			}
-			b.ReportMetric(float64(cpuTime()-cpu0)/float64(n), "cpu-ns/line")
-			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "lines/s")
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(l.n), "cpu-ns/line")
+			b.ReportMetric(float64(l.n)/b.Elapsed().Seconds(), "lines/s")
 		})
 	}
+}
+
+// bareLedgerAccounts is the number of balances of benchLedger's lines.
+const bareLedgerAccounts = 100
+
+// bareLedger is BenchmarkPostgresBareLedger's program: benchLedger's
+// lines folded in memory, and the keys of a batch written by hand.
+type bareLedger struct {
+	names    [][]byte       // the accounts the lines name (benchLedger's keys)
+	slot     map[string]int // an account's index in balances
+	keys     [][]byte       // the store's keys: balances, applied, total, the feed's record
+	vals     [][]byte       // their values, rewritten by each commit
+	balances []int64
+	changed  []bool // the balances the batch changed
+	count    int64
+	total    int64
+	n        int      // the lines folded
+	ks, vs   [][]byte // the keys and values of the commit
+}
+
+func newBareLedger() *bareLedger {
+	l := &bareLedger{slot: make(map[string]int, bareLedgerAccounts)}
+	bal := newBucketInfo("ledger", "balances").prefix
+	root := newBucketInfo("ledger", "").prefix
+	for i := range bareLedgerAccounts {
+		name := fmt.Appendf(nil, "account-holder-%05d", i)
+		l.names = append(l.names, name)
+		l.slot[string(name)] = i
+		l.keys = append(l.keys, append(append([]byte{}, bal...), name...))
+	}
+	l.keys = append(l.keys, append(append([]byte{}, root...), "applied"...), append(append([]byte{}, root...), "total"...), appliedKey("ledger", "f", ""))
+	for range l.keys {
+		l.vals = append(l.vals, make([]byte, 8+sumLen))
+	}
+	l.vals[len(l.vals)-1] = make([]byte, lineageLen+sumLen)
+	l.balances = make([]int64, bareLedgerAccounts)
+	l.changed = make([]bool, bareLedgerAccounts)
+	return l
+}
+
+// line folds the next line: benchLedger's function, on plain memory.
+func (l *bareLedger) line() {
+	l.n++
+	i := l.slot[string(l.names[(l.n*7919)%bareLedgerAccounts])]
+	l.balances[i] += int64(l.n)
+	l.changed[i] = true
+	l.count++
+	l.total += int64(l.n)
+}
+
+// commit writes the final values of the keys the lines since the last
+// commit changed, and the feed's position, in one transaction of one
+// round trip, and waits for it.
+func (l *bareLedger) commit(ctx context.Context, pool *pgxpool.Pool, store string) error {
+	l.ks, l.vs = l.ks[:0], l.vs[:0]
+	for i := range bareLedgerAccounts {
+		if l.changed[i] {
+			binary.BigEndian.PutUint64(l.vals[i], uint64(l.balances[i]))
+			l.ks, l.vs = append(l.ks, l.keys[i]), append(l.vs, l.vals[i])
+			l.changed[i] = false
+		}
+	}
+	binary.BigEndian.PutUint64(l.vals[bareLedgerAccounts], uint64(l.count))
+	binary.BigEndian.PutUint64(l.vals[bareLedgerAccounts+1], uint64(l.total))
+	binary.BigEndian.PutUint64(l.vals[bareLedgerAccounts+2][9:], uint64(l.n*lineLen)) // the lineage's position (see del)
+	l.ks, l.vs = append(l.ks, l.keys[bareLedgerAccounts:]...), append(l.vs, l.vals[bareLedgerAccounts:]...)
+	batch := &pgx.Batch{}
+	batch.Queue("BEGIN")
+	batch.Queue(sqlUpsert, store, l.ks, l.vs)
+	batch.Queue("COMMIT")
+	return pool.SendBatch(ctx, batch).Close()
+}
+
+// bareLedgerPool makes the store tables in the schema of dir and connects
+// to it.
+func bareLedgerPool(t testing.TB, dir string) *pgxpool.Pool {
+	t.Helper()
+	pgSchemaFor(t, dir)
+	dsn, err := pgDSN(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // BenchmarkPostgresDistinctKeys: each line adds to one of 1,000,000
@@ -187,5 +221,95 @@ func BenchmarkPostgresColdRead(b *testing.B) {
 			}
 			b.ReportMetric(float64(pgEngineOf(s).reads.Load())/float64(n), "server-reads/op")
 		})
+	}
+}
+
+// The bare loop that BenchmarkPostgresBareLedger holds the store against
+// writes what the store writes for benchLedger's lines: the same keys
+// (the store has its format record besides), the same balances and
+// counters, the feed's position.
+func TestPostgresBareLedgerWritesWhatTheStoreWrites(t *testing.T) {
+	const lines, size = 2500, 1000
+	ctx := context.Background()
+	sdir := t.TempDir()
+	s, err := openPGDir(sdir, &Options{Logger: quietLogger(), Unbound: true, BatchSize: size, BatchInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := s.Namespace("ledger")
+	var n int
+	fn := ledgerLine(newBareLedger().names, &n)
+	for n = 1; n <= lines; n++ {
+		if _, err := ns.Apply(ctx, del("f", 1, n), fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	bdir := t.TempDir()
+	pool := bareLedgerPool(t, bdir)
+	l := newBareLedger()
+	for l.n < lines {
+		l.line()
+		if l.n%size == 0 || l.n == lines {
+			if err := l.commit(ctx, pool, bdir); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	rows := func(dir string) map[string][]byte {
+		m := map[string][]byte{}
+		rs, err := pgConn(t, dir).Query(ctx, "SELECT k, v FROM tidemark_kv WHERE store = $1", dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var k, v []byte
+			if err := rs.Scan(&k, &v); err != nil {
+				t.Fatal(err)
+			}
+			m[string(k)] = v
+		}
+		if err := rs.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	stored, bare := rows(sdir), rows(bdir)
+	if len(bare) != bareLedgerAccounts+3 {
+		t.Fatalf("the bare loop wrote %d keys, want %d", len(bare), bareLedgerAccounts+3)
+	}
+	record := string(appliedKey("ledger", "f", ""))
+	for k, bv := range bare {
+		sv, ok := stored[k]
+		switch {
+		case !ok:
+			t.Errorf("the bare loop wrote key %q, the store did not", k)
+		case len(sv) != len(bv):
+			t.Errorf("key %q: the store's value is %d bytes, the bare loop's %d", k, len(sv), len(bv))
+		case k == record:
+			lin, err := decodeLineage(sv[:len(sv)-sumLen])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pos := int64(binary.BigEndian.Uint64(bv[9:])); lin.Position != pos || pos != lines*lineLen {
+				t.Errorf("the feed's position: the store's %d, the bare loop's %d, want %d", lin.Position, pos, lines*lineLen)
+			}
+		default:
+			sn, _ := decodeInt64(sv[:8])
+			bn, _ := decodeInt64(bv[:8])
+			if sn != bn {
+				t.Errorf("key %q: the store holds %d, the bare loop %d", k, sn, bn)
+			}
+		}
+	}
+	for k := range stored {
+		if _, ok := bare[k]; !ok && k != string([]byte{tagVersion}) {
+			t.Errorf("the store wrote key %q, the bare loop did not", k)
+		}
 	}
 }
