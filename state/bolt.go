@@ -311,10 +311,10 @@ func (e *boltEngine) commit(ws []write) (err error) {
 func (e *boltEngine) close() (err error) {
 	e.stopChecking()
 	defer func(old bool) { e.guard(old, recover(), &err) }(debug.SetPanicOnFault(true))
-	// A large file left checked is recorded so (see boltleft.go).
+	// A file left checked is recorded so (see boltleft.go).
 	var txid uint64
 	record := e.vouched.Load() && e.broken.Load() == nil && e.verifyMax >= 0 &&
-		e.db.View(func(tx *bolt.Tx) error { txid = uint64(tx.ID()); return nil }) == nil && e.size() > e.verifyMax
+		e.db.View(func(tx *bolt.Tx) error { txid = uint64(tx.ID()); return nil }) == nil
 	if err := e.db.Close(); err != nil {
 		return err
 	}

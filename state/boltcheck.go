@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -444,14 +445,24 @@ type bgCheck struct {
 	err  error
 	stop chan struct{} // closed by Close to end the check
 	// left says the file was found as the store left it checked
-	// (boltleft.go): commits do not wait for this check.
-	left bool
+	// (boltleft.go): commits do not wait for this check, which starts
+	// leftCheckDelay after the open, or once something waits for it
+	// (hurry: a snapshot, a backup, an upgrade).
+	left      bool
+	hurry     chan struct{}
+	hurryOnce sync.Once
 }
+
+// start lets the check of a file left checked start at once: a caller
+// waits for it.
+func (bg *bgCheck) start() { bg.hurryOnce.Do(func() { close(bg.hurry) }) }
 
 // checkAtOpen checks the bbolt file of an existing store (see boltCheck):
 // before Open returns when the file is at most maxBytes, in the background
 // otherwise, with every commit held back until it passed (nothing read from
-// a damaged file is committed). A failure in the background makes every
+// a damaged file is committed). A file as the store left it checked is
+// checked in the background whatever its size, and its commits do not wait
+// (boltleft.go). A failure in the background makes every
 // later read and commit of the store fail, and is passed to fail. value
 // checks the values of the store's bucket; a negative maxBytes checks
 // nothing.
@@ -460,12 +471,13 @@ func (e *boltEngine) checkAtOpen(value func(k, v []byte) error, maxBytes int64, 
 		return nil
 	}
 	size := e.size()
-	if size <= maxBytes {
+	left := e.leftChecked()
+	if size <= maxBytes && !left {
 		_, err := e.runCheck(value, nil)
 		e.vouched.Store(err == nil)
 		return err
 	}
-	bg := &bgCheck{done: make(chan struct{}), stop: make(chan struct{}), left: e.leftChecked()}
+	bg := &bgCheck{done: make(chan struct{}), stop: make(chan struct{}), left: left, hurry: make(chan struct{})}
 	e.bg = bg
 	if bg.left {
 		e.vouched.Store(true)
@@ -485,6 +497,7 @@ func (e *boltEngine) checkAtOpen(value func(k, v []byte) error, maxBytes int64, 
 			defer t.Stop()
 			select {
 			case <-t.C:
+			case <-bg.hurry:
 			case <-bg.stop:
 				bg.err = fmt.Errorf("check bbolt %s: %w", e.path, ErrClosed)
 				return
@@ -608,6 +621,7 @@ func (c *core) checkedFor(ctx context.Context, what string) error {
 	if !ok || be.bg == nil {
 		return nil
 	}
+	be.bg.start()
 	select {
 	case <-be.bg.done:
 		return be.bg.err
@@ -628,6 +642,7 @@ func (c *core) checked() error {
 // only to values of a file checked in this process.
 func (c *core) checkedFully() error {
 	if be, ok := c.rawEngine().(*boltEngine); ok && be.bg != nil {
+		be.bg.start()
 		<-be.bg.done
 		return be.bg.err
 	}

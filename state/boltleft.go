@@ -15,14 +15,16 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// A restart need not wait for the check of a large file the store itself
-// left checked.
+// A restart need not wait for the check of a file the store itself left
+// checked.
 //
 // The check of a bbolt file (boltcheck.go) reads the whole file: 1.4 GiB
 // for 10,000,000 values, 5 to 7 s on a loaded machine, and a file larger
 // than VerifyMaxBytes is checked in the background with its first commit
 // held until the check passed. A process that restarts on such a store to
-// apply a few lines waited for all of it.
+// apply a few lines waited for all of it; on a smaller file, the open
+// itself waited for the check (a twentieth of a second at 100,000 values,
+// a run of a few thousand lines pays it whole).
 //
 // So a store that closes cleanly, with its file checked (at this open, or
 // vouched for by the record of the previous close) and never found
@@ -32,9 +34,13 @@ import (
 // modification time a second back, so that any later write to the file
 // (another program, an editor, a copy over it, a test damaging it) gives
 // it a newer one, however coarse the file system's clock. The next open
-// that finds the file exactly so (same size, time, inode and transaction)
-// still checks the whole file in the background, and damage it finds
-// fails the store as before; but its commits do not wait for the check.
+// that finds the file exactly so (same size, time, inode and transaction),
+// whatever its size, still checks the whole file in the background (a
+// second after the open, or at once when a snapshot, a backup or an
+// upgrade waits for it), and damage it finds fails the store as before;
+// but its open and its commits do not wait for the check. The record is
+// written without a sync: one lost or torn by a crash of the machine only
+// means a check before the next commit.
 // Anything else (no record, a record of another state of the file, a crash
 // after a commit, a file copied or restored: another inode) and the
 // commits wait, as before.
@@ -138,7 +144,7 @@ func (e *boltEngine) recordLeft(txid uint64) {
 		if err != nil || !ok {
 			return errors.Join(err, os.Remove(path))
 		}
-		return writeFileSynced(path, l.String())
+		return writeRecord(path, l.String())
 	}()
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		e.log().Warn("state: could not record the checked bbolt file: the next open waits for its check before it commits", "store", e.dir, "file", path, "err", err)

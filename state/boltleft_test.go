@@ -302,3 +302,49 @@ func readLeft(t *testing.T, dir string) boltLeft {
 	}
 	return l
 }
+
+// A bbolt file of at most VerifyMaxBytes that the store left checked is
+// checked in the background too, with its open and its commits not
+// waiting; any other such file is checked before Open returns, as before.
+func TestBoltLeftCheckedSmallFileIsCheckedInTheBackground(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	be := backend{name: Bolt, open: OpenBolt}
+	step := func(name string, n int, wantBackground bool) {
+		t.Helper()
+		hold := make(chan struct{})
+		var bg sync.WaitGroup
+		bg.Add(1)
+		o := testOpts() // VerifyMaxBytes: the default, far above this file
+		o.hooks = &hooks{boltCheck: func(stop <-chan struct{}) {
+			bg.Done()
+			select {
+			case <-hold:
+			case <-stop:
+			}
+		}}
+		s := mustOpen(t, be, dir, o)
+		e := s.(*nsStore).c.rawEngine().(*boltEngine)
+		if got := e.bg != nil && e.bg.left; got != wantBackground {
+			t.Fatalf("%s: checked in the background as left checked: %v, want %v", name, got, wantBackground)
+		}
+		if !commitsWhileHeld(t, s, n) {
+			t.Fatalf("%s: the commit waited", name)
+		}
+		if wantBackground {
+			bg.Wait() // the check runs, held
+		}
+		close(hold)
+		if err := s.Close(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, boltLeftFile)); err != nil {
+			t.Fatalf("%s: no record after a clean close: %v", name, err)
+		}
+	}
+	step("a new store", 1, false)
+	step("the file as the store left it", 2, true)
+	rewriteByte(t, filepath.Join(dir, boltFile), 5000)
+	step("a byte rewritten after the close", 3, false)
+	step("left checked again", 4, true)
+}

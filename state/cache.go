@@ -23,8 +23,11 @@ func (o *Options) cacheSize() int64 {
 // pebbleCacheShare is the part of the budget a Pebble store gives Pebble's
 // block cache (its index and filter blocks spare a read of a key that is
 // not in the value cache a search of the table's index); the value cache
-// gets the rest.
-const pebbleCacheShare = 4
+// gets the rest. Half: 200,000 random lines into 1,000,000 accounts with
+// the default budget took 22 % less CPU than with a quarter (the index and
+// filter blocks of a database of 1,000,000 keys stay in a 16 MiB cache,
+// not in 8), and a database that fits either way costs the same.
+const pebbleCacheShare = 2
 
 // minPebbleBlockCache is the least block cache a Pebble store opens with:
 // Pebble's own default.

@@ -81,11 +81,12 @@
 //     to 7 s for 10,000,000 (1.4 GiB), about 4 s a GiB on a loaded 2-core
 //     machine; an open that leaves it to the background takes milliseconds
 //     (BenchmarkOpenVerify). A restart must not wait seconds for it on a
-//     store it left sound: a clean close of a large file that passed its
+//     store it left sound: a clean close of a file that passed its
 //     check (or was vouched for so) records its size, modification time
 //     (set a second back first, so that any later write moves it), inode
 //     and meta transaction in state.bolt.checked, and an open that finds
-//     the file exactly so lets its commits go on while the check runs
+//     the file exactly so, whatever its size, checks it in the background
+//     and lets its commits go on meanwhile
 //     (the check still fails the store on damage, and removes the record).
 //     Snapshots, backups and upgrades still wait for the check. A panic or fault of bbolt on a damaged page
 //     becomes an error (the memory-mapped pages are read with
@@ -278,9 +279,9 @@
 // transaction stops finding the batch's values in the batch itself, so it
 // never serves a value older than the backend's. [Options].CacheSize is its budget (default
 // [DefaultCacheSize], 32 MiB; about 350 bytes a key of 20 bytes with an
-// int64, plus bbolt's commit share, or 470 with Pebble); above it, random
-// entries are dropped. A Pebble store gives a
-// quarter of the budget to Pebble's block cache (index, filter and data
+// int64, plus bbolt's commit share, or 700 with Pebble); above it, random
+// entries are dropped. A Pebble store gives
+// half of the budget to Pebble's block cache (index, filter and data
 // blocks) and writes a bloom filter of 10 bits a key into every table, so a
 // miss of the value cache costs about one block read, and a new key none.
 // bbolt's pages are the operating system's page cache (file-backed memory,

@@ -100,14 +100,14 @@ type Options struct {
 	// the share (at 1,000,000 random keys and the default budget, about
 	// 1,400 keys a batch instead of BatchSize lines; a larger budget makes
 	// larger batches, and costs less CPU a line). A Pebble store
-	// gives a quarter (at least 8 MiB) to Pebble's block cache and the rest
-	// to its value cache. The value cache counts its entries twice, for the
+	// gives half (at least 8 MiB) to Pebble's block cache and the rest to
+	// its value cache. The value cache counts its entries twice, for the
 	// heap the garbage collector lets grow between collections. A store's
 	// anonymous memory is about CacheSize plus its staged batches (at most
 	// two batches of BatchSize lines). Set it to what the state takes to
 	// serve every read from memory: about 350 bytes a key of 20 bytes with
 	// a value of 8, plus 128 MiB for bbolt's commit (Pebble, whose block
-	// cache takes a quarter: about 470 bytes a key).
+	// cache takes half: about 700 bytes a key).
 	CacheSize int64
 
 	// VerifyMaxBytes is the largest bbolt file checked before Open
@@ -125,13 +125,13 @@ type Options struct {
 	// values) and 5 to 7 s for 1.4 GiB (10,000,000) on a loaded 2-core
 	// machine (BenchmarkOpenVerify); an open that leaves it to the
 	// background returns in a few milliseconds. A store that closes
-	// cleanly with a file above this size checked (or vouched for, as
-	// below) records how it left the file beside it (state.bolt.checked:
+	// cleanly with its file checked (or vouched for, as below), whatever
+	// its size, records how it left the file beside it (state.bolt.checked:
 	// size, modification time, inode, transaction); the next open that
-	// finds the file exactly so still checks it in the background, and
-	// damage found fails the store as above, but its commits do not wait
-	// for the check: a restart on a large store applies its first lines
-	// at once. A file written, copied or replaced since, or left by a
+	// finds the file exactly so checks it in the background even when it
+	// is at most this size, and damage found fails the store as above,
+	// but its open and its commits do not wait for the check: a restart
+	// applies its first lines at once. A file written, copied or replaced since, or left by a
 	// crash, does not match, and its first commit waits. For Pebble, a database of
 	// at most this size is opened read-only first and its levels checked
 	// (0.2 s for 100,000 keys), except one found exactly as the store left

@@ -40,7 +40,8 @@ import (
 // checksum and every value's), and damage found there fails the store as
 // any damage does. Anything else (no record, a file added, removed, written
 // or replaced, a crash: the record was removed at open) and the levels are
-// checked before the open, as before.
+// checked before the open, as before. The record is not synced (see
+// writeRecord).
 //
 // What that gives up: damage at rest that changes nothing the record
 // compares (a bit flipped by the disk under an unchanged inode and
@@ -173,7 +174,7 @@ func (e *pebbleEngine) recordLeft() {
 		if err != nil || !ok {
 			return err
 		}
-		return writeFileSynced(path, l.String())
+		return writeRecord(path, l.String())
 	}()
 	if err != nil {
 		_ = os.Remove(path)
@@ -181,21 +182,13 @@ func (e *pebbleEngine) recordLeft() {
 	}
 }
 
-// writeFileSynced writes data to path through a synced temporary file
-// renamed over it.
-func writeFileSynced(path, data string) error {
+// writeRecord writes data to path through a temporary file renamed over
+// it. It does not sync: a record lost or torn by a crash of the machine
+// does not parse or does not match its files, and only means a check at
+// the next open (the files it describes were synced before it).
+func writeRecord(path, data string) error {
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err := os.WriteFile(tmp, []byte(data), 0o644)
 	if err == nil {
 		err = os.Rename(tmp, path)
 	}

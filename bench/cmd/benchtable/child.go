@@ -101,11 +101,15 @@ func measureCase(name string, a childArgs) (r result, err error) {
 	case "ledger-store":
 		r, err = caseLedgerStore(a)
 	case "fsync4k":
-		r, err = caseFsync(a, 4096, 4096, 1)
+		r, err = caseFsync(a, 4096, 4096, 1, false)
 	case "fsync4k-twice":
-		r, err = caseFsync(a, 4096, 8192, 2)
+		r, err = caseFsync(a, 4096, 8192, 2, false)
+	case "fsync4k-twice-pointer":
+		r, err = caseFsync(a, 4096, 8192, 2, true)
 	case "fsync4k-append":
-		r, err = caseFsyncAppend(a, 4096)
+		r, err = caseFsyncAppend(a, 4096, false)
+	case "fsync4k-append-pointer":
+		r, err = caseFsyncAppend(a, 4096, true)
 	case "pointer-ab":
 		r, err = casePointerAB(a)
 	case "idle":
@@ -555,14 +559,20 @@ func caseLedgerStore(a childArgs) (result, error) {
 // fdatasyncs it, a.ops times: the machine's durable write rate (rows 7
 // and 8). With syncs 2 an operation is two of them, at offsets 0 and size,
 // as a bbolt commit writes its pages and then its meta page, syncing each
-// (row 7's baseline for bbolt).
-func caseFsync(a childArgs, size, fileSize, syncs int) (result, error) {
+// (row 7's baseline for bbolt). With ptr, each operation then writes a
+// pointer's record to a file of its own and syncs it (ptrSync).
+func caseFsync(a childArgs, size, fileSize, syncs int, ptr bool) (result, error) {
 	f, err := os.CreateTemp(a.work, "fsync-")
 	if err != nil {
 		return result{}, err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
+	pf, err := newPtrFile(a, ptr)
+	if err != nil {
+		return result{}, err
+	}
+	defer pf.close()
 	buf := make([]byte, fileSize)
 	if _, err := f.Write(buf); err != nil {
 		return result{}, err
@@ -582,20 +592,75 @@ func caseFsync(a childArgs, size, fileSize, syncs int) (result, error) {
 				return result{}, err
 			}
 		}
+		if err := pf.sync(i); err != nil {
+			return result{}, err
+		}
 	}
 	return result{Lines: int64(a.ops), Seconds: time.Since(start).Seconds()}, nil
 }
 
+// ptrFile is the second file of the row 7 baselines with ptr: a file of
+// pointer.FileSize bytes, its first 80 written and fdatasynced after each
+// operation, as a feed's pointer commits under SyncEveryCommit. A nil
+// *ptrFile does nothing.
+type ptrFile struct {
+	f   *os.File
+	buf []byte
+}
+
+func newPtrFile(a childArgs, ptr bool) (*ptrFile, error) {
+	if !ptr {
+		return nil, nil
+	}
+	f, err := os.CreateTemp(a.work, "fsync-pointer-")
+	if err != nil {
+		return nil, err
+	}
+	p := &ptrFile{f: f, buf: make([]byte, pointer.FileSize)}
+	if _, err := f.Write(p.buf); err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *ptrFile) sync(i int) error {
+	if p == nil {
+		return nil
+	}
+	p.buf[0] = byte(i)
+	if _, err := p.f.WriteAt(p.buf[:80], 0); err != nil {
+		return err
+	}
+	return syscall.Fdatasync(int(p.f.Fd()))
+}
+
+func (p *ptrFile) close() {
+	if p != nil {
+		p.f.Close()
+		os.Remove(p.f.Name())
+	}
+}
+
 // caseFsyncAppend appends size bytes to a new file and fdatasyncs it, a.ops
 // times: the durable write rate of a growing file, as a log (a write-ahead
-// log, bbolt's file as it grows) writes (row 7, for comparison).
-func caseFsyncAppend(a childArgs, size int) (result, error) {
+// log, bbolt's file as it grows) writes (row 7, for comparison). With
+// ptr, each append is followed by a pointer's commit (ptrFile).
+func caseFsyncAppend(a childArgs, size int, ptr bool) (result, error) {
 	f, err := os.CreateTemp(a.work, "fsync-append-")
 	if err != nil {
 		return result{}, err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
+	pf, err := newPtrFile(a, ptr)
+	if err != nil {
+		return result{}, err
+	}
+	defer pf.close()
 	buf := make([]byte, size)
 	fd := int(f.Fd())
 	start := time.Now()
@@ -605,6 +670,9 @@ func caseFsyncAppend(a childArgs, size int) (result, error) {
 			return result{}, err
 		}
 		if err := syscall.Fdatasync(fd); err != nil {
+			return result{}, err
+		}
+		if err := pf.sync(i); err != nil {
 			return result{}, err
 		}
 	}

@@ -491,7 +491,7 @@ var (
 // counts an entry of a 16-byte account as 165 bytes, and keeps its entries
 // within half its budget, for the garbage collector's headroom), plus the
 // 128 MiB a bbolt store gives its commit out of a large budget; with
-// Pebble, whose index and filter blocks take a quarter of the budget, 470;
+// Pebble, whose block cache takes half of the budget, 700;
 // the default at least.
 func cacheFor(store string, accounts int) int64 {
 	if store == state.Pebble {
@@ -504,7 +504,7 @@ func cacheFor(store string, accounts int) int64 {
 // accounts take in the value cache of a store of store.
 func balancesFor(store string, accounts int) int64 {
 	if store == state.Pebble {
-		return int64(accounts) * 470
+		return int64(accounts) * 700
 	}
 	return int64(accounts) * 350
 }
