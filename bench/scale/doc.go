@@ -12,7 +12,11 @@
 //	BenchmarkJetStreamToPostgres   one worker, one partition, exactly once:
 //	                               lines/s, and its ratio to a bare durable
 //	                               pull consumer that acknowledges every
-//	                               1,000 messages (AckAll), on the same stream
+//	                               1,000 messages (AckAll), on the same stream;
+//	                               and the NATS server's CPU time a line (or a
+//	                               message) meanwhile: the server shares the
+//	                               cores (for the worker, its start and stop
+//	                               included)
 //	BenchmarkHighCardinality       one worker, one partition, 1,000,000
 //	                               accounts (nearly every line a new key):
 //	                               lines/s and distinct keys/s

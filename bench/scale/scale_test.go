@@ -72,6 +72,9 @@ type env struct {
 	nats *natstest.Process
 	db   string
 	runs int
+	// serverCPU is the NATS server's CPU time during the last ledgerRate
+	// or bareRate, or -1 when it could not be read.
+	serverCPU time.Duration
 }
 
 func newEnv(b *testing.B) *env {
@@ -288,14 +291,54 @@ func (e *env) ledgerRateOf(exe, stream string, lines int64) (rate float64, cpu t
 	if dir := os.Getenv("TIDEMARK_SCALE_PROFILE"); dir != "" {
 		args = append(args, "--cpuprofile", filepath.Join(dir, fmt.Sprintf("%s-%d.cpu", e.b.Name(), e.runs)))
 	}
+	srv0 := e.serverTime()
 	w := e.startWorkerOf(exe, "bench", stream, args...)
 	w.waitUntil("every line saved", func() bool { return w.total() >= lines })
 	w.mu.Lock()
 	d := time.Since(w.firstAcq)
 	w.mu.Unlock()
 	w.stop()
+	e.serverCPU = since(srv0, e.serverTime())
 	ps := w.cmd.ProcessState
 	return float64(lines) / d.Seconds(), (ps.UserTime() + ps.SystemTime()) / time.Duration(lines)
+}
+
+// serverTime is the NATS server process's CPU time so far (user and
+// system, /proc/PID/stat), or -1 when it cannot be read.
+func (e *env) serverTime() time.Duration {
+	pid := e.nats.Pid()
+	if pid == 0 {
+		return -1
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// The fields after the command's closing parenthesis: state is the
+	// 3rd field of the line, utime and stime the 14th and 15th.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	// In clock ticks of USER_HZ, 100 a second on Linux.
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// since is the time from a to b, -1 when either is unknown.
+func since(a, b time.Duration) time.Duration {
+	if a < 0 || b < 0 {
+		return -1
+	}
+	return b - a
 }
 
 // cpuSelf is this process's CPU time so far.
@@ -318,7 +361,7 @@ func (e *env) bareRate(stream string, lines int) (rate float64, cpu time.Duratio
 	if err != nil {
 		e.b.Fatal(err)
 	}
-	start, cpu0 := time.Now(), cpuSelf()
+	start, cpu0, srv0 := time.Now(), cpuSelf(), e.serverTime()
 	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
 	if err != nil {
 		e.b.Fatal(err)
@@ -335,7 +378,9 @@ func (e *env) bareRate(stream string, lines int) (rate float64, cpu time.Duratio
 			}
 		}
 	}
-	return float64(lines) / time.Since(start).Seconds(), (cpuSelf() - cpu0) / time.Duration(lines)
+	rate, cpu = float64(lines)/time.Since(start).Seconds(), (cpuSelf()-cpu0)/time.Duration(lines)
+	e.serverCPU = since(srv0, e.serverTime())
+	return rate, cpu
 }
 
 // baselineExe is the ledger program TIDEMARK_SCALE_BASELINE names, ""
@@ -363,7 +408,8 @@ func BenchmarkJetStreamToPostgres(b *testing.B) {
 	e := newEnv(b)
 	e.fill(map[string]int{"ONE": 1}, lines, 1000)
 	baseExe := baselineExe(b)
-	var led, bare, ledCPU, bareCPU, base, baseCPU []float64
+	var led, bare, ledCPU, bareCPU, base, baseCPU, ledSrv, bareSrv []float64
+	perLine := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / lines }
 	for range b.N {
 		if baseExe != "" {
 			r, c := e.ledgerRateOf(baseExe, "ONE", lines)
@@ -372,12 +418,12 @@ func BenchmarkJetStreamToPostgres(b *testing.B) {
 		// The two alternate; the bare consumer reads through a consumer
 		// of its own, the ledger through its partition's.
 		r, c := e.bareRate("ONE", lines)
-		bare, bareCPU = append(bare, r), append(bareCPU, float64(c.Nanoseconds()))
+		bare, bareCPU, bareSrv = append(bare, r), append(bareCPU, float64(c.Nanoseconds())), append(bareSrv, perLine(e.serverCPU))
 		if err := natstest.JetStream(b, e.nats.URL()).DeleteConsumer(context.Background(), "ONE", "bare"); err != nil {
 			b.Fatal(err)
 		}
 		r, c = e.ledgerRate("ONE", lines)
-		led, ledCPU = append(led, r), append(ledCPU, float64(c.Nanoseconds()))
+		led, ledCPU, ledSrv = append(led, r), append(ledCPU, float64(c.Nanoseconds())), append(ledSrv, perLine(e.serverCPU))
 	}
 	l, r := median(led), median(bare)
 	lc, rc := median(ledCPU), median(bareCPU)
@@ -388,6 +434,11 @@ func BenchmarkJetStreamToPostgres(b *testing.B) {
 	b.ReportMetric(rc, "bare-cpu-ns/msg")
 	fmt.Printf("scale: JetStream → PostgreSQL, one worker, exactly once: %.0f lines/s (worker CPU %.1f µs a line); bare durable pull consumer (AckAll every 1,000): %.0f msgs/s (client CPU %.1f µs a message); ratio %.2f (%d lines, %d runs, load average %s)\n",
 		l, lc/1000, r, rc/1000, l/r, lines, b.N, loadAvg())
+	if ls, bs := median(ledSrv), median(bareSrv); ls >= 0 && bs >= 0 {
+		b.ReportMetric(ls, "server-cpu-ns/line")
+		b.ReportMetric(bs, "bare-server-cpu-ns/msg")
+		fmt.Printf("scale: the NATS server's CPU meanwhile: %.1f µs a line for the worker, %.1f µs a message for the bare consumer (10 ms ticks)\n", ls/1000, bs/1000)
+	}
 	if baseExe != "" {
 		bl, bc := median(base), median(baseCPU)
 		b.ReportMetric(bl, "baseline-lines/s")

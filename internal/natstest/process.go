@@ -140,6 +140,14 @@ func (p *Process) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", p.cfg
 // StoreDir is the server's JetStream store folder.
 func (p *Process) StoreDir() string { return p.cfg.StoreDir }
 
+// Pid is the child's process id, 0 when it does not run.
+func (p *Process) Pid() int {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Kill kills the child with SIGKILL and waits for it to exit. It does
 // nothing when the child does not run.
 func (p *Process) Kill() {
