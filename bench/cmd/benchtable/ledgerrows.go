@@ -97,6 +97,9 @@ var (
 	// variantTidemarkCache is ledger run with a cache budget that holds
 	// every balance (cacheFor), set against the naive program's map.
 	variantTidemarkCache = ledgerVariant{"tidemark-cache", "ledger run (tidemark), --cache-size for every balance"}
+	// variantTidemarkCheck is ledger run checking its store whole before
+	// it starts, whatever its size (the run after a copy of a set-up).
+	variantTidemarkCheck = ledgerVariant{"tidemark-check", "ledger run (tidemark), its store checked whole at open"}
 	variantMap           = ledgerVariant{"map", "naive, every balance in a map loaded at start"}
 	variantBounded       = ledgerVariant{"bounded", "naive, only the batch's balances in memory, misses read from the database"}
 )
@@ -312,12 +315,13 @@ func (r *runner) setUp(t *table, ls ledgerStore, sc ledgerScale, label, dir stri
 			tm.lines, nv.lines = int64(sc.accounts), int64(sc.accounts)
 			logf("%s: the set-up stores copied from %s in %.1f s", label, kept, time.Since(start).Seconds())
 			// A copy is not the file its store left checked (another
-			// inode): one run over no new line, not timed, checks it and
-			// leaves it recorded, as a user's store is after its own last
-			// run.
+			// inode): one run over no new line, not timed, checks it whole
+			// before it starts (a check in the background would end with
+			// the run, unfinished) and leaves it recorded, as a user's
+			// store is after its own last run.
 			defer func(t time.Duration) { r.timeout = t }(r.timeout)
 			r.timeout = max(r.timeout, 30*time.Minute)
-			cres, err := r.runLedger(variantTidemark, ls.store, tm, 0, 0)
+			cres, err := r.runLedger(variantTidemarkCheck, ls.store, tm, 0, 0)
 			if err != nil {
 				return fmt.Errorf("%s: the run that checks the copied store of ledger run: %w", label, err)
 			}
@@ -530,6 +534,8 @@ func (r *runner) runLedger(v ledgerVariant, store string, l *ledgerLine, want, c
 		bin, args = r.ledgerBin, []string{"run", "--input", l.input, "--data", l.data, "--store", store, "--progress", "none"}
 	case variantTidemarkCache:
 		bin, args = r.ledgerBin, []string{"run", "--input", l.input, "--data", l.data, "--store", store, "--progress", "none", "--cache-size", strconv.FormatInt(cache, 10)}
+	case variantTidemarkCheck:
+		bin, args = r.ledgerBin, []string{"run", "--input", l.input, "--data", l.data, "--store", store, "--progress", "none", "--verify-max-bytes", strconv.FormatInt(1<<50, 10)}
 	default:
 		bin, args = r.naiveBin, []string{"-input", l.input, "-data", l.data, "-store", store, "-mode", v.key}
 	}
@@ -537,7 +543,7 @@ func (r *runner) runLedger(v ledgerVariant, store string, l *ledgerLine, want, c
 	if err != nil {
 		return res, err
 	}
-	tidemark := v == variantTidemark || v == variantTidemarkCache
+	tidemark := v == variantTidemark || v == variantTidemarkCache || v == variantTidemarkCheck
 	re := naiveDone
 	if tidemark {
 		re = ledgerDone
