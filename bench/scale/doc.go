@@ -15,8 +15,8 @@
 //	                               1,000 messages (AckAll), on the same stream;
 //	                               and the NATS server's CPU time a line (or a
 //	                               message) meanwhile: the server shares the
-//	                               cores (for the worker, its start and stop
-//	                               included)
+//	                               cores (for the worker, from its take-over
+//	                               to its last save)
 //	BenchmarkHighCardinality       one worker, one partition, 1,000,000
 //	                               accounts (nearly every line a new key):
 //	                               lines/s and distinct keys/s

@@ -73,7 +73,8 @@ type env struct {
 	db   string
 	runs int
 	// serverCPU is the NATS server's CPU time during the last ledgerRate
-	// or bareRate, or -1 when it could not be read.
+	// (from the worker's take-over to its last save) or bareRate, or -1
+	// when it could not be read.
 	serverCPU time.Duration
 }
 
@@ -291,14 +292,17 @@ func (e *env) ledgerRateOf(exe, stream string, lines int64) (rate float64, cpu t
 	if dir := os.Getenv("TIDEMARK_SCALE_PROFILE"); dir != "" {
 		args = append(args, "--cpuprofile", filepath.Join(dir, fmt.Sprintf("%s-%d.cpu", e.b.Name(), e.runs)))
 	}
-	srv0 := e.serverTime()
 	w := e.startWorkerOf(exe, "bench", stream, args...)
+	// The server's CPU from the take-over to the last save, as the rate:
+	// not the worker's connect and stop.
+	w.waitUntil("the partition taken", func() bool { return !w.firstAcq.IsZero() })
+	srv0 := e.serverTime()
 	w.waitUntil("every line saved", func() bool { return w.total() >= lines })
 	w.mu.Lock()
 	d := time.Since(w.firstAcq)
 	w.mu.Unlock()
-	w.stop()
 	e.serverCPU = since(srv0, e.serverTime())
+	w.stop()
 	ps := w.cmd.ProcessState
 	return float64(lines) / d.Seconds(), (ps.UserTime() + ps.SystemTime()) / time.Duration(lines)
 }
@@ -437,7 +441,7 @@ func BenchmarkJetStreamToPostgres(b *testing.B) {
 	if ls, bs := median(ledSrv), median(bareSrv); ls >= 0 && bs >= 0 {
 		b.ReportMetric(ls, "server-cpu-ns/line")
 		b.ReportMetric(bs, "bare-server-cpu-ns/msg")
-		fmt.Printf("scale: the NATS server's CPU meanwhile: %.1f µs a line for the worker, %.1f µs a message for the bare consumer (10 ms ticks)\n", ls/1000, bs/1000)
+		fmt.Printf("scale: the NATS server's CPU meanwhile: %.1f µs a line for the worker (from its take-over to its last save), %.1f µs a message for the bare consumer (10 ms ticks)\n", ls/1000, bs/1000)
 	}
 	if baseExe != "" {
 		bl, bc := median(base), median(baseCPU)
