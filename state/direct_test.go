@@ -375,3 +375,83 @@ func TestLineAfterBackPressureGoesIntoTheNextBatch(t *testing.T) {
 		}
 	})
 }
+
+// With MaxBatchSize, a batch goes on taking lines past BatchSize while
+// the batch before it commits, up to MaxBatchSize; only then does an
+// Apply wait. Once that commit is done, the grown batch is cut at once,
+// and every line is durable, once, in batches of at most MaxBatchSize.
+// Without it (MaxBatchSize 0) an Apply waits at BatchSize, as before.
+func TestBatchGrowsWhileTheOneBeforeCommits(t *testing.T) {
+	for _, mx := range []int{0, 6} {
+		t.Run(fmt.Sprintf("MaxBatchSize=%d", mx), func(t *testing.T) {
+			forEachBackend(t, func(t *testing.T, be backend) {
+				g := newGate()
+				var sizes batchSizes
+				o := testOpts()
+				o.BatchSize, o.MaxBatchSize = 2, mx
+				o.hooks = &hooks{beforeCommit: g.hook}
+				o.Observer = &sizes
+				s := mustOpen(t, be, t.TempDir(), o)
+				t.Cleanup(g.open)
+				g.arm()
+				applyLine(t, s, del("f", 1, 1))
+				applyLine(t, s, del("f", 1, 2)) // cut: the committer blocks in it
+				<-g.entered
+				limit := max(mx, o.BatchSize)
+				n := 2
+				for ; n < 2+limit; n++ {
+					// A line that waits here fails the test rather than hang it.
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					_, err := s.Apply(ctx, del("f", 1, n+1), func(tx *Tx) error {
+						_, err := tx.AddInt64([]byte("count"), 1)
+						return err
+					})
+					cancel()
+					if err != nil {
+						t.Fatalf("line %d with %d lines in the next batch, MaxBatchSize %d: %v", n+1, n-2, mx, err)
+					}
+				}
+				if bp := s.Stats().BackPressure; bp != 0 {
+					t.Fatalf("%d Apply calls waited with %d lines in the next batch, MaxBatchSize %d", bp, n-2, mx)
+				}
+				n++
+				returned := make(chan error, 1)
+				go func() { returned <- func() error { applyLine(t, s, del("f", 1, n)); return nil }() }()
+				waitFor(t, "Apply to wait", func() bool { return s.Stats().BackPressure == 1 })
+				select {
+				case <-returned:
+					t.Fatalf("line %d applied with %d lines in the next batch and one committing", n, limit)
+				default:
+				}
+				g.open()
+				<-returned
+				if err := s.Flush(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if l, _ := s.Applied("f"); l.Position != int64(n)*lineLen {
+					t.Fatalf("Applied = %+v, want position %d", l, n*lineLen)
+				}
+				if err := s.View(func(tx *Tx) error {
+					if c, err := tx.GetInt64([]byte("count")); err != nil || c != int64(n) {
+						return fmt.Errorf("count %d, %v; want %d", c, err, n)
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				sizes.mu.Lock()
+				defer sizes.mu.Unlock()
+				total := 0
+				for _, c := range sizes.counts {
+					if c > limit {
+						t.Fatalf("batches of %v lines, limit %d", sizes.counts, limit)
+					}
+					total += c
+				}
+				if total != n || sizes.counts[1] != limit {
+					t.Fatalf("batches of %v lines, want %d lines with the second batch of %d", sizes.counts, n, limit)
+				}
+			})
+		})
+	}
+}

@@ -59,6 +59,19 @@ type Options struct {
 	// BatchSize is how many applied deliveries make a batch; 0 means
 	// [DefaultBatchSize]. A batch is also cut when it is BatchInterval old.
 	BatchSize int
+	// MaxBatchSize is how many deliveries a batch takes at most while
+	// the batch before it commits. A batch is cut at BatchSize (or
+	// BatchInterval) when nothing is committing; while the committer
+	// writes the batch before, the staging batch goes on taking
+	// deliveries up to MaxBatchSize, and is cut as soon as that commit is
+	// done. So a commit that cannot keep up with the lines gets fewer,
+	// bigger batches, each costing it less a line (a batch changes fewer
+	// keys than it has lines), and Apply waits less. 0, or less than
+	// BatchSize, means BatchSize: an Apply waits for the commit as soon
+	// as the next batch holds BatchSize deliveries. What a crash loses
+	// (and the feed delivers again) is the staged batches: up to
+	// BatchSize plus MaxBatchSize deliveries.
+	MaxBatchSize int
 	// BatchInterval is the age at which a batch is cut whatever its size:
 	// the longest a staged change waits for its batch to be cut; 0 means
 	// [DefaultBatchInterval]. It is also how often the checkpoints of an
@@ -211,6 +224,9 @@ func (o *Options) batchSize() int {
 	}
 	return DefaultBatchSize
 }
+
+// maxBatchSize is MaxBatchSize, at least batchSize.
+func (o *Options) maxBatchSize() int { return max(o.MaxBatchSize, o.batchSize()) }
 
 func (o *Options) batchInterval() time.Duration {
 	if o.BatchInterval > 0 {

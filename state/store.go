@@ -433,6 +433,7 @@ type core struct {
 	kind, dir string
 	opts      Options
 	bsize     int // opts.batchSize()
+	bmax      int // opts.maxBatchSize()
 	maxBytes  int // maxBatchBytes; tests make it smaller
 	fsys      vfs.FS
 	eng       engine
@@ -521,6 +522,7 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 		dir:       dir,
 		opts:      *o,
 		bsize:     o.batchSize(),
+		bmax:      o.maxBatchSize(),
 		maxBytes:  maxBatchBytes,
 		fsys:      fsys,
 		eng:       newSumEngine(kind, dir, eng),
@@ -652,7 +654,22 @@ func (c *core) load() error {
 // full reports whether b is as big as a batch gets: BatchSize deliveries,
 // maxBatchBytes, or the keys the backend's commit has memory for.
 func (c *core) full(b *batch) bool {
-	return b.count >= c.bsize || b.size >= c.maxBytes || (c.keyCap != nil && int64(b.keys) >= c.keyCap.Load())
+	return b.count >= c.bsize || c.fullBytes(b)
+}
+
+// fullBytes reports whether b holds as many bytes as a batch gets
+// (maxBatchBytes), or changes as many keys as the backend's commit has
+// memory for: limits of its memory, which a batch never passes.
+func (c *core) fullBytes(b *batch) bool {
+	return b.size >= c.maxBytes || (c.keyCap != nil && int64(b.keys) >= c.keyCap.Load())
+}
+
+// overfull reports whether b, full, must wait for the batch before it to
+// commit: it holds MaxBatchSize deliveries (see Options.MaxBatchSize), or
+// its memory is at a limit. A full batch that is not overfull takes more
+// deliveries while the one before commits.
+func (c *core) overfull(b *batch) bool {
+	return b.count >= c.bmax || c.fullBytes(b)
 }
 
 // unusable returns why the store takes no more changes, or nil. c.mu held.
@@ -918,7 +935,7 @@ func (c *core) bound(feed string) bool {
 func (c *core) leave() {
 	c.snapshot()
 	c.fastVer = c.ver.Load()
-	c.fastOK = !c.closed && c.failed == nil && !c.opts.Sync && (!c.full(c.cur) || c.sealed == nil)
+	c.fastOK = !c.closed && c.failed == nil && !c.opts.Sync && (!c.overfull(c.cur) || c.sealed == nil)
 }
 
 // setLineage sets l to the position of d, with the identity and
@@ -940,9 +957,9 @@ func (c *core) beforeApply(ctx context.Context, d tidemark.Delivery) error {
 	if err := c.unusable(); err != nil {
 		return c.applyErr(d, err)
 	}
-	if !c.opts.Sync && c.full(c.cur) && c.sealed != nil {
+	if !c.opts.Sync && c.overfull(c.cur) && c.sealed != nil {
 		c.stats.BackPressure++
-		for c.full(c.cur) && c.sealed != nil && c.unusable() == nil {
+		for c.overfull(c.cur) && c.sealed != nil && c.unusable() == nil {
 			if err := c.wait(ctx); err != nil {
 				return fmt.Errorf("apply feed %q epoch %d position %d: waiting for a batch to commit: %w", d.Feed, d.Epoch, d.Position, err)
 			}

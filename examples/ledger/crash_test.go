@@ -158,7 +158,9 @@ func TestStoreFailureEndsTheRun(t *testing.T) {
 			input := filepath.Join(dir, "ledger.csv")
 			data := filepath.Join(dir, "data")
 			GenFile(input, GenOptions{Lines: 20000, Accounts: 9, Seed: 4})
-			args := []string{"--input", input, "--data", data, "--store", store, "--batch", "100", "--progress", "none"}
+			// Batches of 100 lines exactly (no growth while one commits):
+			// the fault's moment bounds what was saved.
+			args := []string{"--input", input, "--data", data, "--store", store, "--batch", "100", "--max-batch", "100", "--progress", "none"}
 			c, err := startChildEnv(exe, args, filepath.Join(dir, "run1.log"), []string{faultEnv + "=5"})
 			if err != nil {
 				t.Fatal(err)

@@ -6,7 +6,7 @@
 //
 //	ledger gen --lines N [--accounts K] [--seed S] [--out PATH]
 //	ledger run --input PATH --data DIR [--store bbolt|pebble] [--dedupe=true|false] [--sync]
-//	           [--batch N] [--batch-interval D] [--follow] [--pace D]
+//	           [--batch N] [--max-batch N] [--batch-interval D] [--follow] [--pace D]
 //	ledger balances --data DIR
 //	ledger check --input PATH --data DIR
 //	ledger demo

@@ -32,11 +32,15 @@ type RunOptions struct {
 	Data  string
 	// PointerDir is the folder of the feed's pointer file; "" means beside
 	// the input (Input+".readPointer").
-	PointerDir    string
-	Store         string // state.Bolt or state.Pebble
-	Dedupe        bool
-	Sync          bool
-	Batch         int
+	PointerDir string
+	Store      string // state.Bolt or state.Pebble
+	Dedupe     bool
+	Sync       bool
+	Batch      int
+	// MaxBatch is the most lines a save takes while the one before it
+	// is being written (state.Options.MaxBatchSize); 0 means
+	// batchGrowth times Batch.
+	MaxBatch      int
 	BatchInterval time.Duration
 	// CacheSize is the store's cache budget in bytes (state.Options).
 	CacheSize int64
@@ -83,9 +87,28 @@ const (
 	exitInterrupted = 3 // SIGTERM or SIGINT before the feed settled (without --follow)
 )
 
+// batchGrowth is how many times --batch a save takes at most, by
+// default, while the one before it is being written (see --max-batch):
+// at 10,000 accounts a save of 10,000 lines changes 6,300 balances, one of
+// 40,000 lines 9,800, so that a commit that falls behind the lines costs
+// less a line as its saves grow.
+const batchGrowth = 4
+
+// maxBatch returns the store's MaxBatchSize for o.
+func (o *RunOptions) maxBatch() int {
+	if o.MaxBatch > 0 {
+		return o.MaxBatch
+	}
+	b := o.Batch
+	if b == 0 {
+		b = state.DefaultBatchSize
+	}
+	return batchGrowth * b
+}
+
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", stderr, "usage: ledger run --input PATH --data DIR [--pointer-dir DIR] [--store bbolt|pebble] [--dedupe=true|false] [--sync]\n"+
-		"                  [--batch N] [--batch-interval D] [--cache-size BYTES] [--verify-max-bytes BYTES] [--follow] [--pace D] [--ops ADDR]\n"+
+		"                  [--batch N] [--max-batch N] [--batch-interval D] [--cache-size BYTES] [--verify-max-bytes BYTES] [--follow] [--pace D] [--ops ADDR]\n"+
 		"       ledger run --source nats://HOST:PORT/STREAM --store postgres://USER@HOST:PORT/DB [--partitions N] [--worker NAME]\n"+
 		"                  [--lease D] [--job NAME] [--sync] [--batch N] [--batch-interval D] [--cache-size BYTES] [--pace D] [--ops ADDR]")
 	var o RunOptions
@@ -101,6 +124,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Dedupe, "dedupe", true, "skip lines the store already applied (false applies re-deliveries again, to show what de-duplication prevents)")
 	fs.BoolVar(&o.Sync, "sync", false, "save each line durably before the next, instead of batched asynchronous saves")
 	fs.IntVar(&o.Batch, "batch", 0, fmt.Sprintf("lines per batched save (0: %d)", state.DefaultBatchSize))
+	fs.IntVar(&o.MaxBatch, "max-batch", 0, fmt.Sprintf("the most lines of a save while the one before it is being written: a save that cannot keep up with the lines gets bigger ones, which cost it less a line (0: %d times --batch; --batch's value: a save waits for the one before once it holds --batch lines)", batchGrowth))
 	fs.DurationVar(&o.BatchInterval, "batch-interval", 0, fmt.Sprintf("longest wait of a staged line for its save (0: %v)", state.DefaultBatchInterval))
 	fs.Int64Var(&o.CacheSize, "cache-size", 0, fmt.Sprintf("bytes of memory for the store's caches of balances and, with Pebble, of its blocks (0: %d MiB; -1: none); with bbolt, half of it (at most 128 MiB) is kept for the memory of a save and the balances get the rest; about 350 bytes an account of the balances' part (470 of the whole with Pebble) keeps every balance in memory", state.DefaultCacheSize>>20))
 	fs.Int64Var(&o.VerifyMaxBytes, "verify-max-bytes", 0, fmt.Sprintf("a bbolt store of at most this many bytes is checked whole before the run starts; a larger one is checked while the run starts, and the first save waits for the check (0: %d MiB; -1: never)", state.DefaultVerifyMaxBytes>>20))
@@ -127,7 +151,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
-	if o.Input == "" || o.Data == "" || fs.NArg() > 0 || o.Batch < 0 || o.Pace < 0 || o.BatchInterval < 0 {
+	if o.Input == "" || o.Data == "" || fs.NArg() > 0 || o.Batch < 0 || o.MaxBatch < 0 || o.Pace < 0 || o.BatchInterval < 0 {
 		fs.Usage()
 		return exitUsage
 	}
@@ -295,6 +319,7 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 	sopts := &state.Options{
 		Sync:           o.Sync,
 		BatchSize:      o.Batch,
+		MaxBatchSize:   o.maxBatch(),
 		BatchInterval:  o.BatchInterval,
 		CacheSize:      o.CacheSize,
 		VerifyMaxBytes: o.VerifyMaxBytes,

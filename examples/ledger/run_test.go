@@ -268,8 +268,13 @@ func TestRunSaveModes(t *testing.T) {
 	if n := saves("--sync"); n < 300 {
 		t.Errorf("--sync: %d saves for 300 lines, want one per line", n)
 	}
-	if n := saves("--batch", "100", "--batch-interval", "1m"); n < 3 || n > 4 {
-		t.Errorf("--batch 100: %d saves for 300 lines, want 3 (4 with the final flush)", n)
+	if n := saves("--batch", "100", "--max-batch", "100", "--batch-interval", "1m"); n < 3 || n > 4 {
+		t.Errorf("--batch 100 --max-batch 100: %d saves for 300 lines, want 3 (4 with the final flush)", n)
+	}
+	// By default a save grows past --batch while the one before it is
+	// written, up to 4 times --batch: never more saves than --batch makes.
+	if n := saves("--batch", "100", "--batch-interval", "1m"); n < 1 || n > 4 {
+		t.Errorf("--batch 100: %d saves for 300 lines, want 1 to 4", n)
 	}
 }
 
