@@ -24,7 +24,18 @@ func (s *nsStore) Snapshot(ctx context.Context, fn func(tx *Tx) error) error {
 	if closed {
 		return ErrClosed
 	}
+	// Between two commits: a commit's batch is durable when it is seen
+	// (see core.write). PostgreSQL shows a transaction only once its
+	// commit is durable, and its snapshot may wait for a connection: it
+	// does not hold the committer.
+	local := c.kind != Postgres
+	if local {
+		c.commitMu.Lock()
+	}
 	snap, err := c.eng.snapshot(ctx)
+	if local {
+		c.commitMu.Unlock()
+	}
 	if err != nil {
 		return fmt.Errorf("snapshot of %s store %s: %w", c.kind, c.dir, err)
 	}
