@@ -315,13 +315,19 @@ func (r *runner) setUp(t *table, ls ledgerStore, sc ledgerScale, label, dir stri
 			tm.lines, nv.lines = int64(sc.accounts), int64(sc.accounts)
 			logf("%s: the set-up stores copied from %s in %.1f s", label, kept, time.Since(start).Seconds())
 			// A copy is not the file its store left checked (another
-			// inode): one run over no new line, not timed, checks it whole
-			// before it starts (a check in the background would end with
-			// the run, unfinished) and leaves it recorded, as a user's
-			// store is after its own last run.
+			// inode): one run over no new line, not timed, checks it and
+			// leaves it recorded, as a user's store is after its own last
+			// run. A bbolt file is checked whole before the run starts (in
+			// the background, the check would end with the run,
+			// unfinished); a Pebble database is checked at open when it is
+			// at most VerifyMaxBytes, and never otherwise.
 			defer func(t time.Duration) { r.timeout = t }(r.timeout)
 			r.timeout = max(r.timeout, 30*time.Minute)
-			cres, err := r.runLedger(variantTidemarkCheck, ls.store, tm, 0, 0)
+			warm := variantTidemark
+			if ls.store == state.Bolt {
+				warm = variantTidemarkCheck
+			}
+			cres, err := r.runLedger(warm, ls.store, tm, 0, 0)
 			if err != nil {
 				return fmt.Errorf("%s: the run that checks the copied store of ledger run: %w", label, err)
 			}
