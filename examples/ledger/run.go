@@ -251,7 +251,7 @@ func (l *ledger) Handle(ctx context.Context, d tidemark.Delivery, line []byte) e
 	}
 	// Without de-duplication, a delivery without positions is never taken
 	// for a re-delivery: the store applies it again. The ledger records
-	// the position itself (applyEntry), in the same transaction.
+	// the position itself (applyLineOf), in the same transaction.
 	applied, err := l.st.Apply(ctx, l.applyDelivery(d), l.applyFn)
 	if errors.Is(err, state.ErrTooLarge) {
 		return l.reject(ctx, d, framework.ReasonTooLarge, err, line)
@@ -572,7 +572,7 @@ func (e *eventPrinter) stop() {
 
 // durableEvent reads, in one snapshot of the durable state, the last line
 // applied and how many lines the ledger has applied: the store's record
-// when the ledger de-duplicates, else the ledger's own (see applyEntry).
+// when the ledger de-duplicates, else the ledger's own (see applyLineOf).
 func durableEvent(ns state.Namespace, proc *ledger) (at tidemark.Applied, applied int64, err error) {
 	err = ns.Snapshot(context.Background(), func(tx *state.Tx) error {
 		var err error

@@ -121,22 +121,16 @@ func readLedgerTx(tx *state.Tx) (st LedgerState, last tidemark.Applied, err erro
 	return st, last, tx.Err()
 }
 
-// applyEntry applies one ledger line in tx: the balance, the counters, the
-// output line, and, with own, the ledger's own record of d's position
+// applyLineOf applies one ledger line in tx: the balance, the counters,
+// the output line, and, with own, the ledger's own record of d's position
 // (without de-duplication the store records none; with it, the store's
 // record is the one ReadStore reports, and two more writes a line would
-// only repeat it).
-func applyEntry(tx *state.Tx, e Entry, d tidemark.Delivery, own bool, buf []byte) ([]byte, error) {
-	return applyLineOf(tx, e, nil, nil, d, own, buf)
-}
-
-// applyLineOf is applyEntry, given, when account is not nil, the bytes of
-// e's account (e.Account is not read then), and, when line is not nil,
-// the input line of e as AppendLine writes it (without its newline; see
-// parseCanonical): the output line is that line and the balance, its
-// bytes copied rather than e formatted again. Both are parts of the
-// delivered line: the balance's key is read from it, and no string is
-// made of the account.
+// only repeat it). When account is not nil it is the bytes of e's account
+// (e.Account is not read then), and when line is not nil, the input line
+// of e as AppendLine writes it (without its newline; see parseCanonical):
+// the output line is that line and the balance, its bytes copied rather
+// than e formatted again. Both are parts of the delivered line: the
+// balance's key is read from it, and no string is made of the account.
 func applyLineOf(tx *state.Tx, e Entry, account, line []byte, d tidemark.Delivery, own bool, buf []byte) ([]byte, error) {
 	var bal int64
 	var err error
