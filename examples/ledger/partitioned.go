@@ -224,9 +224,7 @@ func runPartitioned(ctx context.Context, o RunOptions, stdout, stderr io.Writer)
 	}
 	var mu sync.Mutex
 	procs := map[int]*partLedger{} // the running processor of each partition held
-	sopts := func() *state.Options {
-		return &state.Options{Sync: o.Sync, BatchSize: o.Batch, BatchInterval: o.BatchInterval, CacheSize: o.CacheSize}
-	}
+	sopts := func() *state.Options { return partitionStoreOptions(o) }
 	var ev *partEvents
 	if o.Events {
 		ev = &partEvents{w: stdout}
@@ -495,6 +493,13 @@ func redactURL(s string) string {
 	return s
 }
 
+// partitionStoreOptions are the options of a partition's store: the
+// flags' batching (--max-batch as in a file run: 4 times --batch by
+// default), sync and cache budget.
+func partitionStoreOptions(o RunOptions) *state.Options {
+	return &state.Options{Sync: o.Sync, BatchSize: o.Batch, MaxBatchSize: o.maxBatch(), BatchInterval: o.BatchInterval, CacheSize: o.CacheSize}
+}
+
 // cmdRunPartitioned checks the flags of a partitioned run and runs it.
 func cmdRunPartitioned(o RunOptions, set map[string]bool, fs *flag.FlagSet, cpuprofile string, stdout, stderr io.Writer) int {
 	for _, name := range []string{"input", "data", "pointer-dir", "dedupe", "follow", "die-after-save"} {
@@ -507,7 +512,7 @@ func cmdRunPartitioned(o RunOptions, set map[string]bool, fs *flag.FlagSet, cpup
 		fmt.Fprintf(stderr, "ledger run: --source needs --store postgres://USER@HOST:PORT/DB (the partitions' stores must be shared by the workers), not %q\n", o.Store)
 		return exitUsage
 	}
-	if fs.NArg() > 0 || o.Batch < 0 || o.Pace < 0 || o.BatchInterval < 0 || o.Partitions < 0 || o.Lease < 0 {
+	if fs.NArg() > 0 || o.Batch < 0 || o.MaxBatch < 0 || o.Pace < 0 || o.BatchInterval < 0 || o.Partitions < 0 || o.Lease < 0 {
 		fs.Usage()
 		return exitUsage
 	}

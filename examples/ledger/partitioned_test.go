@@ -18,6 +18,7 @@ import (
 
 	"github.com/tidemark-go/tidemark/internal/natstest"
 	"github.com/tidemark-go/tidemark/internal/pgtest"
+	"github.com/tidemark-go/tidemark/state"
 )
 
 // worker is a `ledger run --source` child, followed through its events.
@@ -236,6 +237,7 @@ func TestPartitionedMistakes(t *testing.T) {
 		{"with --input", []string{"run", "--source", ns.URL() + "/P3", "--store", db, "--input", input}, exitUsage, "--input does not go with --source"},
 		{"worker without source", []string{"run", "--input", input, "--data", dir, "--worker", "x"}, exitUsage, "--worker goes with --source"},
 		{"not a nats URL", []string{"run", "--source", "localhost:4222/P3", "--store", db}, exitUsage, "want nats://HOST:PORT/STREAM"},
+		{"a negative --max-batch", []string{"run", "--source", ns.URL() + "/P3", "--store", db, "--max-batch", "-1"}, exitUsage, "usage"},
 		{"a stream not partitioned", []string{"run", "--source", ns.URL() + "/PLAIN", "--store", db}, exitFailed, "not partitioned"},
 		{"another partition count", []string{"run", "--source", ns.URL() + "/P3", "--store", db, "--partitions", "4"}, exitFailed, "has 3 partitions, --partitions says 4"},
 		{"no stream, no count", []string{"run", "--source", ns.URL() + "/NONE", "--store", db}, exitFailed, "give --partitions N to wait for it"},
@@ -253,6 +255,19 @@ func TestPartitionedMistakes(t *testing.T) {
 		})
 	}
 	_ = os.Remove(input)
+}
+
+// A partition's store batches as a file run's does: --max-batch reaches
+// it, 4 times --batch by default.
+func TestPartitionStoreOptions(t *testing.T) {
+	for _, c := range []struct {
+		batch, max, want int
+	}{{0, 0, 4 * state.DefaultBatchSize}, {500, 0, 2000}, {500, 700, 700}, {500, 500, 500}} {
+		o := partitionStoreOptions(RunOptions{Batch: c.batch, MaxBatch: c.max})
+		if o.BatchSize != c.batch || o.MaxBatchSize != c.want {
+			t.Errorf("--batch %d --max-batch %d: BatchSize %d, MaxBatchSize %d; want %d, %d", c.batch, c.max, o.BatchSize, o.MaxBatchSize, c.batch, c.want)
+		}
+	}
 }
 
 // TestPartitionedKeyedStream: a stream made by an earlier `ledger
