@@ -503,63 +503,71 @@ type eventPrinter struct {
 
 func startEvents(w io.Writer, srv *framework.Server, st state.Store, ns state.Namespace, pointerPath string, proc *ledger) *eventPrinter {
 	e := &eventPrinter{done: make(chan struct{}), stopped: make(chan struct{})}
+	var last struct {
+		commits uint64
+		pos     int64
+	}
+	first := true
+	// The pointer as the run found it: when the store is behind it
+	// (deleted, restored from a backup, its last batches lost), the
+	// feed reads from the store's position and leaves the pointer
+	// where it was until the reading passes it (feed.Resumer). That
+	// pointer is ahead of the state by design; a pointer that a commit
+	// of this run wrote never is.
+	inherited := make(map[tidemark.Applied]bool)
+	for _, p := range pointerSlots(pointerPath) {
+		inherited[tidemark.Applied{Epoch: p.Epoch, Position: p.Position}] = true
+	}
+	tick := func() {
+		// The group's checkpoint exists once the processor subscribed.
+		cp := srv.Checkpoints().Lookup(feedName, groupName)
+		// The pointer first, then the durable state: the state can only
+		// have moved forward since, so a pointer ahead of it is real.
+		ptrs := pointerSlots(pointerPath)
+		durable, ok := durablePosition(ns, proc, cp)
+		s := st.Stats()
+		for _, p := range ptrs {
+			if inherited[tidemark.Applied{Epoch: p.Epoch, Position: p.Position}] {
+				continue
+			}
+			if ok && p.Epoch == durable.Epoch && p.Position > durable.Position {
+				var mark checkpoint.Mark
+				if cp != nil {
+					mark, _ = cp.Durable()
+				}
+				fmt.Fprintf(w, "%s epoch=%d pointer=%d durable=%d mark_count=%d mark_position=%d\n", evAhead, p.Epoch, p.Position, durable.Position, mark.Count, mark.Position)
+			}
+		}
+		if first || s.Commits != last.commits || durable.Position != last.pos {
+			// The event's figures come from one snapshot of the durable
+			// state: the ledger's own count of the lines it applied
+			// (rejected lines, which the store applies too, are not
+			// counted) and the position the same commits made durable.
+			// A snapshot that fails is tried again at the next tick:
+			// the store's failure ends the run with its own error.
+			if at, applied, err := durableEvent(ns, proc); err == nil {
+				first = false
+				last.commits, last.pos = s.Commits, durable.Position
+				fmt.Fprintf(w, "%s epoch=%d position=%d applied=%d\n", evDurable, at.Epoch, at.Position, applied)
+			}
+		}
+	}
+	// The first event before the run starts: the state the run starts
+	// from. A short run can end, and its server close the store, before
+	// the printer's first tick could read it (a snapshot of a bbolt file
+	// the store left checked waits for that file's check).
+	tick()
 	go func() {
 		defer close(e.stopped)
 		t := time.NewTicker(2 * time.Millisecond)
 		defer t.Stop()
-		var last struct {
-			commits uint64
-			pos     int64
-		}
-		first := true
-		// The pointer as the run found it: when the store is behind it
-		// (deleted, restored from a backup, its last batches lost), the
-		// feed reads from the store's position and leaves the pointer
-		// where it was until the reading passes it (feed.Resumer). That
-		// pointer is ahead of the state by design; a pointer that a commit
-		// of this run wrote never is.
-		inherited := make(map[tidemark.Applied]bool)
-		for _, p := range pointerSlots(pointerPath) {
-			inherited[tidemark.Applied{Epoch: p.Epoch, Position: p.Position}] = true
-		}
 		for {
-			// The group's checkpoint exists once the processor subscribed.
-			cp := srv.Checkpoints().Lookup(feedName, groupName)
-			// The pointer first, then the durable state: the state can only
-			// have moved forward since, so a pointer ahead of it is real.
-			ptrs := pointerSlots(pointerPath)
-			durable, ok := durablePosition(ns, proc, cp)
-			s := st.Stats()
-			for _, p := range ptrs {
-				if inherited[tidemark.Applied{Epoch: p.Epoch, Position: p.Position}] {
-					continue
-				}
-				if ok && p.Epoch == durable.Epoch && p.Position > durable.Position {
-					var mark checkpoint.Mark
-					if cp != nil {
-						mark, _ = cp.Durable()
-					}
-					fmt.Fprintf(w, "%s epoch=%d pointer=%d durable=%d mark_count=%d mark_position=%d\n", evAhead, p.Epoch, p.Position, durable.Position, mark.Count, mark.Position)
-				}
-			}
-			if first || s.Commits != last.commits || durable.Position != last.pos {
-				// The event's figures come from one snapshot of the durable
-				// state: the ledger's own count of the lines it applied
-				// (rejected lines, which the store applies too, are not
-				// counted) and the position the same commits made durable.
-				// A snapshot that fails is tried again at the next tick:
-				// the store's failure ends the run with its own error.
-				if at, applied, err := durableEvent(ns, proc); err == nil {
-					first = false
-					last.commits, last.pos = s.Commits, durable.Position
-					fmt.Fprintf(w, "%s epoch=%d position=%d applied=%d\n", evDurable, at.Epoch, at.Position, applied)
-				}
-			}
 			select {
 			case <-e.done:
 				return
 			case <-t.C:
 			}
+			tick()
 		}
 	}()
 	return e
