@@ -34,12 +34,7 @@ func heldCheck() (o *Options, release func()) {
 // for ever, so false is never a slow machine's answer when true is right.
 func commitsWhileHeld(t *testing.T, s Store, n int) bool {
 	t.Helper()
-	if _, err := s.Apply(t.Context(), del("f", 1, n), func(tx *Tx) error {
-		_, err := tx.AddInt64([]byte("count"), 1)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	stageCount(t, s, n)
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	err := s.Flush(ctx)
@@ -106,14 +101,8 @@ func TestBoltLeftCheckedCommitsWithoutWaiting(t *testing.T) {
 	step("a copy of the folder", true)
 	// A store opened without any check records nothing new and trusts
 	// nothing: the record of the last close no longer matches its file.
-	o := testOpts()
-	o.VerifyMaxBytes = -1
-	s := mustOpen(t, be, dir, o)
 	line++
-	applyCount(t, s, line)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	runWithoutChecks(t, be, dir, func(s Store) { applyCount(t, s, line) })
 	step("after a run without checks", true)
 }
 
@@ -137,7 +126,22 @@ func rewriteByte(t *testing.T, path string, off int64) {
 	}
 }
 
-func applyCount(t *testing.T, s Store, n int) {
+// runWithoutChecks opens the store in dir with no check at all
+// (VerifyMaxBytes -1), runs fn on it, and closes it.
+func runWithoutChecks(t *testing.T, be backend, dir string, fn func(Store)) {
+	t.Helper()
+	o := testOpts()
+	o.VerifyMaxBytes = -1
+	s := mustOpen(t, be, dir, o)
+	fn(s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stageCount applies line n of feed f, which adds 1 to "count", and
+// leaves it staged.
+func stageCount(t *testing.T, s Store, n int) {
 	t.Helper()
 	if _, err := s.Apply(t.Context(), del("f", 1, n), func(tx *Tx) error {
 		_, err := tx.AddInt64([]byte("count"), 1)
@@ -145,6 +149,12 @@ func applyCount(t *testing.T, s Store, n int) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// applyCount is stageCount, then a Flush.
+func applyCount(t *testing.T, s Store, n int) {
+	t.Helper()
+	stageCount(t, s, n)
 	if err := s.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -75,14 +75,8 @@ func TestPebbleLeftCheckedSkipsTheCheckAtOpen(t *testing.T) {
 	dir = cp
 	step("a copy of the folder", true)
 	// A run without checks records nothing: the next open checks.
-	o := testOpts()
-	o.VerifyMaxBytes = -1
-	s := mustOpen(t, be, dir, o)
 	line++
-	addKeys(t, s, line)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	runWithoutChecks(t, be, dir, func(s Store) { addKeys(t, s, line) })
 	if _, err := os.Stat(filepath.Join(dir, pebbleLeftFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a record after a run without checks: %v", err)
 	}
