@@ -35,5 +35,23 @@
 //	(cd /path/to/checkout-of-main && go build -o /tmp/ledger-base ./examples/ledger)
 //	TIDEMARK_SCALE_BASELINE=/tmp/ledger-base go test ./scale -run '^$' -bench JetStreamToPostgres -benchtime 5x
 //
+// The worker rows report, beside their rates, what they cost: the worker's
+// CPU a line, the NATS server's and PostgreSQL's (every process of the
+// cluster) over the same time, and for BenchmarkJetStreamToPostgres the
+// time from the take-over to the first save that holds lines (the source's
+// open, its first pull, the first batch and its commit), and each run's
+// rate. With a baseline, the baseline runs first in even rounds and last
+// in odd ones, so that neither build always follows the bare consumer.
+//
+// For a diagnosis:
+//
+//	TIDEMARK_SCALE_ARGS="--max-batch 10000"  more flags for the measured
+//	                                        workers (not the baseline's)
+//	TIDEMARK_SCALE_LOGS=DIR                 keeps every worker's log in DIR
+//	TIDEMARK_SCALE_LOG_LEVEL=info           the workers' log level (warn)
+//	TIDEMARK_SCALE_NATS_PPROF=6061          the NATS server serves Go's
+//	                                        profiles on that port
+//	                                        (/debug/pprof/profile?seconds=1)
+//
 // Nothing here asserts a speed; see bench/RESULTS.md for the figures.
 package scale

@@ -2,8 +2,10 @@ package scale
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,14 +76,31 @@ type env struct {
 	runs int
 	// serverCPU is the NATS server's CPU time during the last ledgerRate
 	// (from the worker's take-over to its last save) or bareRate, or -1
-	// when it could not be read.
-	serverCPU time.Duration
+	// when it could not be read; pgCPU is PostgreSQL's (every process of
+	// the cluster) over the same time.
+	serverCPU, pgCPU time.Duration
+	// firstSave is the time from the last ledgerRate's take-over to its
+	// first save that held lines: the source's open and first pull, the
+	// first batch's wait and its commit; saves is that run's saves (of
+	// every partition), about.
+	firstSave time.Duration
+	saves     int
+	// allSaving is the time from the take-over to the first save of the
+	// last partition to save.
+	allSaving time.Duration
 }
 
 func newEnv(b *testing.B) *env {
 	b.Helper()
 	e := &env{b: b, exe: ledgerExe(b), dir: b.TempDir()}
 	e.cfg = natstest.Config{StoreDir: filepath.Join(e.dir, "nats"), Port: natstest.FreePort(b)}
+	if v := os.Getenv("TIDEMARK_SCALE_NATS_PPROF"); v != "" {
+		port, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatalf("TIDEMARK_SCALE_NATS_PPROF=%q: a port number, such as 6061", v)
+		}
+		e.cfg.ProfPort = port
+	}
 	e.nats = natstest.StartProcess(b, e.cfg)
 	e.db = pgtest.Shared(b).Schema(b)
 	return e
@@ -134,6 +153,22 @@ func run(b *testing.B, exe string, args ...string) {
 	}
 }
 
+// keepLog copies a worker's log into the folder TIDEMARK_SCALE_LOGS names,
+// if any, before the benchmark's temporary folder goes.
+func keepLog(b *testing.B, name string) {
+	dir := os.Getenv("TIDEMARK_SCALE_LOGS")
+	if dir == "" {
+		return
+	}
+	data, err := os.ReadFile(name)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_")+"-"+filepath.Base(name)), data, 0o644)
+	}
+	if err != nil {
+		b.Logf("TIDEMARK_SCALE_LOGS: %v", err)
+	}
+}
+
 // worker is a `ledger run --source … --events` process, followed through
 // its events.
 type worker struct {
@@ -152,6 +187,14 @@ type worker struct {
 	// token, and moved when a later event under it had more.
 	first map[[2]int64]int64
 	moved map[[2]int64]time.Time
+	// firstSave is when the first save that held lines was durable;
+	// saves counts the durable events whose lines moved: about one a
+	// save of a partition (they are read every 2 ms).
+	firstSave time.Time
+	saves     int
+	// lastFirst is when the last partition to save had its first save
+	// that held lines.
+	lastFirst time.Time
 	// acquired is when the worker took a partition under a token.
 	acquired map[[2]int64]time.Time
 }
@@ -171,7 +214,7 @@ func (e *env) startWorkerOf(exe, name, stream string, extra ...string) *worker {
 		b.Fatal(err)
 	}
 	args := append([]string{"run", "--source", e.url(stream), "--store", e.db, "--worker", name,
-		"--events", "--progress", "none", "--log-level", "warn"}, extra...)
+		"--events", "--progress", "none", "--log-level", cmp.Or(os.Getenv("TIDEMARK_SCALE_LOG_LEVEL"), "warn")}, extra...)
 	w.cmd = exec.Command(exe, args...)
 	w.cmd.Stderr = w.log
 	out, err := w.cmd.StdoutPipe()
@@ -193,6 +236,7 @@ func (e *env) startWorkerOf(exe, name, stream string, extra ...string) *worker {
 		_ = w.cmd.Process.Kill()
 		<-w.exited
 		w.log.Close()
+		keepLog(b, w.log.Name())
 	})
 	return w
 }
@@ -220,7 +264,16 @@ func (w *worker) event(line string, at time.Time) {
 	case "released", "lost":
 		delete(w.held, p)
 	case "durable":
+		if f["lines"] > w.lines[p] {
+			w.saves++
+			if w.lines[p] == 0 {
+				w.lastFirst = at
+			}
+		}
 		w.lines[p] = f["lines"]
+		if w.firstSave.IsZero() && f["lines"] > 0 {
+			w.firstSave = at
+		}
 		k := [2]int64{int64(p), f["token"]}
 		if n, ok := w.first[k]; !ok {
 			w.first[k] = f["lines"]
@@ -289,6 +342,9 @@ func (e *env) ledgerRate(stream string, lines int64) (rate float64, cpu time.Dur
 func (e *env) ledgerRateOf(exe, stream string, lines int64) (rate float64, cpu time.Duration) {
 	e.runs++
 	args := []string{"--job", fmt.Sprintf("bench%d", e.runs)}
+	if exe == e.exe {
+		args = append(args, strings.Fields(os.Getenv("TIDEMARK_SCALE_ARGS"))...)
+	}
 	if dir := os.Getenv("TIDEMARK_SCALE_PROFILE"); dir != "" {
 		args = append(args, "--cpuprofile", filepath.Join(dir, fmt.Sprintf("%s-%d.cpu", e.b.Name(), e.runs)))
 	}
@@ -296,12 +352,13 @@ func (e *env) ledgerRateOf(exe, stream string, lines int64) (rate float64, cpu t
 	// The server's CPU from the take-over to the last save, as the rate:
 	// not the worker's connect and stop.
 	w.waitUntil("the partition taken", func() bool { return !w.firstAcq.IsZero() })
-	srv0 := e.serverTime()
+	srv0, pg0 := e.serverTime(), e.pgTime()
 	w.waitUntil("every line saved", func() bool { return w.total() >= lines })
 	w.mu.Lock()
 	d := time.Since(w.firstAcq)
+	e.firstSave, e.saves, e.allSaving = w.firstSave.Sub(w.firstAcq), w.saves, w.lastFirst.Sub(w.firstAcq)
 	w.mu.Unlock()
-	e.serverCPU = since(srv0, e.serverTime())
+	e.serverCPU, e.pgCPU = since(srv0, e.serverTime()), since(pg0, e.pgTime())
 	w.stop()
 	ps := w.cmd.ProcessState
 	return float64(lines) / d.Seconds(), (ps.UserTime() + ps.SystemTime()) / time.Duration(lines)
@@ -314,27 +371,90 @@ func (e *env) serverTime() time.Duration {
 	if pid == 0 {
 		return -1
 	}
+	_, self, _, ok := procStat(pid)
+	if !ok {
+		return -1
+	}
+	return self
+}
+
+// procStat reads /proc/PID/stat: the process's parent, its CPU time so far
+// (user and system) and that of its children it reaped.
+func procStat(pid int) (ppid int, self, reaped time.Duration, ok bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	// The fields after the command's closing parenthesis: state is the
+	// 3rd field of the line, ppid the 4th, utime, stime, cutime and
+	// cstime the 14th to 17th.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 15 {
+		return 0, 0, 0, false
+	}
+	var n [5]int64
+	for j, k := range []int{1, 11, 12, 13, 14} {
+		if n[j], err = strconv.ParseInt(f[k], 10, 64); err != nil {
+			return 0, 0, 0, false
+		}
+	}
+	// In clock ticks of USER_HZ, 100 a second on Linux.
+	tick := 10 * time.Millisecond
+	return int(n[0]), time.Duration(n[1]+n[2]) * tick, time.Duration(n[3]+n[4]) * tick, true
+}
+
+// pgTime is the CPU time so far of the PostgreSQL cluster the stores are
+// in (its postmaster, the processes it runs, and those that exited), or -1
+// when it cannot be read (a server TIDEMARK_PG_DSN names elsewhere).
+func (e *env) pgTime() time.Duration {
+	pm := e.postmaster()
+	if pm == 0 {
+		return -1
+	}
+	_, self, reaped, ok := procStat(pm)
+	if !ok {
+		return -1
+	}
+	total := self + reaped
+	dirs, err := os.ReadDir("/proc")
 	if err != nil {
 		return -1
 	}
-	// The fields after the command's closing parenthesis: state is the
-	// 3rd field of the line, utime and stime the 14th and 15th.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return -1
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, self, _, ok := procStat(pid); ok && ppid == pm {
+			total += self
+		}
 	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return -1
+	return total
+}
+
+// postmaster is the pid of the PostgreSQL cluster of e's stores, from the
+// postmaster.pid of the data folder beside its socket folder (pgtest's
+// layout), or 0.
+func (e *env) postmaster() int {
+	u, err := url.Parse(e.db)
+	if err != nil {
+		return 0
 	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return -1
+	host := u.Query().Get("host")
+	if !strings.HasPrefix(host, "/") {
+		return 0
 	}
-	// In clock ticks of USER_HZ, 100 a second on Linux.
-	return time.Duration(ut+st) * 10 * time.Millisecond
+	b, err := os.ReadFile(filepath.Join(host, "data", "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(line))
+	return pid
 }
 
 // since is the time from a to b, -1 when either is unknown.
@@ -412,12 +532,18 @@ func BenchmarkJetStreamToPostgres(b *testing.B) {
 	e := newEnv(b)
 	e.fill(map[string]int{"ONE": 1}, lines, 1000)
 	baseExe := baselineExe(b)
-	var led, bare, ledCPU, bareCPU, base, baseCPU, ledSrv, bareSrv []float64
+	var led, bare, ledCPU, bareCPU, base, baseCPU, ledSrv, bareSrv, ledPG, ledFirst, baseFirst []float64
 	perLine := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / lines }
-	for range b.N {
-		if baseExe != "" {
-			r, c := e.ledgerRateOf(baseExe, "ONE", lines)
-			base, baseCPU = append(base, r), append(baseCPU, float64(c.Nanoseconds()))
+	var baseSrv []float64
+	runBase := func() {
+		r, c := e.ledgerRateOf(baseExe, "ONE", lines)
+		base, baseCPU = append(base, r), append(baseCPU, float64(c.Nanoseconds()))
+		baseFirst, baseSrv = append(baseFirst, float64(e.firstSave.Nanoseconds())), append(baseSrv, perLine(e.serverCPU))
+	}
+	for i := range b.N {
+		// The baseline runs first in even rounds, last in odd ones.
+		if baseExe != "" && i%2 == 0 {
+			runBase()
 		}
 		// The two alternate; the bare consumer reads through a consumer
 		// of its own, the ledger through its partition's.
@@ -428,6 +554,10 @@ func BenchmarkJetStreamToPostgres(b *testing.B) {
 		}
 		r, c = e.ledgerRate("ONE", lines)
 		led, ledCPU, ledSrv = append(led, r), append(ledCPU, float64(c.Nanoseconds())), append(ledSrv, perLine(e.serverCPU))
+		ledPG, ledFirst = append(ledPG, perLine(e.pgCPU)), append(ledFirst, float64(e.firstSave.Nanoseconds()))
+		if baseExe != "" && i%2 == 1 {
+			runBase()
+		}
 	}
 	l, r := median(led), median(bare)
 	lc, rc := median(ledCPU), median(bareCPU)
@@ -438,6 +568,12 @@ func BenchmarkJetStreamToPostgres(b *testing.B) {
 	b.ReportMetric(rc, "bare-cpu-ns/msg")
 	fmt.Printf("scale: JetStream → PostgreSQL, one worker, exactly once: %.0f lines/s (worker CPU %.1f µs a line); bare durable pull consumer (AckAll every 1,000): %.0f msgs/s (client CPU %.1f µs a message); ratio %.2f (%d lines, %d runs, load average %s)\n",
 		l, lc/1000, r, rc/1000, l/r, lines, b.N, loadAvg())
+	b.ReportMetric(median(ledFirst)/1e6, "first-save-ms")
+	fmt.Printf("scale: runs, lines/s: ledger %v, bare %v; the take-over to the first save %v ms\n", rounded(led), rounded(bare), millis(ledFirst))
+	if pg := median(ledPG); pg >= 0 {
+		b.ReportMetric(pg, "pg-cpu-ns/line")
+		fmt.Printf("scale: PostgreSQL's CPU meanwhile: %.1f µs a line (runs %v µs)\n", pg/1000, micros(ledPG))
+	}
 	if ls, bs := median(ledSrv), median(bareSrv); ls >= 0 && bs >= 0 {
 		b.ReportMetric(ls, "server-cpu-ns/line")
 		b.ReportMetric(bs, "bare-server-cpu-ns/msg")
@@ -448,9 +584,19 @@ func BenchmarkJetStreamToPostgres(b *testing.B) {
 		b.ReportMetric(bl, "baseline-lines/s")
 		b.ReportMetric(bc, "baseline-worker-cpu-ns/line")
 		b.ReportMetric(lc/bc, "cpu-ratio")
-		fmt.Printf("scale: baseline %s: %.0f lines/s (worker CPU %.1f µs a line); this build's CPU a line %.2f of the baseline's (runs: this %v, baseline %v µs)\n",
-			baseExe, bl, bc/1000, lc/bc, micros(ledCPU), micros(baseCPU))
+		b.ReportMetric(l/bl, "rate-ratio")
+		fmt.Printf("scale: baseline %s: %.0f lines/s (worker CPU %.1f µs a line); this build's CPU a line %.2f of the baseline's (runs: this %v, baseline %v µs); its rate %.2f of the baseline's (runs: this %v, baseline %v lines/s; the take-over to the first save: baseline %v ms; the NATS server's CPU a line: this %v, baseline %v µs)\n",
+			baseExe, bl, bc/1000, lc/bc, micros(ledCPU), micros(baseCPU), l/bl, rounded(led), rounded(base), millis(baseFirst), micros(ledSrv), micros(baseSrv))
 	}
+}
+
+// millis rounds nanoseconds to milliseconds, for the record.
+func millis(ns []float64) []float64 {
+	out := make([]float64, len(ns))
+	for i, v := range ns {
+		out[i] = float64(int(v/1e6 + 0.5))
+	}
+	return out
 }
 
 // micros rounds nanoseconds to tenths of microseconds, for the record.
@@ -539,19 +685,30 @@ func BenchmarkPartitions(b *testing.B) {
 		streams["P"+strconv.Itoa(n)] = n
 	}
 	e.fill(streams, lines, 1000)
-	var row []string
+	var row, cost []string
 	for _, n := range counts {
 		name := "P" + strconv.Itoa(n)
-		var rates, cpus []float64
+		var rates, cpus, srv, pg, saves, all []float64
 		for range b.N {
 			r, c := e.ledgerRate(name, lines)
 			rates, cpus = append(rates, r), append(cpus, float64(c.Nanoseconds()))
+			srv, pg = append(srv, float64(e.serverCPU.Nanoseconds())/lines), append(pg, float64(e.pgCPU.Nanoseconds())/lines)
+			saves, all = append(saves, float64(e.saves)*r/lines), append(all, float64(e.allSaving.Nanoseconds()))
 		}
 		r, c := median(rates), median(cpus)
 		b.ReportMetric(r, fmt.Sprintf("lines/s-P%d", n))
 		row = append(row, fmt.Sprintf("%d: %.0f (%.1f µs CPU a line)", n, r, c/1000))
+		// The worker's CPU counts its start and stop too: the cores are
+		// an upper bound.
+		if s, p := median(srv), median(pg); s >= 0 && p >= 0 {
+			cost = append(cost, fmt.Sprintf("%d: worker %.1f + NATS %.1f + PostgreSQL %.1f µs = %.2f cores, %.0f saves/s, every partition saving after %.0f ms",
+				n, c/1000, s/1000, p/1000, (c+s+p)*r/1e9, median(saves), median(all)/1e6))
+		}
 	}
 	fmt.Printf("scale: one worker, lines/s by partitions held: %s (%d lines, load average %s)\n", strings.Join(row, ", "), lines, loadAvg())
+	if len(cost) > 0 {
+		fmt.Printf("scale: CPU a line by partitions held, and the cores it takes at that rate: %s\n", strings.Join(cost, "; "))
+	}
 }
 
 // BenchmarkFailover: two workers share two partitions of a stream while

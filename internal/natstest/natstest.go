@@ -45,6 +45,11 @@ type Config struct {
 	// SyncInterval, when set, replaces the server's default interval
 	// (2 minutes) between syncs of the file store.
 	SyncInterval time.Duration
+	// ProfPort, when set, is the port the server serves Go's profiles on
+	// (nats-server's prof_port: http://127.0.0.1:ProfPort/debug/pprof/),
+	// to profile a server in a child process, which a test cannot reach
+	// otherwise.
+	ProfPort int
 }
 
 // readyTimeout bounds the wait for a server to accept connections.
@@ -88,6 +93,7 @@ func options(t testing.TB, cfg Config) server.Options {
 		JetStreamMaxStore:  4 << 30,
 		SyncAlways:         cfg.SyncAlways,
 		SyncInterval:       cfg.SyncInterval,
+		ProfPort:           cfg.ProfPort,
 		NoLog:              true,
 		NoSigs:             true,
 		// The default is a minute: a test that waits for a client to
