@@ -280,6 +280,34 @@ func (l *ledger) applyLine(tx *state.Tx) error {
 	return err
 }
 
+// feedConfig returns the feed of a file run, read for proc. With
+// de-duplication the feed resumes from the store (ResumeFromStore, see
+// Run), which is the truth: the pointer file is only a hint then, and a
+// pointer write is synced at most every feed.DefaultSyncInterval rather
+// than at each commit, so that a save's own syncs (the output's, the
+// store's) do not queue behind one more a save. A pointer that lags
+// costs nothing: the restart reads from the store's position. Without
+// de-duplication the pointer is the resume point, synced at each commit.
+func (o *RunOptions) feedConfig(proc *ledger) framework.FeedConfig {
+	sync := feed.SyncEveryCommit
+	if o.Dedupe {
+		sync = feed.SyncInterval
+	}
+	return framework.FeedConfig{
+		Name: feedName,
+		File: &framework.FileConfig{
+			Filename:     o.Input,
+			PointerDir:   o.PointerDir,
+			ReadStrategy: feed.Committed,
+			MaxLineBytes: maxLineBytes,
+			OnReject:     proc.rej.skippedBySource,
+			Sync:         sync,
+		},
+		AgentName: "ledger-feed-agent",
+		Overload:  framework.OverloadConfig{Policy: framework.Pause},
+	}
+}
+
 // dieAfterSave is the store observer of --die-after-save: it kills the
 // process with SIGKILL as soon as a durable save brings the saved lines to
 // at least after. A store tells its observer of a save once it is durable
@@ -346,18 +374,7 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 	}
 	proc := &ledger{dedupe: o.Dedupe, pace: o.Pace}
 	fcfg := framework.Config{
-		Feeds: []framework.FeedConfig{{
-			Name: feedName,
-			File: &framework.FileConfig{
-				Filename:     o.Input,
-				PointerDir:   o.PointerDir,
-				ReadStrategy: feed.Committed,
-				MaxLineBytes: maxLineBytes,
-				OnReject:     proc.rej.skippedBySource,
-			},
-			AgentName: "ledger-feed-agent",
-			Overload:  framework.OverloadConfig{Policy: framework.Pause},
-		}},
+		Feeds: []framework.FeedConfig{o.feedConfig(proc)},
 		Groups: []framework.GroupConfig{{
 			Name:         groupName,
 			Processors:   []string{processorName},

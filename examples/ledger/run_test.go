@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidemark-go/tidemark/feed"
 )
 
 func runLedger(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -353,5 +355,25 @@ func TestRunOpsListener(t *testing.T) {
 	cancel()
 	if code := <-done; code != exitOK {
 		t.Fatalf("exit %d\n%s", code, stderr())
+	}
+}
+
+// TestFeedPointerSync: a run that de-duplicates resumes from its store, so
+// its feed syncs the pointer file (a hint then) at most every interval
+// rather than at each commit; a run without de-duplication resumes from
+// the pointer, which it syncs at each commit.
+func TestFeedPointerSync(t *testing.T) {
+	for _, tc := range []struct {
+		dedupe bool
+		want   feed.SyncPolicy
+	}{{true, feed.SyncInterval}, {false, feed.SyncEveryCommit}} {
+		o := RunOptions{Input: "in.csv", Dedupe: tc.dedupe}
+		fc := o.feedConfig(&ledger{})
+		if fc.File == nil || fc.File.Sync != tc.want {
+			t.Errorf("dedupe %v: the feed's pointer sync policy is %v, want %v", tc.dedupe, fc.File.Sync, tc.want)
+		}
+		if fc.File.Filename != o.Input || fc.Name != feedName {
+			t.Errorf("dedupe %v: feed %q of file %q, want %q of %q", tc.dedupe, fc.Name, fc.File.Filename, feedName, o.Input)
+		}
 	}
 }
