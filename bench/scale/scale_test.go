@@ -86,8 +86,9 @@ type env struct {
 	firstSave time.Duration
 	saves     int
 	// allSaving is the time from the take-over to the first save of the
-	// last partition to save.
+	// last partition to save; steady the lines a second from then on.
 	allSaving time.Duration
+	steady    float64
 }
 
 func newEnv(b *testing.B) *env {
@@ -193,8 +194,10 @@ type worker struct {
 	firstSave time.Time
 	saves     int
 	// lastFirst is when the last partition to save had its first save
-	// that held lines.
+	// that held lines, and atLast the lines saved then (in every
+	// partition).
 	lastFirst time.Time
+	atLast    int64
 	// acquired is when the worker took a partition under a token.
 	acquired map[[2]int64]time.Time
 }
@@ -264,13 +267,14 @@ func (w *worker) event(line string, at time.Time) {
 	case "released", "lost":
 		delete(w.held, p)
 	case "durable":
+		first := f["lines"] > 0 && w.lines[p] == 0
 		if f["lines"] > w.lines[p] {
 			w.saves++
-			if w.lines[p] == 0 {
-				w.lastFirst = at
-			}
 		}
 		w.lines[p] = f["lines"]
+		if first {
+			w.lastFirst, w.atLast = at, w.total()
+		}
 		if w.firstSave.IsZero() && f["lines"] > 0 {
 			w.firstSave = at
 		}
@@ -357,6 +361,7 @@ func (e *env) ledgerRateOf(exe, stream string, lines int64) (rate float64, cpu t
 	w.mu.Lock()
 	d := time.Since(w.firstAcq)
 	e.firstSave, e.saves, e.allSaving = w.firstSave.Sub(w.firstAcq), w.saves, w.lastFirst.Sub(w.firstAcq)
+	e.steady = float64(w.total()-w.atLast) / time.Since(w.lastFirst).Seconds()
 	w.mu.Unlock()
 	e.serverCPU, e.pgCPU = since(srv0, e.serverTime()), since(pg0, e.pgTime())
 	w.stop()
@@ -534,7 +539,7 @@ func BenchmarkJetStreamToPostgres(b *testing.B) {
 	baseExe := baselineExe(b)
 	var led, bare, ledCPU, bareCPU, base, baseCPU, ledSrv, bareSrv, ledPG, ledFirst, baseFirst []float64
 	perLine := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / lines }
-	var baseSrv []float64
+	var baseSrv, ledSteady []float64
 	runBase := func() {
 		r, c := e.ledgerRateOf(baseExe, "ONE", lines)
 		base, baseCPU = append(base, r), append(baseCPU, float64(c.Nanoseconds()))
@@ -555,6 +560,7 @@ func BenchmarkJetStreamToPostgres(b *testing.B) {
 		r, c = e.ledgerRate("ONE", lines)
 		led, ledCPU, ledSrv = append(led, r), append(ledCPU, float64(c.Nanoseconds())), append(ledSrv, perLine(e.serverCPU))
 		ledPG, ledFirst = append(ledPG, perLine(e.pgCPU)), append(ledFirst, float64(e.firstSave.Nanoseconds()))
+		ledSteady = append(ledSteady, e.steady)
 		if baseExe != "" && i%2 == 1 {
 			runBase()
 		}
@@ -569,7 +575,8 @@ func BenchmarkJetStreamToPostgres(b *testing.B) {
 	fmt.Printf("scale: JetStream → PostgreSQL, one worker, exactly once: %.0f lines/s (worker CPU %.1f µs a line); bare durable pull consumer (AckAll every 1,000): %.0f msgs/s (client CPU %.1f µs a message); ratio %.2f (%d lines, %d runs, load average %s)\n",
 		l, lc/1000, r, rc/1000, l/r, lines, b.N, loadAvg())
 	b.ReportMetric(median(ledFirst)/1e6, "first-save-ms")
-	fmt.Printf("scale: runs, lines/s: ledger %v, bare %v; the take-over to the first save %v ms\n", rounded(led), rounded(bare), millis(ledFirst))
+	b.ReportMetric(median(ledSteady), "after-first-save-lines/s")
+	fmt.Printf("scale: runs, lines/s: ledger %v, bare %v; the take-over to the first save %v ms; the ledger's lines/s after its first save %v\n", rounded(led), rounded(bare), millis(ledFirst), rounded(ledSteady))
 	if pg := median(ledPG); pg >= 0 {
 		b.ReportMetric(pg, "pg-cpu-ns/line")
 		fmt.Printf("scale: PostgreSQL's CPU meanwhile: %.1f µs a line (runs %v µs)\n", pg/1000, micros(ledPG))
@@ -688,12 +695,13 @@ func BenchmarkPartitions(b *testing.B) {
 	var row, cost []string
 	for _, n := range counts {
 		name := "P" + strconv.Itoa(n)
-		var rates, cpus, srv, pg, saves, all []float64
+		var rates, cpus, srv, pg, saves, all, steady []float64
 		for range b.N {
 			r, c := e.ledgerRate(name, lines)
 			rates, cpus = append(rates, r), append(cpus, float64(c.Nanoseconds()))
 			srv, pg = append(srv, float64(e.serverCPU.Nanoseconds())/lines), append(pg, float64(e.pgCPU.Nanoseconds())/lines)
 			saves, all = append(saves, float64(e.saves)*r/lines), append(all, float64(e.allSaving.Nanoseconds()))
+			steady = append(steady, e.steady)
 		}
 		r, c := median(rates), median(cpus)
 		b.ReportMetric(r, fmt.Sprintf("lines/s-P%d", n))
@@ -701,8 +709,8 @@ func BenchmarkPartitions(b *testing.B) {
 		// The worker's CPU counts its start and stop too: the cores are
 		// an upper bound.
 		if s, p := median(srv), median(pg); s >= 0 && p >= 0 {
-			cost = append(cost, fmt.Sprintf("%d: worker %.1f + NATS %.1f + PostgreSQL %.1f µs = %.2f cores, %.0f saves/s, every partition saving after %.0f ms",
-				n, c/1000, s/1000, p/1000, (c+s+p)*r/1e9, median(saves), median(all)/1e6))
+			cost = append(cost, fmt.Sprintf("%d: worker %.1f + NATS %.1f + PostgreSQL %.1f µs = %.2f cores, %.0f saves/s, every partition saving after %.0f ms, %.0f lines/s from then on",
+				n, c/1000, s/1000, p/1000, (c+s+p)*r/1e9, median(saves), median(all)/1e6, median(steady)))
 		}
 	}
 	fmt.Printf("scale: one worker, lines/s by partitions held: %s (%d lines, load average %s)\n", strings.Join(row, ", "), lines, loadAvg())
