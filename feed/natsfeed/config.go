@@ -98,9 +98,14 @@ type Config struct {
 	// what the framework commits, and the framework commits only what
 	// every store made durable, so the limit must exceed everything in
 	// flight: Buffer + PullBatch + the feed's queue capacity and read
-	// batch + two store batches (state's BatchSize) per group. Below that
-	// the server holds deliveries back until the next commit: reading is
-	// slower, never wrong.
+	// batch + two store batches per group (the one committing and the
+	// one staged: each up to state's MaxBatchSize, or BatchSize when that
+	// is less). Below that the server holds deliveries back until the
+	// next commit: reading is slower, never wrong. Above it costs the
+	// server too: it keeps a record of every message delivered and not
+	// acknowledged, and writes them all with the consumer's state (in
+	// bench/scale, a quarter of the NATS server's CPU for the ledger,
+	// which acknowledges only what its store committed).
 	MaxAckPending int
 	// AckWait is how long the server waits for an acknowledgement before
 	// it delivers a message again (DefaultAckWait when 0). The source

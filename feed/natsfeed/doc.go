@@ -178,10 +178,11 @@
 // always.
 //
 // MaxAckPending must exceed what is in flight at once: the buffers, the
-// feed's queue and batch, and two store batches per group (see
-// Config.MaxAckPending; the default, 65536, covers the framework's and
-// state's defaults). Below that the server holds deliveries back until a
-// commit: slower, never wrong.
+// feed's queue and batch, and two store batches per group, each up to the
+// store's MaxBatchSize (see Config.MaxAckPending; the default, 65536,
+// covers the framework's and state's defaults, not a MaxBatchSize of
+// 40,000 as the ledger example's). Below that the server holds
+// deliveries back until a commit: slower, never wrong.
 //
 // # Status
 //
