@@ -38,6 +38,42 @@ type Output struct {
 	// pending that of the bytes of the batch being committed (the
 	// committer's alone).
 	sum, pending uint32
+
+	// The write-ahead of a file output (see core.writeAhead), under mu:
+	// next is the offset just past the bytes of the last batch handed to
+	// stage, stagedSeq that batch's seq, ah what the writer was given of
+	// the staging batch's bytes; aq feeds the writer (nil until the first
+	// chunk), aclosed is set when the output closes, and adone is closed
+	// when the writer has ended.
+	next      int64
+	stagedSeq uint64
+	ah        *ahead
+	aq        chan aheadWrite
+	aclosed   bool
+	adone     chan struct{}
+}
+
+// aheadChunk is how many bytes of a staging batch an output's writer is
+// given at least at once (see core.writeAhead).
+const aheadChunk = 64 << 10
+
+// ahead is what an output's writer was given of one batch's bytes: the
+// first sent bytes, to be written from base, the batch's offset in the
+// file. wg counts the chunks not written yet, err is the first write that
+// failed (under the output's mu).
+type ahead struct {
+	seq  uint64
+	base int64
+	sent int
+	wg   sync.WaitGroup
+	err  error
+}
+
+// aheadWrite is one chunk for an output's writer: p at off, of batch a.
+type aheadWrite struct {
+	a   *ahead
+	p   []byte
+	off int64
 }
 
 // Name returns the output's name.
@@ -114,15 +150,16 @@ var errEnough = errors.New("enough")
 // keeps outputs.
 const outputChunk = 1 << 20
 
-// stage makes p durable with the batch: for a file, it appends p at the
-// committed length and syncs it now; for an output the engine keeps, it
-// adds p to ws as chunks. Then it adds the new length to ws, and returns
-// ws and the new length.
-func (o *Output) stage(p []byte, ws []write) ([]write, int64, error) {
+// stage makes p, the bytes of batch seq, durable with the batch: for a
+// file, it appends p at the committed length (what the output's writer
+// wrote of them ahead aside) and syncs it now; for an output the engine
+// keeps, it adds p to ws as chunks. Then it adds the new length to ws,
+// and returns ws and the new length.
+func (o *Output) stage(seq uint64, p []byte, ws []write) ([]write, int64, error) {
 	var n int64
 	if o.f != nil {
 		var err error
-		if n, err = o.append(p); err != nil {
+		if n, err = o.append(seq, p); err != nil {
 			return ws, 0, err
 		}
 		o.mu.Lock()
@@ -166,17 +203,154 @@ func decodeOutputLen(b []byte) (n int64, sum uint32, hasSum, ok bool) {
 	return n, sum, hasSum, ok && n >= 0
 }
 
-// append writes p at the committed length (over the bytes of an earlier
-// failed batch, if any) and syncs the file. It returns the new length.
-func (o *Output) append(p []byte) (int64, error) {
-	off := o.Committed()
-	if _, err := o.f.WriteAt(p, off); err != nil {
-		return 0, fmt.Errorf("write %d bytes at %d to output %s: %w", len(p), off, o.path, err)
+// append writes p, the bytes of batch seq, at the committed length (over
+// the bytes of an earlier failed batch, if any), but for those the
+// output's writer wrote there ahead, and syncs the file. It returns the
+// new length.
+func (o *Output) append(seq uint64, p []byte) (int64, error) {
+	o.mu.Lock()
+	off := o.committed
+	a := o.ah
+	if a != nil && a.seq == seq {
+		o.ah = nil
+	} else {
+		a = nil
+	}
+	// The next batch's bytes go after these: its writer may start.
+	o.next, o.stagedSeq = off+int64(len(p)), seq
+	o.mu.Unlock()
+	from := 0
+	if a != nil {
+		a.wg.Wait()
+		o.mu.Lock()
+		err := a.err
+		o.mu.Unlock()
+		if err != nil {
+			return 0, fmt.Errorf("write %d bytes at %d to output %s: %w", a.sent, a.base, o.path, err)
+		}
+		if a.base == off {
+			from = a.sent
+		}
+	}
+	if from < len(p) {
+		if _, err := o.f.WriteAt(p[from:], off+int64(from)); err != nil {
+			return 0, fmt.Errorf("write %d bytes at %d to output %s: %w", len(p)-from, off+int64(from), o.path, err)
+		}
 	}
 	if err := o.f.Datasync(); err != nil {
 		return 0, fmt.Errorf("sync output %s: %w", o.path, err)
 	}
 	return off + int64(len(p)), nil
+}
+
+// writeAhead gives the writer of each file output the bytes that b, the
+// staging batch, appends to it, once they are aheadChunk past what it was
+// given: the writer writes them where they go in the file while the batch
+// fills (past the committed length, unsynced: a crash leaves them to be
+// cut off at the next open, as those of a batch whose commit failed), and
+// the commit writes only the rest before its sync, off the way of the
+// Applies that wait for it. The bytes of a batch are given only once the
+// batch before it, if it holds bytes of the output, is being written
+// (their offset is known then), and only those of Applies that returned:
+// a rollback never cuts them. c.mu and the token held, in Apply.
+func (c *core) writeAhead(b *batch) {
+	for i := range b.outs {
+		bo := &b.outs[i]
+		if len(bo.buf)-bo.sent < aheadChunk {
+			continue
+		}
+		// c.mu is held, and a declaration takes c.mu under c.outMu
+		// (core.output): when one runs, the bytes wait for the next line.
+		if !c.outMu.TryLock() {
+			continue
+		}
+		o := c.outputs[bo.name]
+		c.outMu.Unlock()
+		if o == nil || o.f == nil {
+			bo.sent = len(bo.buf) // the engine keeps it: nothing to write ahead
+			continue
+		}
+		var prev uint64 // the sealed batch, if it holds bytes of o
+		if s := c.sealed; s != nil {
+			for j := range s.outs {
+				if s.outs[j].name == bo.name {
+					prev = s.seq
+				}
+			}
+		}
+		if o.give(b.seq, prev, bo.buf[bo.sent:], bo.sent) {
+			bo.sent = len(bo.buf)
+		}
+	}
+}
+
+// give hands p, the bytes of batch seq from its byte from on, to the
+// output's writer, unless the batch prev (0: none) is not handed to stage
+// yet, the batch seq is (its commit writes them), or the writer has no
+// room: it reports whether it did.
+func (o *Output) give(seq, prev uint64, p []byte, from int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.aclosed || (prev != 0 && o.stagedSeq != prev) || o.stagedSeq >= seq {
+		return false
+	}
+	a := o.ah
+	if a == nil || a.seq != seq {
+		a = &ahead{seq: seq, base: o.next}
+		o.ah = a
+	}
+	if a.sent != from || a.err != nil {
+		return false
+	}
+	if o.aq == nil {
+		o.aq, o.adone = make(chan aheadWrite, 8), make(chan struct{})
+		go o.writer(o.aq)
+	}
+	a.wg.Add(1)
+	select {
+	case o.aq <- aheadWrite{a: a, p: p, off: a.base + int64(from)}:
+		a.sent += len(p)
+		return true
+	default:
+		a.wg.Done()
+		return false
+	}
+}
+
+// writer writes the chunks it is given, until the output closes. A chunk
+// of a batch whose earlier chunk failed is not written: the batch's
+// commit fails with the first error.
+func (o *Output) writer(q <-chan aheadWrite) {
+	defer close(o.adone)
+	for w := range q {
+		o.mu.Lock()
+		failed := w.a.err != nil
+		o.mu.Unlock()
+		if !failed {
+			if _, err := o.f.WriteAt(w.p, w.off); err != nil {
+				o.mu.Lock()
+				if w.a.err == nil {
+					w.a.err = err
+				}
+				o.mu.Unlock()
+			}
+		}
+		w.a.wg.Done()
+	}
+}
+
+// stopWriter ends the output's writer, once it has written what it was
+// given.
+func (o *Output) stopWriter() {
+	o.mu.Lock()
+	o.aclosed = true
+	q, done := o.aq, o.adone
+	o.aq = nil
+	o.mu.Unlock()
+	if q != nil {
+		close(q)
+		<-done
+	}
 }
 
 // reserved are the names a store uses itself.
@@ -278,7 +452,7 @@ func (c *core) openOutput(name string, committed int64, sum uint32, hasSum bool)
 		return nil, errors.Join(&CorruptError{Backend: c.kind, Dir: c.dir, File: path, Record: fmt.Sprintf("output %q", name),
 			Detail: fmt.Sprintf("the checksum of its %d committed bytes is %08x, the store recorded %08x with them: the file was changed outside the store or damaged", committed, h.Sum32(), sum)}, f.Close())
 	}
-	return &Output{name: name, path: path, f: f, c: c, committed: committed, sum: h.Sum32(), pending: h.Sum32()}, nil
+	return &Output{name: name, path: path, f: f, c: c, committed: committed, next: committed, sum: h.Sum32(), pending: h.Sum32()}, nil
 }
 
 func (c *core) closeOutputs() error {
@@ -290,6 +464,7 @@ func (c *core) closeOutputs() error {
 			delete(c.outputs, name)
 			continue
 		}
+		o.stopWriter()
 		if err := o.f.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close output %s: %w", o.path, err))
 		}

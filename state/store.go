@@ -286,6 +286,9 @@ const (
 type batchOut struct {
 	name string
 	buf  []byte
+	// sent is how many bytes of buf the output's writer was given (see
+	// core.writeAhead).
+	sent int
 	// gen is the txWrites.gen of the last Apply that wrote to it.
 	gen uint64
 }
@@ -807,6 +810,9 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *tidemark.Delivery, fn 
 	}
 	// The function's output bytes are in the batch already.
 	b.size += tw.oadded
+	if tw.oadded > 0 && !c.opts.Sync {
+		c.writeAhead(b)
+	}
 	b.count++
 	b.keys = len(b.writes)
 	if d.Epoch != 0 {
@@ -1582,7 +1588,7 @@ func (c *core) write(b *batch) error {
 		c.outMu.Unlock()
 		var n int64
 		var err error
-		if ws, n, err = o.stage(bo.buf, ws); err != nil {
+		if ws, n, err = o.stage(b.seq, bo.buf, ws); err != nil {
 			return err
 		}
 		lens[o] = n
