@@ -510,8 +510,8 @@ type core struct {
 	buckets map[[2]string]*bucketInfo // by namespace and name
 	ows     []OutputWriter            // output writers not used yet
 	bks     []Bucket                  // bucket handles not used yet
-	txs     []Tx                      // transactions, used up to txi
-	txi     int                       // the next unused in txs
+	txs     []Tx                      // the ring of transactions (see Tx), txRing of them
+	txi     int                       // the next in txs to serve
 	ts      txState                   // the running Apply or View
 	vc      *valueCache               // durable values read or committed; nil for none (the committer folds into it)
 	tw      txWrites                  // what the running Apply changed
@@ -857,6 +857,8 @@ func (c *core) exit() {
 	if tw := &c.tw; tw.open {
 		tw.rollback(c.ts.cur)
 		tw.open = false
+		// The function's Tx, the last served, is done too.
+		c.txs[c.txi-1].done = true
 	}
 	c.release()
 }
@@ -1186,14 +1188,22 @@ func (c *core) feed(ns, feed, file string) *feedState {
 }
 
 // newTx returns a new transaction of the namespace ns. The caller holds
-// the token. Transactions are cut from a slab and never reused, so that one
-// kept past its function stays done.
+// the token. Transactions serve in turn from a ring of txRing (see Tx):
+// a line allocates nothing, and a Tx that was used after its function
+// returned is never served again.
 func (c *core) newTx(ns *nsStore, d *tidemark.Delivery, readOnly bool) *Tx {
 	// By index: cutting c.txs would write its pointer, and so the
 	// write barrier, on every line.
 	if c.txi == len(c.txs) {
-		// Their pointers are set once per slab, not once per line.
-		c.txs, c.txi = make([]Tx, 256), 0
+		c.txi = 0
+	}
+	if c.txs == nil || c.txs[c.txi].late.Load() {
+		// The first transaction, or a Tx of the ring was used after its
+		// function returned: whoever kept it may use it again, so the
+		// ring is left to it (every Tx of it stays done) and a new one
+		// serves. Their pointers are set once per ring, not once per
+		// line.
+		c.txs, c.txi = make([]Tx, txRing), 0
 		for i := range c.txs {
 			c.txs[i].txState = &c.ts
 			c.txs[i].bk.tx = &c.txs[i]
@@ -1201,6 +1211,11 @@ func (c *core) newTx(ns *nsStore, d *tidemark.Delivery, readOnly bool) *Tx {
 	}
 	tx := &c.txs[c.txi]
 	c.txi++
+	tx.done = false
+	// The handles of the line that used tx before are not this line's.
+	if tx.bk.bucketInfo != nil {
+		tx.bk.bucketInfo = nil
+	}
 	// The state is the same from line to line, mostly: a pointer is
 	// written only when it changes, which spares the write barrier while
 	// the garbage collector runs. Field by field: a copy of d would wait
@@ -1219,6 +1234,9 @@ func (c *core) newTx(ns *nsStore, d *tidemark.Delivery, readOnly bool) *Tx {
 	ts.readOnly = readOnly
 	if ts.ow != nil {
 		ts.ow = nil
+	}
+	if ts.bkNext != 0 {
+		ts.bks, ts.bkNext = [4]*Bucket{}, 0
 	}
 	if ts.err != nil {
 		ts.err = nil
@@ -1743,12 +1761,12 @@ func (s *nsStore) View(fn func(tx *Tx) error) error {
 	closed := s.c.closed
 	s.c.snapshot()
 	s.c.mu.Unlock()
+	// Done however fn ends, a panic included.
+	defer func() { tx.done = true }()
 	if closed {
-		tx.done = true
 		return ErrClosed
 	}
 	err := fn(tx)
-	tx.done = true
 	if err == nil {
 		err = tx.err // an iteration's (see Tx.Err)
 	}

@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/tidemark-go/tidemark"
 )
@@ -14,16 +15,42 @@ import (
 // error (or panics). A Tx is valid only inside the function and must not be shared
 // with other goroutines. The Tx methods act on the namespace's root bucket.
 //
-// A Tx is a small handle (32 bytes with the handle of its first bucket,
-// cut from a slab), never reused, so that one kept past its function stays
-// done; what it works with (*txState) is the store's, reused by every
-// Apply and View (they are serialized).
+// A Tx is a small handle (32 bytes with the handle of its first bucket);
+// what it works with (*txState) is the store's, reused by every Apply and
+// View (they are serialized). The handles serve in turn from a ring of
+// txRing per store, so that a line allocates nothing (a Tx a line cut from
+// a slab was most of the bytes it allocated, and the garbage collector's
+// cycles they made were about a fifth of its CPU). A Tx kept past its
+// function fails with [ErrTxDone] when it is used, and from that use on
+// it is never served again (see late), so that it stays done. The one
+// exception is a use from another goroutine, which the rule above
+// forbids, at the very moment the Tx serves again: txRing lines later,
+// while that line's function runs.
 type Tx struct {
 	*txState
 	done bool
-	// bk is the first bucket handed out (bk.tx is set with the slab, see
+	// late is set by a use of the Tx after its function returned: the
+	// ring it is part of is not served from again (see core.newTx).
+	// Atomic: a goroutine that kept the Tx may set it.
+	late atomic.Bool
+	// bk is the first bucket handed out (bk.tx is set with the ring, see
 	// core.newTx): a line that uses one bucket cuts no handle.
 	bk Bucket
+}
+
+// txRing is how many transactions of a store serve in turn (see Tx).
+const txRing = 4096
+
+// isDone reports whether the function of tx returned, and notes the use
+// of a done Tx (see Tx.late).
+func (tx *Tx) isDone() bool {
+	if !tx.done {
+		return false
+	}
+	if !tx.late.Load() {
+		tx.late.Store(true)
+	}
+	return true
 }
 
 // txState is the state of the running transaction.
@@ -83,7 +110,7 @@ func (ts *txState) reader() reader {
 //
 // Called after the function returned, it returns [ErrTxDone].
 func (tx *Tx) Err() error {
-	if tx.done {
+	if tx.isDone() {
 		return ErrTxDone
 	}
 	return tx.err
@@ -91,7 +118,7 @@ func (tx *Tx) Err() error {
 
 // fail records err, the error of an iteration: it fails the transaction.
 func (tx *Tx) fail(err error) {
-	if tx.done {
+	if tx.isDone() {
 		// The state is the running transaction's now, if any: a loop of a
 		// done Tx yields nothing, and its Err is ErrTxDone.
 		return
@@ -111,7 +138,7 @@ func (c *core) readErr(err error) error {
 
 // Delivery returns the delivery being applied; the zero Delivery in View.
 func (tx *Tx) Delivery() tidemark.Delivery {
-	if tx.done {
+	if tx.isDone() {
 		return tidemark.Delivery{}
 	}
 	return tx.d
@@ -121,7 +148,7 @@ func (tx *Tx) Delivery() tidemark.Delivery {
 // key space. The name "" is the root bucket that the Tx methods use.
 func (tx *Tx) Bucket(name string) *Bucket {
 	switch {
-	case tx.done:
+	case tx.isDone():
 		// A Tx used late: its methods fail; do not touch the store.
 		return &Bucket{tx: tx, bucketInfo: &bucketInfo{ns: tx.ns, name: name}}
 	case tx.snap:
@@ -222,7 +249,7 @@ func (tx *Tx) ForEach(fn func(key, value []byte) error) error {
 // needed). The bytes are appended when the transaction's batch commits,
 // exactly once. Writing inside View fails with [ErrReadOnly].
 func (tx *Tx) Output(name string) *OutputWriter {
-	if tx.done || tx.snap {
+	if tx.isDone() || tx.snap {
 		return &OutputWriter{tx: tx, name: name}
 	}
 	// The writers of the running transaction are remembered in its
@@ -238,7 +265,7 @@ func (tx *Tx) Output(name string) *OutputWriter {
 }
 
 func (tx *Tx) check(write bool) error {
-	if tx.done {
+	if tx.isDone() {
 		return ErrTxDone
 	}
 	if write && tx.readOnly {
