@@ -1207,6 +1207,7 @@ func (c *core) newTx(ns *nsStore, d *tidemark.Delivery, readOnly bool) *Tx {
 		for i := range c.txs {
 			c.txs[i].txState = &c.ts
 			c.txs[i].bk.tx = &c.txs[i]
+			c.txs[i].ow.tx = &c.txs[i]
 		}
 	}
 	tx := &c.txs[c.txi]
@@ -1233,7 +1234,7 @@ func (c *core) newTx(ns *nsStore, d *tidemark.Delivery, readOnly bool) *Tx {
 	ts.d.Epoch, ts.d.Position, ts.d.Seq = d.Epoch, d.Position, d.Seq
 	ts.readOnly = readOnly
 	if ts.ow != nil {
-		ts.ow = nil
+		ts.ow, ts.owTaken = nil, false
 	}
 	if ts.bkNext != 0 {
 		ts.bks, ts.bkNext = [4]*Bucket{}, 0

@@ -15,7 +15,8 @@ import (
 // error (or panics). A Tx is valid only inside the function and must not be shared
 // with other goroutines. The Tx methods act on the namespace's root bucket.
 //
-// A Tx is a small handle (32 bytes with the handle of its first bucket);
+// A Tx is a small handle (56 bytes with the handles of its first bucket
+// and output);
 // what it works with (*txState) is the store's, reused by every Apply and
 // View (they are serialized). The handles serve in turn from a ring of
 // txRing per store, so that a line allocates nothing (a Tx a line cut from
@@ -36,6 +37,9 @@ type Tx struct {
 	// bk is the first bucket handed out (bk.tx is set with the ring, see
 	// core.newTx): a line that uses one bucket cuts no handle.
 	bk Bucket
+	// ow is the first output writer handed out (ow.tx is set with the
+	// ring): a line that writes to one output cuts no writer.
+	ow OutputWriter
 }
 
 // txRing is how many transactions of a store serve in turn (see Tx).
@@ -69,8 +73,10 @@ type txState struct {
 	// needs their token. A batch that commits meanwhile holds the same
 	// values as the backend.
 	cur, sealed, recent *batch
-	// ow is the last output writer handed out.
-	ow *OutputWriter
+	// ow is the last output writer handed out; owTaken is set once the
+	// Tx's own (Tx.ow) is.
+	ow      *OutputWriter
+	owTaken bool
 	// bks are the last buckets handed out past Tx.bk; bkNext is where
 	// the next one goes.
 	bks    [4]*Bucket
@@ -252,10 +258,18 @@ func (tx *Tx) Output(name string) *OutputWriter {
 	if tx.isDone() || tx.snap {
 		return &OutputWriter{tx: tx, name: name}
 	}
-	// The writers of the running transaction are remembered in its
-	// state, and cut from a slab: one kept past its function stays done.
+	// The last writer handed out is remembered in the transaction's
+	// state; the first one is the Tx's own, the others are cut from a
+	// slab: one kept past its function stays done.
 	ts := tx.txState
 	if w := ts.ow; w != nil && w.tx == tx && w.name == name {
+		return w
+	}
+	if w := &tx.ow; w.name == name || !ts.owTaken {
+		if w.name != name {
+			w.name = name
+		}
+		ts.owTaken, ts.ow = true, w
 		return w
 	}
 	w := fromSlab(&tx.c.ows)
