@@ -346,14 +346,15 @@
 //
 // (2026-11-29 23:29 UTC, load about 1.3.)
 //
-// Staging a line allocates nothing but its Tx handle (32 bytes, the
-// handle of its first bucket in it) and the handle of each output it
-// writes (24 bytes), both cut from slabs; a
-// batch's entries, keys, values and index are cut from the memory of the
-// batches committed before it. The function writes straight into the
-// staging batch (its output bytes too), whose keys are found through an
-// index of its own (one multiply hash a key, the bucket's prefix and the
-// key never joined for it); the old value of each key it changes, and the
+// Staging a line allocates nothing: its Tx handle (with the handles of
+// its first bucket and its first output in it) serves in turn from a ring
+// of 4096 per store, and a Tx kept past its function and used is never
+// served again (only further buckets and outputs of a line cut handles
+// from slabs); a batch's entries, keys, values and index are cut from the
+// memory of the batches committed before it. The function writes straight
+// into the staging batch (its output bytes too), whose keys are found
+// through an index of its own (one multiply hash a key, the bucket's
+// prefix and the key never joined for it); the old value of each key it changes, and the
 // length of each output it appends to, is logged, so that a failure or a
 // panic undoes the line, and a batch is cut only between Apply calls. A
 // line of the same feed as the last enters Apply without the lock when
