@@ -22,15 +22,7 @@ func TestApplyAllocatesNothingPerLine(t *testing.T) {
 			ns := s.Namespace("ledger")
 			var n int
 			fn := ledgerLine(newBareLedger().names, &n)
-			ctx := context.Background()
-			apply := func(lines int) {
-				for range lines {
-					n++
-					if _, err := ns.Apply(ctx, del("f", 1, n), fn); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			apply := func(lines int) { applyLines(t, ns, &n, lines, fn) }
 			apply(2 * txRing) // every key staged, the ring made
 			var m0, m1 runtime.MemStats
 			runtime.ReadMemStats(&m0)
@@ -42,6 +34,18 @@ func TestApplyAllocatesNothingPerLine(t *testing.T) {
 				t.Fatalf("%d lines allocated %d bytes (%.1f a line), want about none", lines, got, float64(got)/lines)
 			}
 		})
+	}
+}
+
+// applyLines applies lines more lines of feed f to ns with fn, *n the
+// position of the last.
+func applyLines(t *testing.T, ns Namespace, n *int, lines int, fn func(*Tx) error) {
+	t.Helper()
+	for range lines {
+		*n++
+		if _, err := ns.Apply(context.Background(), del("f", 1, *n), fn); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -66,17 +70,9 @@ func TestApplyWithOutputAllocatesNothingPerLine(t *testing.T) {
 				_, err := tx.Output("alloc.out").Write(out)
 				return err
 			}
-			ctx := context.Background()
-			apply := func(lines int) {
-				for range lines {
-					n++
-					if _, err := ns.Apply(ctx, del("f", 1, n), fn); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			apply := func(lines int) { applyLines(t, ns, &n, lines, fn) }
 			apply(2 * txRing)
-			if err := s.Flush(ctx); err != nil {
+			if err := s.Flush(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			var m0, m1 runtime.MemStats
