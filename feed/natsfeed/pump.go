@@ -276,10 +276,13 @@ func (p *pump) accept(g *generation, msg jetstream.Msg) (out outcome, why string
 		// that a status tick that stops the source (a gap after the last
 		// message put in the buffer) is not followed by e.
 		p.mu.Unlock()
+		s.fullWaits.Add(1)
+		began := time.Now()
 		select {
 		case <-s.room:
 		case <-g.done:
 		}
+		s.fullNanos.Add(uint64(time.Since(began)))
 		p.mu.Lock()
 		if g.over.Load() || isClosed(g.done) {
 			return 0, "", false // e was not accepted: it comes again

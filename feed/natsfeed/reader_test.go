@@ -199,6 +199,8 @@ func TestPauseStopsPulling(t *testing.T) {
 	}
 	bound := cfg.Buffer + cfg.PullBatch + 1
 	waitFor(t, "the buffer full", func() bool { return src.Stats().Buffered == cfg.Buffer })
+	// The pump waits for room: counted once it began, timed once it ended.
+	waitFor(t, "the pump's wait for room counted", func() bool { return src.Stats().BufferFullWaits >= 1 })
 	// Watch the consumer through a few status ticks of the source.
 	for i := 0; i < 25; i++ {
 		if n := consumerInfo(t, js, cfg.Consumer).NumAckPending; n > bound {
@@ -210,6 +212,9 @@ func TestPauseStopsPulling(t *testing.T) {
 	items := pollN(t, src, len(want))
 	if !slices.Equal(seqsOf(items), want) {
 		t.Fatalf("after the pause: %d items, not the partition in order", len(items))
+	}
+	if st := src.Stats(); st.BufferFullTime < 250*time.Millisecond {
+		t.Fatalf("the pump waited %v for room in %d waits: want at least the pause's 250 ms", st.BufferFullTime, st.BufferFullWaits)
 	}
 }
 

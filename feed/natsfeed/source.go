@@ -76,6 +76,7 @@ type Source struct {
 	st status
 
 	delivered, redelivered, resets, gapsSkipped, ackErrors, bytes atomic.Uint64
+	fullWaits, fullNanos                                          atomic.Uint64 // the pump's waits for room in buf
 	pending                                                       atomic.Uint64 // the partition's undelivered messages as last seen
 
 	waker   *waker        // the listener and the ticker wake the pump
@@ -321,6 +322,11 @@ func (s *Source) Close() error {
 	s.closed = true
 	s.cancel()
 	s.workers.Wait()
+	if s.opened {
+		st := s.Stats()
+		s.log.Info("source closed", "epoch", st.Epoch, "read", st.Read, "committed", st.Committed, "delivered", st.Delivered,
+			"buffer_full_waits", st.BufferFullWaits, "buffer_full_time", st.BufferFullTime)
+	}
 	s.heldMu.Lock()
 	s.held, s.dups = nil, nil
 	s.heldMu.Unlock()

@@ -3,6 +3,7 @@ package natsfeed
 import (
 	"fmt"
 	"maps"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -56,6 +57,14 @@ type Stats struct {
 	GapsSkipped uint64
 	// AckErrors counts acknowledgements that could not be sent.
 	AckErrors uint64
+	// BufferFullWaits counts the times the pump found the buffer full and
+	// waited for Poll to make room (nats.go pulls no more meanwhile), and
+	// BufferFullTime is how long it waited in all (the waits that ended):
+	// the feed's side (its groups, their stores) was slower than the
+	// server. Near 0 over a busy run, the server's deliveries are what
+	// bound the partition's rate.
+	BufferFullWaits uint64
+	BufferFullTime  time.Duration
 	// Leader is the consumer's leader (its server's name).
 	Leader string
 	// Err is the error that stopped the source, if any.
@@ -80,6 +89,7 @@ func (s *Source) Stats() Stats {
 	s.heldMu.Unlock()
 	st.Delivered, st.RedeliveriesDropped = s.delivered.Load(), s.redelivered.Load()
 	st.Resets, st.GapsSkipped, st.AckErrors = s.resets.Load(), s.gapsSkipped.Load(), s.ackErrors.Load()
+	st.BufferFullWaits, st.BufferFullTime = s.fullWaits.Load(), time.Duration(s.fullNanos.Load())
 	st.Err = s.failure()
 	return st
 }
@@ -170,6 +180,8 @@ func (s *Source) Status() feed.Status {
 //	tidemark_jetstream_resets_total
 //	tidemark_jetstream_gaps_skipped_total
 //	tidemark_jetstream_ack_errors_total
+//	tidemark_jetstream_buffer_full_waits_total waits of the pump for room in a full buffer
+//	tidemark_jetstream_buffer_full_seconds_total the time they took
 //	tidemark_jetstream_failed                  1 once the source stopped on an error
 func (s *Source) Collector() prometheus.Collector {
 	labels := prometheus.Labels{"stream": s.cfg.Stream, "partition": s.cfg.Partition}
@@ -190,6 +202,8 @@ func (s *Source) Collector() prometheus.Collector {
 		d("resets_total", "Resets of the consumer to the last commit."),
 		d("gaps_skipped_total", "Gaps accepted under OnGap: skip."),
 		d("ack_errors_total", "Acknowledgements that could not be sent."),
+		d("buffer_full_waits_total", "Waits of the pump for room in a full buffer: the feed's side was slower than the server."),
+		d("buffer_full_seconds_total", "The time the pump waited for room in a full buffer."),
 		d("failed", "1 once the source stopped on an error (see its status)."),
 	}}
 }
@@ -228,6 +242,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		{prometheus.CounterValue, float64(st.Resets)},
 		{prometheus.CounterValue, float64(st.GapsSkipped)},
 		{prometheus.CounterValue, float64(st.AckErrors)},
+		{prometheus.CounterValue, float64(st.BufferFullWaits)},
+		{prometheus.CounterValue, st.BufferFullTime.Seconds()},
 		{prometheus.GaugeValue, failed},
 	}
 	for i, d := range c.descs {
