@@ -409,6 +409,39 @@ func (c *core) output(name string) (*Output, error) {
 	return o, nil
 }
 
+// loadOutputs opens every output the store records (at open).
+func (c *core) loadOutputs() error {
+	type outRec struct {
+		n      int64
+		sum    uint32
+		hasSum bool
+	}
+	var names []string
+	lens := make(map[string]outRec)
+	err := c.eng.scan([]byte{tagOutput}, func(k, v []byte) error {
+		n, sum, hasSum, ok := decodeOutputLen(v)
+		if !ok {
+			return fmt.Errorf("committed length of output %q: %w", k[1:], ErrCorrupt)
+		}
+		names = append(names, string(k[1:]))
+		lens[string(k[1:])] = outRec{n, sum, hasSum}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", c.dir, err)
+	}
+	for _, name := range names {
+		r := lens[name]
+		o, err := c.openOutput(name, r.n, r.sum, r.hasSum)
+		if err != nil {
+			c.closeOutputs()
+			return err
+		}
+		c.outputs[name] = o
+	}
+	return nil
+}
+
 // openOutput opens the output file, cuts it back to committed, and checks
 // its bytes against sum when the record has one (hasSum).
 func (c *core) openOutput(name string, committed int64, sum uint32, hasSum bool) (*Output, error) {

@@ -626,35 +626,7 @@ func (c *core) load() error {
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", c.dir, err)
 	}
-	type outRec struct {
-		n      int64
-		sum    uint32
-		hasSum bool
-	}
-	var names []string
-	lens := make(map[string]outRec)
-	err = c.eng.scan([]byte{tagOutput}, func(k, v []byte) error {
-		n, sum, hasSum, ok := decodeOutputLen(v)
-		if !ok {
-			return fmt.Errorf("committed length of output %q: %w", k[1:], ErrCorrupt)
-		}
-		names = append(names, string(k[1:]))
-		lens[string(k[1:])] = outRec{n, sum, hasSum}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("open store %s: %w", c.dir, err)
-	}
-	for _, name := range names {
-		r := lens[name]
-		o, err := c.openOutput(name, r.n, r.sum, r.hasSum)
-		if err != nil {
-			c.closeOutputs()
-			return err
-		}
-		c.outputs[name] = o
-	}
-	return nil
+	return c.loadOutputs()
 }
 
 // full reports whether b is as big as a batch gets: BatchSize deliveries,
