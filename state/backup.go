@@ -70,6 +70,9 @@ func (c *core) backup(ctx context.Context, dir string) (err error) {
 	if err := c.checkedFor(ctx, "a backup"); err != nil {
 		return fail(err)
 	}
+	if err := c.outputsChecked(ctx, "a backup"); err != nil {
+		return fail(err)
+	}
 	c.snapMu.RLock()
 	c.mu.Lock()
 	closed := c.closed

@@ -318,11 +318,11 @@ func outputLengths(r reader, verify func(k, v []byte) ([]byte, error)) (map[stri
 				return nil, errors.Join(err, c.close())
 			}
 		}
-		n, _, _, ok := decodeOutputLen(v)
+		r, ok := decodeOutputRec(v)
 		if !ok {
 			return nil, errors.Join(fmt.Errorf("committed length of output %q: %w", c.key()[1:], ErrCorrupt), c.close())
 		}
-		outs[string(c.key()[1:])] = n
+		outs[string(c.key()[1:])] = r.n
 	}
 	return outs, c.close()
 }

@@ -588,25 +588,28 @@ func (c *core) checkStore(sums *sumEngine) error {
 	if sums.sums {
 		value = func(k, v []byte) error { _, err := sums.verify(k, v); return err }
 	}
-	fail := func(err error) {
-		c.mu.Lock()
-		if c.failed == nil {
-			c.stats.LastError = err.Error()
-			c.failed = fmt.Errorf("%w: %w", ErrFailed, err)
-			c.noteFailed()
-		}
-		c.broadcast()
-		c.mu.Unlock()
-	}
 	switch e := sums.engine.(type) {
 	case *boltEngine:
-		return e.checkAtOpen(value, c.opts.verifyMaxBytes(), c.log, fail)
+		return e.checkAtOpen(value, c.opts.verifyMaxBytes(), c.log, c.fail)
 	case *pebbleEngine:
 		if e.left && e.bg == nil {
-			e.checkLeftInBackground(value, c.log, fail)
+			e.checkLeftInBackground(value, c.log, c.fail)
 		}
 	}
 	return nil
+}
+
+// fail puts the store in its failed state for err, damage a check in the
+// background found: every later Apply, Flush and commit returns it.
+func (c *core) fail(err error) {
+	c.mu.Lock()
+	if c.failed == nil {
+		c.stats.LastError = err.Error()
+		c.failed = fmt.Errorf("%w: %w", ErrFailed, err)
+		c.noteFailed()
+	}
+	c.broadcast()
+	c.mu.Unlock()
 }
 
 // checked waits for the check of the backend's data running in the

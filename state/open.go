@@ -150,7 +150,12 @@ type Options struct {
 	// (0.2 s for 100,000 keys), except one found exactly as the store left
 	// it checked at its last clean close (state.pebble.checked: every
 	// file's size, modification time and inode), which is read whole in
-	// the background instead.
+	// the background instead. A file output (see [Output]) of at most this
+	// size is checked whole (its CRC-32C, recorded with its length) before
+	// Open returns; a larger one only the bytes of the last batch that
+	// wrote to it, and the rest in the background a second after the open
+	// (damage found fails the store as above; nothing waits for it but a
+	// backup). With a negative value, only the last batch's bytes.
 	VerifyMaxBytes int64
 
 	// existing is set by open for a store its STORE file stands for: its
@@ -195,6 +200,10 @@ type hooks struct {
 	// pebbleCheck runs when an open checks the levels of a Pebble
 	// database before it opens it (pebbleEngine.check).
 	pebbleCheck func()
+	// outputCheck runs in the background check of an output file
+	// (Output.checkInBackground) before it reads the file; stop is closed
+	// when the store closes.
+	outputCheck func(stop <-chan struct{})
 }
 
 func (o *Options) logger() *slog.Logger {
