@@ -156,9 +156,10 @@ func TestBoltPageDamageIsNeverCommitted(t *testing.T) {
 		damaged := append([]byte{}, data...)
 		d.fn(damaged)
 		for _, mode := range []struct {
-			name string
-			max  int64
-		}{{"checked at open", 0}, {"checked in the background", 1}} {
+			name  string
+			max   int64
+			chunk int
+		}{{"checked at open", 0, 0}, {"checked in the background", 1, 0}, {"checked at open, each level a page at a time", 0, 1}} {
 			t.Run(d.name+"/"+mode.name, func(t *testing.T) {
 				dir := t.TempDir()
 				store, err := os.ReadFile(filepath.Join(orig, storeFile))
@@ -181,6 +182,9 @@ func TestBoltPageDamageIsNeverCommitted(t *testing.T) {
 				}
 				o := testOpts()
 				o.VerifyMaxBytes = mode.max
+				if mode.chunk > 0 {
+					o.hooks = &hooks{boltWalkChunk: mode.chunk}
+				}
 				err = runOnDamaged(t, dir, o)
 				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "backup") {
 					t.Errorf("run on the damaged file: %v; want an error wrapping ErrCorrupt that names %s and what to do", err, file)
@@ -263,8 +267,16 @@ func TestBoltCheckPassesWhatBboltWrites(t *testing.T) {
 	e := s.(*nsStore).c.rawEngine().(*boltEngine)
 	check := func(when string) {
 		t.Helper()
-		if _, err := e.checkFile(nil, nil); err != nil {
+		e.hooks = nil
+		whole, err := e.checkFile(nil, nil)
+		if err != nil {
 			t.Fatalf("%s: %v", when, err)
+		}
+		// Each level a page at a time (see walkChunk): the same pages.
+		e.hooks = &hooks{boltWalkChunk: 1}
+		chunked, err := e.checkFile(nil, nil)
+		if err != nil || chunked != whole {
+			t.Fatalf("%s, each level a page at a time: %d pages, %v; want the %d pages of the whole levels", when, chunked, err, whole)
 		}
 	}
 	check("a new store")

@@ -197,6 +197,9 @@ type hooks struct {
 	// read the meta page, before the tree; stop is closed when the store
 	// closes.
 	boltCheck func(stop <-chan struct{})
+	// boltWalkChunk, when positive, replaces walkChunk in the check of a
+	// bbolt file.
+	boltWalkChunk int
 	// pebbleCheck runs when an open checks the levels of a Pebble
 	// database before it opens it (pebbleEngine.check).
 	pebbleCheck func()
