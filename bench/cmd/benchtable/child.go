@@ -62,6 +62,7 @@ type childArgs struct {
 	seconds float64
 	ops     int
 	qcap    int
+	keep    string
 }
 
 const feedName = "ledger"

@@ -45,6 +45,7 @@ func main() {
 	flag.Float64Var(&a.seconds, "seconds", 1, "child: seconds of idle")
 	flag.IntVar(&a.ops, "ops", 1000, "child: operations")
 	flag.IntVar(&a.qcap, "qcap", 0, "child: subscriber queue capacity (0: the framework's default)")
+	flag.StringVar(&a.keep, "keep", "", "child: the `folder` of the store rows 16 and 18 fill, reused when an earlier run filled it")
 	cpuprofile := flag.String("cpuprofile", "", "child: write a CPU profile of the measurement to `file`")
 	flag.Parse()
 	if *child != "" {

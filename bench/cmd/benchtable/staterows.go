@@ -41,12 +41,25 @@ func (r *runner) stateSizes() stateSizes {
 	return stateSizes{iterKeys: 10_000_000, readerKeys: 1_000_000, applyLines: 300_000, backupBytes: 1 << 30}
 }
 
+// stateKeep is the folder that keeps the store a state row fills (name,
+// at size n, of backend be) from one run of its child to the next: in the
+// -setups folder, so that a later make bench reuses it too, else in the
+// work directory. The fill of row 16 (10,000,000 keys through Apply) took
+// minutes a backend, and every run of the row made it again.
+func (r *runner) stateKeep(name, be string, n int64) string {
+	base := r.cfg.setups
+	if base == "" {
+		base = r.work
+	}
+	return filepath.Join(base, fmt.Sprintf("state-%s-%s-%d", name, be, n))
+}
+
 func (r *runner) stateRows(t *table) error {
 	sz := r.stateSizes()
 	backends := []string{state.Bolt, state.Pebble}
 	if r.wants("16") {
 		for _, be := range backends {
-			x := r.measure(spec{label: "16 iterate " + be, name: "state-iter", args: []string{"-backend", be, "-ops", strconv.FormatInt(sz.iterKeys, 10)}})[0]
+			x := r.measure(spec{label: "16 iterate " + be, name: "state-iter", args: []string{"-backend", be, "-ops", strconv.FormatInt(sz.iterKeys, 10), "-keep", r.stateKeep("iter", be, sz.iterKeys)}})[0]
 			what := fmt.Sprintf("%s: iterate a bucket of %s keys (uint64 → uint64 table) in a snapshot, then in View: peak anonymous RSS during the loops above the process's before them", be, fmtCount(sz.iterKeys))
 			if !x.ok() {
 				t.add(row{id: "16", what: what, result: notMeasured(x)})
@@ -78,7 +91,7 @@ func (r *runner) stateRows(t *table) error {
 	}
 	if r.wants("18") {
 		for _, be := range backends {
-			x := r.measure(spec{label: "18 backup " + be, name: "state-backup", args: []string{"-backend", be, "-ops", strconv.FormatInt(sz.backupBytes, 10)}})[0]
+			x := r.measure(spec{label: "18 backup " + be, name: "state-backup", args: []string{"-backend", be, "-ops", strconv.FormatInt(sz.backupBytes, 10), "-keep", r.stateKeep("backup", be, sz.backupBytes)}})[0]
 			what := fmt.Sprintf("%s: Store.Backup of a store of %.0f MB of values (1 KiB each) into a new folder on the same file system", be, float64(sz.backupBytes)/1e6)
 			if !x.ok() {
 				t.add(row{id: "18", what: what, result: notMeasured(x)})
@@ -152,6 +165,34 @@ func filledStore(a childArgs, name string, n int64) (state.Store, string, error)
 	return st, dir, err
 }
 
+// keptStore opens the store of keep (see runner.stateKeep) with opts,
+// filling it first (fill, on a store opened for filling) when no earlier
+// run completed it: the mark keep+".done" is written once the filled store
+// is closed. Every run so measures a store its open found on disk, the
+// first one too.
+func keptStore(a childArgs, keep string, opts *state.Options, fill func(state.Store) error) (state.Store, error) {
+	done := keep + ".done"
+	if _, err := os.Stat(done); err != nil {
+		if err := os.RemoveAll(keep); err != nil {
+			return nil, err
+		}
+		st, err := state.Open(a.backend+":"+keep, &state.Options{Logger: discard, Unbound: true, BatchSize: 16})
+		if err != nil {
+			return nil, err
+		}
+		if err := fill(st); err != nil {
+			return nil, errors.Join(fmt.Errorf("fill %s: %w", keep, err), st.Close())
+		}
+		if err := st.Close(); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(done, nil, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return state.Open(a.backend+":"+keep, opts)
+}
+
 func dirBytes(dir string) int64 {
 	var n int64
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
@@ -208,8 +249,16 @@ func settledAnon() int64 {
 // caseStateIter: row 16.
 func caseStateIter(a childArgs) (result, error) {
 	n := int64(a.ops)
-	st, dir, err := filledStore(a, "iter", n)
-	defer os.RemoveAll(dir)
+	var st state.Store
+	var dir string
+	var err error
+	if a.keep != "" {
+		dir = a.keep
+		st, err = keptStore(a, dir, &state.Options{Logger: discard, Unbound: true}, func(st state.Store) error { return fillStore(st, n, 8) })
+	} else {
+		st, dir, err = filledStore(a, "iter", n)
+		defer os.RemoveAll(dir)
+	}
 	if err != nil {
 		return result{}, err
 	}
@@ -332,16 +381,30 @@ func caseStateApplyReader(a childArgs) (result, error) {
 
 // caseStateBackup: row 18. a.ops bytes of 1 KiB values.
 func caseStateBackup(a childArgs) (result, error) {
-	st, dir, err := openBenchStore(a, "backup")
-	if err != nil {
+	fill := func(st state.Store) error { return fillStore(st, int64(a.ops)/1024, 1024) }
+	var st state.Store
+	var dir string
+	var err error
+	if a.keep != "" {
+		dir = a.keep
+		st, err = keptStore(a, dir, &state.Options{Logger: discard, Unbound: true, BatchSize: 16}, fill)
+		if err != nil {
+			return result{}, err
+		}
+	} else {
+		if st, dir, err = openBenchStore(a, "backup"); err != nil {
+			return result{}, err
+		}
+		defer os.RemoveAll(dir)
+		if err := fill(st); err != nil {
+			return result{}, errors.Join(fmt.Errorf("fill: %w", err), st.Close())
+		}
+	}
+	defer st.Close()
+	dest := dir + "-copy"
+	if err := os.RemoveAll(dest); err != nil { // left by a run killed before its end
 		return result{}, err
 	}
-	defer os.RemoveAll(dir)
-	defer st.Close()
-	if err := fillStore(st, int64(a.ops)/1024, 1024); err != nil {
-		return result{}, fmt.Errorf("fill: %w", err)
-	}
-	dest := dir + "-copy"
 	defer os.RemoveAll(dest)
 	start := time.Now()
 	if err := st.Backup(context.Background(), dest); err != nil {
