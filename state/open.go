@@ -200,6 +200,10 @@ type hooks struct {
 	// boltWalkChunk, when positive, replaces walkChunk in the check of a
 	// bbolt file.
 	boltWalkChunk int
+	// pebbleCompactionDelay, when positive, replaces leftCheckDelay as
+	// the time after an open before a compaction may start
+	// (pebbleScheduler).
+	pebbleCompactionDelay time.Duration
 	// pebbleCheck runs when an open checks the levels of a Pebble
 	// database before it opens it (pebbleEngine.check).
 	pebbleCheck func()

@@ -46,6 +46,8 @@ type pebbleEngine struct {
 	left      bool
 	verifyMax int64 // Options.VerifyMaxBytes as opened
 	hooks     *hooks
+	// sched schedules the database's compactions (pebble_sched.go).
+	sched *pebbleScheduler
 }
 
 // damaged returns err as a *CorruptError when Pebble says it found
@@ -99,6 +101,8 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 		// before it, so that Pebble tells a damaged record that later
 		// synced records vouch for (an error) from a torn tail (the end).
 		FormatMajorVersion: pebble.FormatWALSyncChunks,
+		// Pebble's default, named: see pebbleScheduler.
+		L0StopWritesThreshold: pebbleL0Stop,
 	}
 	// The block cache (its part of Options.CacheSize) keeps index and
 	// filter blocks, and the data blocks read last. Bloom filters (10 bits
@@ -151,10 +155,24 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 	// Pebble does not wait for another holder of its lock: retry until
 	// the lock timeout, as bbolt does.
 	deadline := time.Now().Add(opts.lockTimeout())
+	// No compaction in the first leftCheckDelay of a database that exists
+	// (see pebbleScheduler).
+	delay := leftCheckDelay
+	if h := opts.hooks; h != nil && h.pebbleCompactionDelay > 0 {
+		delay = h.pebbleCompactionDelay
+	}
+	if create {
+		delay = 0
+	}
 	for {
+		sched := newPebbleScheduler(delay)
+		po.Experimental.CompactionScheduler = sched
 		db, err := pebble.Open(path, po)
+		if err != nil {
+			sched.release()
+		}
 		if err == nil {
-			e.db = db
+			e.db, e.sched = db, sched
 			if create {
 				e.vouched.Store(true)
 				// A new database's first WAL was made before Pebble moved
@@ -358,6 +376,13 @@ func (e *pebbleEngine) close() (err error) {
 	defer e.recoverFatal(&err)
 	flushed := false
 	if !e.fatal.Load() {
+		// No compaction starts from here on, the one the flush below would
+		// start included, unless level 0 is one flush short of the write
+		// stall (the flush would wait for a compaction): Close waits for
+		// every compaction running (see pebbleScheduler).
+		if m := e.db.Metrics(); int(m.Levels[0].Sublevels)+1 < pebbleL0Stop {
+			e.sched.closing.Store(true)
+		}
 		if err := e.flush(); err != nil {
 			e.log.Warn("state: could not flush pebble's memtable at close: the last batches stay in its WAL, durable", "err", err)
 		} else {

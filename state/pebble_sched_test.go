@@ -1,0 +1,158 @@
+package state
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// fakeCompactions is a database for a pebbleScheduler: it allows one
+// compaction at a time, always has one waiting, and counts the grants.
+type fakeCompactions struct {
+	mu        sync.Mutex
+	scheduled int
+}
+
+func (f *fakeCompactions) GetAllowedWithoutPermission() int { return 1 }
+func (f *fakeCompactions) GetWaitingCompaction() (bool, pebble.WaitingCompaction) {
+	return true, pebble.WaitingCompaction{}
+}
+func (f *fakeCompactions) Schedule(pebble.CompactionGrantHandle) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.scheduled++
+	return true
+}
+func (f *fakeCompactions) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.scheduled
+}
+
+// TestPebbleSchedulerHoldsCompactionsBack: no compaction is granted before
+// the delay after the open, nor once the store closes; after the delay the
+// granter starts the waiting one by itself, and one ends before the next
+// starts.
+func TestPebbleSchedulerHoldsCompactionsBack(t *testing.T) {
+	t.Parallel()
+	t.Run("delay", func(t *testing.T) {
+		t.Parallel()
+		s := newPebbleScheduler(time.Hour)
+		db := &fakeCompactions{}
+		s.Register(2, db)
+		defer s.Unregister()
+		if ok, _ := s.TrySchedule(); ok {
+			t.Fatal("a compaction granted within the delay after the open")
+		}
+		s.UpdateGetAllowedWithoutPermission()
+		s.mu.Lock()
+		s.grantLockedAndUnlock()
+		if n := db.count(); n != 0 {
+			t.Fatalf("%d compactions granted within the delay", n)
+		}
+		s.notBefore.Store(time.Now().UnixNano()) // the delay is over
+		deadline := time.Now().Add(time.Minute)
+		for db.count() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the waiting compaction was not granted in a minute after the delay")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if ok, _ := s.TrySchedule(); ok {
+			t.Fatal("a second compaction granted while one runs (the database allows one)")
+		}
+		s.Done()
+		if n := db.count(); n != 2 {
+			t.Fatalf("after the first compaction ended, %d granted in all, want 2", n)
+		}
+	})
+	t.Run("closing", func(t *testing.T) {
+		t.Parallel()
+		s := newPebbleScheduler(0)
+		db := &fakeCompactions{}
+		s.Register(2, db)
+		s.closing.Store(true)
+		if ok, _ := s.TrySchedule(); ok {
+			t.Fatal("a compaction granted while the store closes")
+		}
+		s.mu.Lock()
+		s.grantLockedAndUnlock()
+		s.Unregister()
+		if n := db.count(); n != 0 {
+			t.Fatalf("%d compactions granted while the store closes", n)
+		}
+	})
+}
+
+// pebbleL0 returns the sublevels and tables of level 0 of the store's
+// database.
+func pebbleL0(s Store) (sublevels int, tables int64) {
+	m := s.(*nsStore).c.rawEngine().(*pebbleEngine).db.Metrics()
+	return int(m.Levels[0].Sublevels), m.Levels[0].TablesCount
+}
+
+// TestPebbleShortRunLeavesItsCompactionToALongerOne: a run shorter than
+// the delay after its open starts no compaction, at its close neither (its
+// close flush adds a table to level 0, compacted by nobody), so its close
+// waits for none; a longer run compacts level 0 as Pebble does.
+func TestPebbleShortRunLeavesItsCompactionToALongerOne(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	be := backend{name: Pebble, open: OpenPebble}
+	mustOpenClose(t, be, dir)
+	held := func() *Options {
+		o := testOpts()
+		o.hooks = &hooks{pebbleCompactionDelay: time.Hour}
+		return o
+	}
+	line := 0
+	// Six flushes, each a table of level 0: a compaction is due (4).
+	s := mustOpen(t, be, dir, held())
+	for range 6 {
+		line++
+		applyLine(t, s, del("f", 1, line))
+		if err := s.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.(*nsStore).c.rawEngine().(*pebbleEngine).flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub, tables := pebbleL0(s)
+	if sub < 6 {
+		t.Fatalf("level 0 has %d sublevels (%d tables) after 6 flushes, want 6: compacted within the delay", sub, tables)
+	}
+	line++
+	applyLine(t, s, del("f", 1, line)) // for the close's flush
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, be, dir, held())
+	if got, gotTables := pebbleL0(s); got != sub+1 || gotTables != tables+1 {
+		t.Fatalf("after the close, level 0 has %d sublevels and %d tables, want %d and %d: the close's flush only", got, gotTables, sub+1, tables+1)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	o := testOpts()
+	o.hooks = &hooks{pebbleCompactionDelay: time.Millisecond}
+	s = mustOpen(t, be, dir, o)
+	defer s.Close()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		sub, tables := pebbleL0(s)
+		if sub < 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("level 0 still has %d sublevels (%d tables) a minute after the delay: no compaction ran", sub, tables)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if v := getInt(t, s, "count"); v != int64(line) {
+		t.Fatalf("count %d after the compaction, want %d", v, line)
+	}
+}
