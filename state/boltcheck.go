@@ -493,6 +493,20 @@ func (ck *boltCheck) damaged(id uint64, what string) *CorruptError {
 // waits before it reads.
 const leftCheckDelay = time.Second
 
+// delayed waits leftCheckDelay, or until hurry (nil: never) is closed; it
+// returns false when stop is closed first.
+func delayed(hurry, stop <-chan struct{}) bool {
+	t := time.NewTimer(leftCheckDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-hurry:
+	case <-stop:
+		return false
+	}
+	return true
+}
+
 // bgCheck is the check of a bbolt file running in the background: the
 // store serves reads meanwhile, and its first commit waits for the result.
 type bgCheck struct {
@@ -548,12 +562,7 @@ func (e *boltEngine) checkAtOpen(value func(k, v []byte) error, maxBytes int64, 
 			// Nothing waits for this check: it starts a moment later, so
 			// that a short run (a restart that applies a few lines) does
 			// not share the machine with its reads.
-			t := time.NewTimer(leftCheckDelay)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-bg.hurry:
-			case <-bg.stop:
+			if !delayed(bg.hurry, bg.stop) {
 				bg.err = fmt.Errorf("check bbolt %s: %w", e.path, ErrClosed)
 				return
 			}

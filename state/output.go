@@ -594,12 +594,7 @@ func (o *Output) checkInBackground(n int64, sum uint32) {
 		"output", o.path, "bytes", o.committed, "verify_max_bytes", c.opts.verifyMaxBytes())
 	go func() {
 		defer close(bg.done)
-		t := time.NewTimer(leftCheckDelay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-bg.hurry:
-		case <-bg.stop:
+		if !delayed(bg.hurry, bg.stop) {
 			bg.err = fmt.Errorf("check output %s: %w", o.path, ErrClosed)
 			return
 		}

@@ -214,11 +214,7 @@ func (e *pebbleEngine) checkLeftInBackground(value func(k, v []byte) error, log 
 	e.bg = bg
 	go func() {
 		defer close(bg.done)
-		t := time.NewTimer(leftCheckDelay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-bg.stop:
+		if !delayed(nil, bg.stop) {
 			return
 		}
 		start := time.Now()
