@@ -358,11 +358,11 @@ func TestRunOpsListener(t *testing.T) {
 	}
 }
 
-// TestFeedPointerSync: a run that de-duplicates resumes from its store, so
-// its feed syncs the pointer file (a hint then) at most every interval
-// rather than at each commit; a run without de-duplication resumes from
-// the pointer, which it syncs at each commit.
-func TestFeedPointerSync(t *testing.T) {
+// TestFeedConfig: a run that de-duplicates resumes from its store, so its
+// feed syncs the pointer file (a hint then) at most every interval rather
+// than at each commit; a run without de-duplication resumes from the
+// pointer, which it syncs at each commit. Both queue queueLines lines.
+func TestFeedConfig(t *testing.T) {
 	for _, tc := range []struct {
 		dedupe bool
 		want   feed.SyncPolicy
@@ -371,6 +371,9 @@ func TestFeedPointerSync(t *testing.T) {
 		fc := o.feedConfig(&ledger{})
 		if fc.File == nil || fc.File.Sync != tc.want {
 			t.Errorf("dedupe %v: the feed's pointer sync policy is %v, want %v", tc.dedupe, fc.File.Sync, tc.want)
+		}
+		if fc.QueueCapacity != queueLines {
+			t.Errorf("dedupe %v: the feed's queue holds %d lines, want %d", tc.dedupe, fc.QueueCapacity, queueLines)
 		}
 		if fc.File.Filename != o.Input || fc.Name != feedName {
 			t.Errorf("dedupe %v: feed %q of file %q, want %q of %q", tc.dedupe, fc.Name, fc.File.Filename, feedName, o.Input)
