@@ -520,6 +520,10 @@ type core struct {
 	// What the last Apply left (see leave); written under mu.
 	fastVer uint64
 	fastOK  bool
+	// parked is set (under mu) while an Apply, holding the token, waits
+	// in beforeApply for the batch before the staging one to commit: the
+	// committer cuts the staging batch for it (see commit).
+	parked bool
 }
 
 func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, error) {
@@ -942,11 +946,14 @@ func (c *core) beforeApply(ctx context.Context, d tidemark.Delivery) error {
 	}
 	if !c.opts.Sync && c.overfull(c.cur) && c.sealed != nil {
 		c.stats.BackPressure++
+		c.parked = true
 		for c.overfull(c.cur) && c.sealed != nil && c.unusable() == nil {
 			if err := c.wait(ctx); err != nil {
+				c.parked = false
 				return fmt.Errorf("apply feed %q epoch %d position %d: waiting for a batch to commit: %w", d.Feed, d.Epoch, d.Position, err)
 			}
 		}
+		c.parked = false
 		if err := c.unusable(); err != nil {
 			return c.applyErr(d, err)
 		}
@@ -1525,7 +1532,15 @@ func (c *core) commit(b *batch) {
 	// at once rather than at the next tick.
 	if !c.opts.Sync && c.failed == nil && c.cur.count > 0 &&
 		(c.full(c.cur) || time.Since(c.cur.started) >= c.opts.batchInterval()) {
-		c.tryCut()
+		if c.parked {
+			// The Apply that holds the token waits in beforeApply for
+			// this commit, and writes nothing meanwhile (no transaction
+			// runs): the batch is cut here, and the next commit begins
+			// without waiting for that goroutine to run and cut it.
+			c.cut()
+		} else {
+			c.tryCut()
+		}
 	}
 	c.broadcast()
 	c.mu.Unlock()
