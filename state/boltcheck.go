@@ -13,6 +13,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // The check of a bbolt file. bbolt trusts its pages: a leaf whose element
@@ -109,33 +111,85 @@ type bbRef struct {
 // hold them back) reuse none of the pages it reads: bbolt frees a page
 // for reuse only once no reader of a transaction that reached it is left.
 // The meta page of the transaction is read before anything else: the next
-// commit but one writes over it.
+// commit but one writes over it. When commits came between the
+// transaction's start and that read (neither meta page is of it, one is
+// of a later transaction: no damage), the check begins again with a new
+// transaction; after metaAttempts such tries it holds bbolt's writer lock
+// (commits wait) from the transaction's start until both meta pages are
+// read.
 func (e *boltEngine) checkFile(value func(k, v []byte) error, stop <-chan struct{}) (pages int, err error) {
-	tx, err := e.db.Begin(false)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = tx.Rollback() }()
-	txid := uint64(tx.ID())
 	f, err := os.Open(e.path)
 	if err != nil {
 		return 0, fmt.Errorf("check bbolt %s: %w", e.path, err)
 	}
 	defer f.Close()
-	ck := &boltCheck{e: e, f: f, ps: uint64(e.db.Info().PageSize), value: value, stop: stop, chunk: walkChunk}
-	if e.hooks != nil && e.hooks.boltWalkChunk > 0 {
-		ck.chunk = e.hooks.boltWalkChunk
+	for attempt := 1; ; attempt++ {
+		// A new check each time: none of what the last one read is kept.
+		ck := &boltCheck{e: e, f: f, ps: uint64(e.db.Info().PageSize), value: value, stop: stop, chunk: walkChunk}
+		if e.hooks != nil && e.hooks.boltWalkChunk > 0 {
+			ck.chunk = e.hooks.boltWalkChunk
+		}
+		var hold *bolt.Tx
+		if attempt > metaAttempts && !e.db.IsReadOnly() {
+			if hold, err = e.db.Begin(true); err != nil {
+				return 0, err
+			}
+		}
+		tx, err := e.db.Begin(false)
+		if err != nil {
+			if hold != nil {
+				_ = hold.Rollback()
+			}
+			return 0, err
+		}
+		if h := e.hooks; h != nil && h.boltCheckBegun != nil {
+			h.boltCheckBegun()
+		}
+		m, err := ck.meta(uint64(tx.ID()))
+		if hold != nil {
+			_ = hold.Rollback() // nothing written: it only held the commits
+		}
+		if errors.Is(err, errMetaPassed) {
+			if attempt <= metaAttempts {
+				_ = tx.Rollback()
+				continue
+			}
+			// With the commits held (or none possible: read-only), a
+			// later meta page and no page of the transaction is damage.
+			err = ck.damaged(0, fmt.Sprintf("neither meta page is the one of transaction %d that bbolt opened", tx.ID()))
+		}
+		if err == nil {
+			err = ck.from(m)
+		}
+		_ = tx.Rollback()
+		return ck.pages, err
 	}
-	err = ck.run(txid)
-	return ck.pages, err
 }
+
+// metaAttempts is how many times a check of a bbolt file begins again
+// when commits wrote over the meta page of its transaction before it read
+// it, before it holds the commits for that read.
+const metaAttempts = 3
+
+// errMetaPassed is the error of boltCheck.meta when neither meta page is
+// of the transaction asked for and one is of a later one: commits wrote
+// over it (the other may be one a commit was writing as it was read).
+var errMetaPassed = errors.New("state: the meta pages of the bbolt file are of later transactions")
 
 // run checks the file as committed by transaction txid.
 func (ck *boltCheck) run(txid uint64) error {
 	m, err := ck.meta(txid)
+	if errors.Is(err, errMetaPassed) {
+		err = ck.damaged(0, fmt.Sprintf("neither meta page is the one of transaction %d that bbolt opened", txid))
+	}
 	if err != nil {
 		return err
 	}
+	return ck.from(m)
+}
+
+// from checks the file from the meta page m on.
+func (ck *boltCheck) from(m bbMetaInfo) error {
 	if h := ck.e.hooks; h != nil && h.boltCheck != nil && ck.stop != nil {
 		h.boltCheck(ck.stop)
 	}
@@ -160,15 +214,17 @@ func (ck *boltCheck) run(txid uint64) error {
 type bbMetaInfo struct{ root, freelist, hwm uint64 }
 
 // meta reads the meta page of transaction txid (bbolt chose it at open).
+// When neither is, and one is of a later transaction, it returns
+// errMetaPassed.
 func (ck *boltCheck) meta(txid uint64) (bbMetaInfo, error) {
+	later := 0
 	for id := range uint64(2) {
 		b, err := ck.read(id*ck.ps, bbHeader+bbMetaSum+8)
 		if err != nil {
 			return bbMetaInfo{}, err
 		}
 		m := b[bbHeader:]
-		if bbOrder.Uint16(b[8:]) != bbMeta || bbOrder.Uint32(m) != bbMagic || bbOrder.Uint32(m[4:]) != bbVersion ||
-			bbOrder.Uint64(m[48:]) != txid {
+		if bbOrder.Uint16(b[8:]) != bbMeta || bbOrder.Uint32(m) != bbMagic || bbOrder.Uint32(m[4:]) != bbVersion {
 			continue
 		}
 		h := fnv.New64a()
@@ -176,11 +232,20 @@ func (ck *boltCheck) meta(txid uint64) (bbMetaInfo, error) {
 		if h.Sum64() != bbOrder.Uint64(m[bbMetaSum:]) {
 			continue
 		}
+		if t := bbOrder.Uint64(m[48:]); t != txid {
+			if t > txid {
+				later++
+			}
+			continue
+		}
 		mi := bbMetaInfo{root: bbOrder.Uint64(m[16:]), freelist: bbOrder.Uint64(m[32:]), hwm: bbOrder.Uint64(m[40:])}
 		if mi.hwm < 2 || mi.hwm > (1<<48)/ck.ps {
 			return mi, ck.damaged(id, fmt.Sprintf("its meta page counts %d pages", mi.hwm))
 		}
 		return mi, nil
+	}
+	if later > 0 {
+		return bbMetaInfo{}, errMetaPassed
 	}
 	return bbMetaInfo{}, ck.damaged(0, fmt.Sprintf("neither meta page is the one of transaction %d that bbolt opened", txid))
 }

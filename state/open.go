@@ -204,6 +204,9 @@ type hooks struct {
 	// the time after an open before a compaction may start
 	// (pebbleScheduler).
 	pebbleCompactionDelay time.Duration
+	// boltCheckBegun runs in a check of a bbolt file once its read
+	// transaction began, before it reads the meta page of it.
+	boltCheckBegun func()
 	// pebbleCheck runs when an open checks the levels of a Pebble
 	// database before it opens it (pebbleEngine.check).
 	pebbleCheck func()
