@@ -103,12 +103,16 @@
 //     fails the store; the record is removed at every open, so a crash
 //     leaves none). A file output's committed bytes are checked at open
 //     against a CRC-32C recorded with its length: the whole file when it
-//     is at most VerifyMaxBytes; a larger one only the bytes of the last
-//     batch that wrote to it (recorded with their offset and the CRC-32C
-//     of the bytes before them), the rest in the background a second later
-//     (damage found fails the store; a backup waits for the check), so that
-//     a restart does not read the whole file (380 MB at 10,000,000 ledger
-//     lines). Each failure is a
+//     is at most VerifyMaxBytes, or changed since the store's last clean
+//     close; a larger one found exactly as that close left it
+//     (state.outputs.checked records its size, modification time, set a
+//     second back, and inode) only the bytes of the last batch that wrote
+//     to it (recorded with their offset and the CRC-32C of the bytes before
+//     them), the rest in the background a second later (damage found fails
+//     the store; a backup waits for the check), so that a restart does not
+//     read the whole file (380 MB at 10,000,000 ledger lines), and a file
+//     changed while the store was closed is read whole by a run of any
+//     length. Each failure is a
 //     [*CorruptError] (wrapping [ErrCorrupt]) that names the file, the
 //     record (namespace, bucket, key) and what to do: restore the folder
 //     from a backup, or remove it to start over (the feeds then read their

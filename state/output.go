@@ -54,9 +54,14 @@ type Output struct {
 	aclosed   bool
 	adone     chan struct{}
 	// bg is the check of the file's committed bytes running in the
-	// background since the open (a file larger than VerifyMaxBytes), nil
-	// when none runs.
+	// background since the open (a file larger than VerifyMaxBytes, found
+	// as the store left it checked), nil when none runs.
 	bg *bgCheck
+	// vouched says the file's committed bytes were checked at the open,
+	// or vouched for by the record of the last clean close (and, then,
+	// being checked in bg): a clean close records it as left checked
+	// (outputsLeftFile).
+	vouched bool
 }
 
 // aheadChunk is how many bytes of a staging batch an output's writer is
@@ -392,7 +397,8 @@ func (o *Output) stopWriter() {
 }
 
 // reserved are the names a store uses itself.
-var reservedNames = map[string]bool{storeFile: true, storeFile + ".tmp": true, lockFile: true, boltFile: true, pebbleDir: true}
+var reservedNames = map[string]bool{storeFile: true, storeFile + ".tmp": true, lockFile: true, boltFile: true, pebbleDir: true,
+	outputsLeftFile: true, outputsLeftFile + ".tmp": true}
 
 func validOutputName(name string) bool {
 	return name != "" && name != "." && name != ".." && filepath.Base(name) == name &&
@@ -433,7 +439,7 @@ func (c *core) output(name string) (*Output, error) {
 	if err := c.eng.commit([]write{{key: outputKey(name), val: rec.encode()}}); err != nil {
 		return nil, fmt.Errorf("declare output %q in %s store %s: %w", name, c.kind, c.dir, err)
 	}
-	o, err := c.openOutput(name, rec)
+	o, err := c.openOutput(name, rec, outputLeft{})
 	if err != nil {
 		return nil, err
 	}
@@ -464,10 +470,11 @@ func (c *core) loadOutputs() error {
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", c.dir, err)
 	}
+	left := c.outputsLeft()
 	for _, name := range names {
-		o, err := c.openOutput(name, recs[name])
+		o, err := c.openOutput(name, recs[name], left[name])
 		if err != nil {
-			return errors.Join(err, c.closeOutputs())
+			return errors.Join(err, c.closeOutputs(false))
 		}
 		c.outputs[name] = o
 	}
@@ -476,12 +483,17 @@ func (c *core) loadOutputs() error {
 
 // openOutput opens the output file, cuts it back to the committed length
 // of its record r, and checks its bytes against r's checksums when it has
-// them: a file of at most VerifyMaxBytes whole before it returns; a larger
-// one (its record has a tail) only its last batch's bytes, and the bytes
-// before them in the background (checkInBackground), so that an open does
-// not read the whole file (380 MB for 10,000,000 ledger lines). Damage the
-// background check finds fails the store.
-func (c *core) openOutput(name string, r outputRec) (*Output, error) {
+// them: a file of at most VerifyMaxBytes whole before it returns, and a
+// larger one too unless it is exactly as the store left it checked at its
+// last clean close (left, read from outputsLeftFile; the zero outputLeft
+// for none): then only its last batch's bytes, and the bytes before them
+// in the background (checkInBackground), so that a restart does not read
+// the whole file (380 MB for 10,000,000 ledger lines). A file changed while
+// the store was closed (an editor, a copy over it, a crash after a commit:
+// another size, modification time or inode) is read whole before a line is
+// applied, whatever its size. Damage the background check finds fails the
+// store.
+func (c *core) openOutput(name string, r outputRec, left outputLeft) (*Output, error) {
 	committed := r.n
 	if _, ok := c.rawEngine().(interface{ outputsInEngine() }); ok {
 		return &Output{name: name, c: c, committed: committed}, nil
@@ -495,6 +507,8 @@ func (c *core) openOutput(name string, r outputRec) (*Output, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("open output %s: %w", path, err), f.Close())
 	}
+	// Before a cut back below moves its modification time.
+	asLeft := left.size > 0 && left == statOutputLeft(path)
 	switch size := fi.Size(); {
 	case size < committed:
 		return nil, errors.Join(fmt.Errorf("output %s is %d bytes, shorter than the %d bytes committed: it was cut or replaced outside the store; restore it, or remove the store directory to start over: %w",
@@ -513,9 +527,9 @@ func (c *core) openOutput(name string, r outputRec) (*Output, error) {
 			return nil, errors.Join(fmt.Errorf("cut output %s back to %d bytes: %w", path, committed, err), f.Close())
 		}
 	}
-	o := &Output{name: name, path: path, f: f, c: c, committed: committed, next: committed}
+	o := &Output{name: name, path: path, f: f, c: c, committed: committed, next: committed, vouched: true}
 	verifyMax := c.opts.verifyMaxBytes()
-	if r.hasTail && (committed > verifyMax || verifyMax < 0) {
+	if r.hasTail && (verifyMax < 0 || committed > verifyMax && asLeft) {
 		// The last batch's bytes now: a file replaced or changed at its
 		// end (the likeliest mistake) is found before a line is applied.
 		sum, err := crcRange(f, r.tail, committed, r.tailSum, nil)
@@ -533,6 +547,10 @@ func (c *core) openOutput(name string, r outputRec) (*Output, error) {
 	}
 	// The whole file is read: a byte changed anywhere is found now,
 	// before a line more is applied.
+	if r.hasTail && committed > verifyMax {
+		c.log.Info("state: the output file is not as the store left it at its last clean close (or it has no record of one): it is checked whole before the store opens",
+			"output", path, "bytes", committed, "verify_max_bytes", verifyMax)
+	}
 	sum, err := crcRange(f, 0, committed, 0, nil)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("read output %s to check it: %w", path, err), f.Close())
@@ -648,23 +666,39 @@ func (c *core) outputsChecked(ctx context.Context, what string) error {
 	return nil
 }
 
-func (c *core) closeOutputs() error {
+// closeOutputs closes the output files. clean says the store flushed
+// everything and never failed: each file it vouched for (and whose check
+// in the background, if it ran, found nothing) is then recorded as left
+// checked in outputsLeftFile; otherwise the record is removed.
+func (c *core) closeOutputs(clean bool) error {
 	c.outMu.Lock()
 	defer c.outMu.Unlock()
 	var errs []error
+	left := make(map[string]outputLeft)
 	for name, o := range c.outputs {
+		vouched := o.vouched
 		if o.bg != nil {
 			stopAndWait(o.bg.stop, o.bg.done)
+			if o.bg.err != nil && !errors.Is(o.bg.err, ErrClosed) {
+				vouched = false
+			}
 		}
 		if o.f == nil {
 			delete(c.outputs, name)
 			continue
 		}
 		o.stopWriter()
-		if err := o.f.Close(); err != nil {
+		err := o.f.Close()
+		if err != nil {
 			errs = append(errs, fmt.Errorf("close output %s: %w", o.path, err))
+		}
+		if clean && vouched && err == nil {
+			if l := leaveOutput(o.path); l.size > 0 {
+				left[name] = l
+			}
 		}
 		delete(c.outputs, name)
 	}
+	c.recordOutputsLeft(left, len(errs) == 0 && clean)
 	return errors.Join(errs...)
 }

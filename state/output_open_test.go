@@ -150,6 +150,66 @@ func flipByte(t *testing.T, path string, off int64) {
 	}
 }
 
+// flipByteAtRest is flipByte that leaves the file's modification time as
+// it was, as a bit flipped by the disk would.
+func flipByteAtRest(t *testing.T, path string, off int64) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipByte(t, path, off)
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOutputChangedWhileClosedIsCheckedWholeAtOpen: an output file larger
+// than VerifyMaxBytes that was changed while the store was closed (its
+// modification time moved) is read whole by the open, which fails on
+// damage anywhere in it, however short the run: a check left to the
+// background never runs in a run shorter than its delay, and each such
+// run would commit on top of the damage and exit 0. A file that was not
+// changed is read only at its last batch; and a store that failed leaves
+// no record, so its next open reads the whole file.
+func TestOutputChangedWhileClosedIsCheckedWholeAtOpen(t *testing.T) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
+		dir := t.TempDir()
+		size := writeOutputBatches(t, be, dir)
+		last := int64(outputLineLen * outputBatch)
+		path := filepath.Join(dir, "out.csv")
+		cfs := &readCountFS{FS: vfs.Default(), name: "out.csv"}
+		reopen := func() (int64, error) {
+			t.Helper()
+			cfs.n.Store(0)
+			s, err := be.open(dir, heldOutputCheck(cfs, outputVerifyMax, nil))
+			if err != nil {
+				return cfs.n.Load(), err
+			}
+			return cfs.n.Load(), s.Close()
+		}
+		if n, err := reopen(); err != nil || n != last {
+			t.Fatalf("open of the store as it was left: read %d bytes of out.csv (%v); want its last batch, %d", n, err, last)
+		}
+
+		flipByte(t, path, 5000)
+		for run := range 3 {
+			n, err := reopen()
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.File != path {
+				t.Fatalf("run %d on out.csv with byte 5000 changed while the store was closed: read %d of %d bytes, err %v; want a *CorruptError naming %s at the open", run, n, size, err, path)
+			}
+		}
+		flipByte(t, path, 5000) // back: a new modification time, so read whole
+		if n, err := reopen(); err != nil || n != size {
+			t.Fatalf("open after the file was restored: read %d bytes (%v); want all %d", n, err, size)
+		}
+		if n, err := reopen(); err != nil || n != last {
+			t.Fatalf("open after a clean close: read %d bytes (%v); want its last batch, %d", n, err, last)
+		}
+	})
+}
+
 // TestOutputDamageFoundInTheBackgroundFailsTheStore: damage to an output
 // file larger than VerifyMaxBytes before its last batch is found by the
 // check in the background, which fails the store (a *CorruptError naming
@@ -164,7 +224,9 @@ func TestOutputDamageFoundInTheBackgroundFailsTheStore(t *testing.T) {
 			return errors.As(err, &ce) && ce.File == path && strings.Contains(err.Error(), "backup")
 		}
 
-		flipByte(t, path, 5000)
+		// Damage at rest: the file's size, time and inode as the store
+		// left them, so that only the check of its bytes can find it.
+		flipByteAtRest(t, path, 5000)
 		hold := make(chan struct{})
 		s := mustOpen(t, be, dir, heldOutputCheck(vfs.Default(), outputVerifyMax, hold))
 		o := s.(*nsStore).c.outputs["out.csv"]

@@ -1683,6 +1683,8 @@ func (c *core) close() error {
 		defer c.release()
 		ferr := c.flush(context.Background(), true)
 		c.mu.Lock()
+		// A clean close records the output files as left checked.
+		clean := ferr == nil && c.failed == nil
 		c.closed = true
 		c.ver.Add(1)
 		c.broadcast()
@@ -1691,7 +1693,7 @@ func (c *core) close() error {
 		<-c.stopped
 		c.snapMu.Lock() // the snapshots and backups running end first
 		defer c.snapMu.Unlock()
-		c.closeErr = errors.Join(ferr, c.closeOutputs(), c.eng.close(), c.lock.release())
+		c.closeErr = errors.Join(ferr, c.closeOutputs(clean), c.eng.close(), c.lock.release())
 	})
 	return c.closeErr
 }

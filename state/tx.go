@@ -24,9 +24,11 @@ import (
 // cycles they made were about a fifth of its CPU). A Tx kept past its
 // function fails with [ErrTxDone] when it is used, and from that use on
 // it is never served again (see late), so that it stays done. The one
-// exception is a use from another goroutine, which the rule above
-// forbids, at the very moment the Tx serves again: txRing lines later,
-// while that line's function runs.
+// exception is a kept Tx whose first use after its function comes while
+// it serves again, txRing (4096) lines later, during that line's
+// function: it is then that line's Tx, the use is not refused and acts on
+// that line's transaction, whether it comes from the function itself or
+// from another goroutine (which the rule above forbids).
 type Tx struct {
 	*txState
 	done bool
