@@ -47,8 +47,17 @@ vet:
 # format.
 BENCH_SETUPS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tidemark-bench/setups
 
+# Then the scale-out rows, which need a NATS server and a PostgreSQL
+# cluster (both started by the benchmarks themselves): one worker on
+# JetStream partitions with its state in PostgreSQL, against a bare pull
+# consumer, and the PostgreSQL store against a bare pgx loop, each ratio
+# against a baseline of the same run. They print their rows; bench/RESULTS.md
+# keeps them in its section "The partitioned ledger (bench/scale)", which
+# benchtable does not write.
 bench:
 	$(GO) run ./bench/cmd/benchtable -setups $(BENCH_SETUPS)
+	cd bench && $(GO) test ./scale -run '^$$' -bench . -benchtime 1x -timeout 30m
+	$(GO) test ./state -run '^$$' -bench 'ApplyLedger/postgres/batch=10000$$|PostgresBareLedger/batch=10000' -benchtime 2000000x -count 3
 
 bench-short:
 	$(GO) run ./bench/cmd/benchtable -short
