@@ -470,7 +470,13 @@ func (c *core) loadOutputs() error {
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", c.dir, err)
 	}
+	// The record vouches for the files only until they are used again:
+	// removed now, it is written again by a clean close, so that a crash
+	// (or a failure found after this open) leaves none.
 	left := c.outputsLeft()
+	if left != nil {
+		c.recordOutputsLeft(nil, false)
+	}
 	for _, name := range names {
 		o, err := c.openOutput(name, recs[name], left[name])
 		if err != nil {

@@ -33,10 +33,11 @@ import (
 // its background check, if it ran, clean), it holds each file's size, its
 // modification time (set a second back first, so that any later write
 // moves it, however coarse the file system's clock), its device and inode,
-// as bbolt's state.bolt.checked does for its file. A crash leaves the
-// record of the close before it, which no longer matches a file the run
-// appended to. The record is written without a sync: one lost or torn by a
-// crash of the machine only means a whole check at the next open.
+// as bbolt's state.bolt.checked does for its file. An open removes the
+// record once it has read it, so that a crash, or damage the background
+// check found in a run that then died, leaves none. The record is written
+// without a sync: one lost or torn by a crash of the machine only means a
+// whole check at the next open.
 //
 // What that gives up: damage at rest that changes no field of the record
 // (a bit flipped by the disk under an unchanged inode and modification

@@ -191,6 +191,18 @@ func TestOutputChangedWhileClosedIsCheckedWholeAtOpen(t *testing.T) {
 		if n, err := reopen(); err != nil || n != last {
 			t.Fatalf("open of the store as it was left: read %d bytes of out.csv (%v); want its last batch, %d", n, err, last)
 		}
+		// A run that does not close (a crash) leaves no record: the next
+		// open reads the whole file.
+		s, err := be.open(dir, heldOutputCheck(cfs, outputVerifyMax, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, outputsLeftFile)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("the record of the files left checked is still there while the store is open (%v): a crash now would leave it", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 
 		flipByte(t, path, 5000)
 		for run := range 3 {
