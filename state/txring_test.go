@@ -24,18 +24,37 @@ func TestApplyAllocatesNothingPerLine(t *testing.T) {
 			fn := ledgerLine(newBareLedger().names, &n)
 			apply := func(lines int) { applyLines(t, ns, &n, lines, fn) }
 			apply(2 * txRing) // every key staged, the ring made
-			var m0, m1 runtime.MemStats
-			runtime.ReadMemStats(&m0)
 			const lines = 10000
-			apply(lines)
-			runtime.ReadMemStats(&m1)
 			// A little for the runtime and the backend's own goroutines.
-			if got := m1.TotalAlloc - m0.TotalAlloc; got > 32<<10 {
+			if got := leastAllocated(nil, func() { apply(lines) }); got > 32<<10 {
 				t.Fatalf("%d lines allocated %d bytes (%.1f a line), want about none", lines, got, float64(got)/lines)
 			}
 		})
 	}
 }
+
+// leastAllocated returns the fewest bytes the process allocated while
+// run ran, over allocAttempts runs, each after before (nil: nothing). The
+// process's allocations are counted, so that the backend's goroutines
+// (PostgreSQL's lease, the end of a commit) may add to one run; an
+// allocation a line adds to every run.
+func leastAllocated(before, run func()) uint64 {
+	least := uint64(1<<64 - 1)
+	for range allocAttempts {
+		if before != nil {
+			before()
+		}
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		run()
+		runtime.ReadMemStats(&m1)
+		least = min(least, m1.TotalAlloc-m0.TotalAlloc)
+	}
+	return least
+}
+
+// allocAttempts is how many runs leastAllocated takes the least of.
+const allocAttempts = 5
 
 // applyLines applies lines more lines of feed f to ns with fn, *n the
 // position of the last.
@@ -72,15 +91,13 @@ func TestApplyWithOutputAllocatesNothingPerLine(t *testing.T) {
 			}
 			apply := func(lines int) { applyLines(t, ns, &n, lines, fn) }
 			apply(2 * txRing)
-			if err := s.Flush(context.Background()); err != nil {
-				t.Fatal(err)
+			flush := func() {
+				if err := s.Flush(context.Background()); err != nil {
+					t.Fatal(err)
+				}
 			}
-			var m0, m1 runtime.MemStats
-			runtime.ReadMemStats(&m0)
 			const lines = 1000 // within one batch
-			apply(lines)
-			runtime.ReadMemStats(&m1)
-			if got := m1.TotalAlloc - m0.TotalAlloc; got > 8<<10 {
+			if got := leastAllocated(flush, func() { apply(lines) }); got > 8<<10 {
 				t.Fatalf("%d lines allocated %d bytes (%.1f a line), want about none", lines, got, float64(got)/lines)
 			}
 		})
