@@ -59,9 +59,8 @@ const boltLeftHeader = "tidemark bbolt file left checked"
 
 // boltLeft is how a store left its bbolt file.
 type boltLeft struct {
-	size, mtime int64
-	dev, ino    uint64
-	txid        uint64
+	fileState
+	txid uint64
 }
 
 func (l boltLeft) String() string {
@@ -74,8 +73,8 @@ func statLeft(path string, txid uint64) (boltLeft, bool, error) {
 	if err != nil {
 		return boltLeft{}, false, err
 	}
-	dev, ino, ok := fileID(fi)
-	return boltLeft{size: fi.Size(), mtime: fi.ModTime().UnixNano(), dev: dev, ino: ino, txid: txid}, ok, nil
+	s, ok := stateOf(fi)
+	return boltLeft{fileState: s, txid: txid}, ok, nil
 }
 
 // parseLeft parses a record written by boltLeft.String.

@@ -49,12 +49,24 @@ const outputsLeftFile = "state.outputs.checked"
 
 const outputsLeftHeader = "tidemark output files left checked"
 
-// outputLeft is how a store left an output file: its size (never 0 in a
-// record), modification time, device and inode.
-type outputLeft struct {
+// fileState is what each record of a file left checked compares (the
+// outputs' here, bbolt's in boltleft.go, Pebble's in pebble_left.go): the
+// file's size, modification time, device and inode.
+type fileState struct {
 	size, mtime int64
 	dev, ino    uint64
 }
+
+// stateOf returns the state of the file fi describes; ok is false where
+// the file system gives no inode.
+func stateOf(fi fs.FileInfo) (s fileState, ok bool) {
+	dev, ino, ok := fileID(fi)
+	return fileState{size: fi.Size(), mtime: fi.ModTime().UnixNano(), dev: dev, ino: ino}, ok
+}
+
+// outputLeft is how a store left an output file (its size never 0 in a
+// record).
+type outputLeft struct{ fileState }
 
 // statOutputLeft returns the state of the file at path; the zero
 // outputLeft when it cannot tell (no file, no inode).
@@ -63,11 +75,11 @@ func statOutputLeft(path string) outputLeft {
 	if err != nil {
 		return outputLeft{}
 	}
-	dev, ino, ok := fileID(fi)
+	s, ok := stateOf(fi)
 	if !ok {
 		return outputLeft{}
 	}
-	return outputLeft{size: fi.Size(), mtime: fi.ModTime().UnixNano(), dev: dev, ino: ino}
+	return outputLeft{s}
 }
 
 // leaveOutput sets the closed file's modification time a second back and

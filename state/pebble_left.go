@@ -60,9 +60,8 @@ type pebbleLeft []pebbleLeftFileState
 
 // pebbleLeftFileState is one file of a pebbleLeft.
 type pebbleLeftFileState struct {
-	name        string
-	size, mtime int64
-	dev, ino    uint64
+	name string
+	fileState
 }
 
 func (l pebbleLeft) String() string {
@@ -115,11 +114,11 @@ func statPebbleLeft(path string) (l pebbleLeft, ok bool, err error) {
 		if err != nil {
 			return nil, false, err
 		}
-		dev, ino, ok := fileID(fi)
+		s, ok := stateOf(fi)
 		if !ok || !fi.Mode().IsRegular() {
 			return nil, false, nil
 		}
-		l = append(l, pebbleLeftFileState{name: de.Name(), size: fi.Size(), mtime: fi.ModTime().UnixNano(), dev: dev, ino: ino})
+		l = append(l, pebbleLeftFileState{name: de.Name(), fileState: s})
 	}
 	slices.SortFunc(l, func(a, b pebbleLeftFileState) int { return strings.Compare(a.name, b.name) })
 	return l, len(l) > 0, nil
