@@ -274,8 +274,8 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 				continue
 			}
 			x.res = append(x.res, rr)
-			logf("%-34s run %d: %s in %.3f s (%s), peak anon %.1f MiB, file %.1f MiB, load %.2f", label+" "+v.key, rep+1,
-				fmtCount(rr.Lines), rr.Seconds, fmtRate(rr.rate()), rr.Extra["anon_peak_kib"]/1024, rr.Extra["file_peak_kib"]/1024, rr.Extra["load1"])
+			logf("%-34s run %d: %s in %.3f s (%s), %s, peak anon %.1f MiB, file %.1f MiB, load %.2f", label+" "+v.key, rep+1,
+				fmtCount(rr.Lines), rr.Seconds, fmtRate(rr.rate()), whereTimeGoes(rr), rr.Extra["anon_peak_kib"]/1024, rr.Extra["file_peak_kib"]/1024, rr.Extra["load1"])
 		}
 	}
 	lines := fmt.Sprintf("%s, %s lines", label, fmtCount(sc.lines))
@@ -298,6 +298,15 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 		t.rate(ls.row, "ledger run (with output.csv) as it runs by default, saves of up to 40,000 lines while one is written (--max-batch 0), "+lines+"; against the naive program, every balance in a map (not a goal: the naive program's saves are 10,000 lines)", g, res["map"], "naive, map", 0)
 	}
 	t.ledgerPoint(ls.store, sc.accounts, tmr, res["tidemark-cache"], res["map"], res["bounded"])
+	if sc.preload {
+		var parts []string
+		for _, v := range variants {
+			if x := res[v.key]; x.ok() {
+				parts = append(parts, v.label+": "+whereTimeGoes(x.res[len(x.res)/2]))
+			}
+		}
+		t.note(ls.row, fmt.Sprintf("Row %s, %s, where the time of a run goes (its CPU time, user and system, of the whole process, for each line; the part of its run it spent on a CPU, the rest waiting, for its disk's writes and syncs or, on a loaded machine, for a CPU; and its lines a save): %s.", ls.row, label, strings.Join(parts, "; ")))
+	}
 	for _, v := range variants {
 		x := res[v.key]
 		if !x.ok() {
@@ -530,7 +539,26 @@ func resetLedger(l *ledgerLine) error {
 var (
 	ledgerDone = regexp.MustCompile(`ledger: settled: (\d+) lines read, (\d+) applied`)
 	naiveDone  = regexp.MustCompile(`naiveledger: (\d+) lines in`)
+	// ledgerSaves is the count of saves in ledger run's summary.
+	ledgerSaves = regexp.MustCompile(`; (\d+) saves;`)
 )
+
+// whereTimeGoes says where the time of run r went: its CPU time a line
+// (user and system, the whole process), the part of its run on a CPU
+// (the rest it waited: for its disk, or for a CPU on a loaded machine),
+// and its lines a save when it counted its saves (ledger run; the naive
+// program saves every 10,000 lines, naiveBatch). At a million accounts
+// and more, a run of bbolt waits most of its time for its commits' writes
+// and syncs, and more lines a save write fewer pages a line.
+func whereTimeGoes(r result) string {
+	lines := float64(max(r.Lines, 1))
+	cpu := r.Extra["cpu_seconds"]
+	s := fmt.Sprintf("%.1f µs of CPU a line, on a CPU %.0f %% of its run", cpu*1e6/lines, 100*cpu/max(r.Seconds, 1e-9))
+	if n := r.Extra["saves"]; n > 0 {
+		s += fmt.Sprintf(", %s lines a save", fmtCount(int64(lines/n+0.5)))
+	}
+	return s
+}
 
 // cacheFor is a cache budget that holds every balance of accounts
 // accounts in a store of store: 350 bytes an account (the value cache
@@ -591,11 +619,21 @@ func (r *runner) runLedger(v ledgerVariant, store string, l *ledgerLine, want, c
 		return res, fmt.Errorf("%s read %d lines, want %d: %s", filepath.Base(bin), n, want, lastLines(stderr))
 	}
 	if tidemark {
+		if sv := ledgerSaves.FindStringSubmatch(stderr); sv != nil {
+			n, _ := strconv.ParseFloat(sv[1], 64)
+			res.Extra["saves"] = n
+		}
 		if a, _ := strconv.ParseInt(m[2], 10, 64); a != want {
 			return res, fmt.Errorf("ledger run applied %d lines, want %d: %s", a, want, lastLines(stderr))
 		}
 	}
 	res.Lines = n
+	if !tidemark && n > 0 {
+		// The naive program saves every naiveBatch lines, and once at
+		// the end.
+		b, _ := strconv.ParseInt(naiveBatch, 10, 64)
+		res.Extra["saves"] = float64((n + b - 1) / b)
+	}
 	return res, nil
 }
 
