@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/feed"
 )
 
@@ -260,7 +261,7 @@ func (f *feedRunner) poll(ctx context.Context) *batch {
 			seq++
 			off := len(data)
 			data = append(data, it.Line...)
-			items[i] = item{seq: seq, epoch: it.Epoch, pos: it.Position, origin: it.Origin, file: it.File, off: off, end: len(data)}
+			items[i] = item{d: tidemark.Delivery{Feed: f.name, File: it.File, Epoch: it.Epoch, Position: it.Position, Seq: seq, Origin: it.Origin}, off: off, end: len(data)}
 		}
 		f.seq = seq
 		b.items, b.data = items, data
@@ -279,7 +280,7 @@ func (f *feedRunner) poll(ctx context.Context) *batch {
 				last = b.last()
 			}
 			ev := &StatusEvent{Feed: f.name, State: st.State, Detail: st.Detail, Seq: last.seq, Epoch: last.epoch, Position: last.pos}
-			b.items = append(b.items, item{seq: last.seq, epoch: last.epoch, pos: last.pos, ev: ev})
+			b.items = append(b.items, item{d: tidemark.Delivery{Seq: last.seq, Epoch: last.epoch, Position: last.pos}, ev: ev})
 		}
 	}
 	if b != nil {
@@ -480,8 +481,8 @@ func (f *feedRunner) drop(q *queue, b *batch) {
 		}
 	}
 	f.log.Warn("queue full after the spin time: lines dropped for this group and committed past",
-		"group", q.g.name, "lines", n, "first_seq", first.seq, "epoch", first.epoch, "first_position", first.pos,
-		"last_seq", last.seq, "last_epoch", last.epoch, "last_position", last.pos,
+		"group", q.g.name, "lines", n, "first_seq", first.d.Seq, "epoch", first.d.Epoch, "first_position", first.d.Position,
+		"last_seq", last.d.Seq, "last_epoch", last.d.Epoch, "last_position", last.d.Position,
 		"dropped_since_last_report", q.dropUnlogged, "dropped_total", q.dropped.Load())
 	q.dropLogged, q.dropUnlogged = now, 0
 }

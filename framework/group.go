@@ -363,8 +363,7 @@ func (g *group) process(inc *incarnation, q *queue, b *batch) bool {
 		// Processor c.j panicked on item c.i: the panic goes through the
 		// failure policy as the processor's error.
 		it := &b.items[c.i]
-		d := tidemark.Delivery{Feed: q.f.name, File: it.file, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
-		if !g.deliver(inc, q, c.procs[c.j], d, b.data[it.off:it.end:it.end], perr) {
+		if !g.deliver(inc, q, c.procs[c.j], it.d, b.data[it.off:it.end:it.end], perr) {
 			c.ok = false
 			break
 		}
@@ -409,20 +408,20 @@ func (g *group) runItems(inc *incarnation, q *queue, b *batch, c *cursor) (perr 
 			perr = &PanicError{Value: "panic with nil value", Stack: debug.Stack()}
 		}
 	}()
-	feedName := q.f.name
 	obs := g.s.cfg.Observer
-	for ; c.i < len(b.items); c.i, c.j, c.handled = c.i+1, 0, false {
+	ctx := inc.ctx
+	items, data := b.items, b.data
+	for ; c.i < len(items); c.i, c.j, c.handled = c.i+1, 0, false {
 		if q.removed.Load() {
 			return nil
 		}
-		it := &b.items[c.i]
+		it := &items[c.i]
 		if it.ev != nil {
 			if !g.deliverStatus(inc, q, it.ev) {
 				return nil // no processor left: the queue is being removed
 			}
 		} else {
-			d := tidemark.Delivery{Feed: feedName, File: it.file, Epoch: it.epoch, Position: it.pos, Seq: it.seq, Origin: it.origin}
-			line := b.data[it.off:it.end:it.end]
+			line := data[it.off:it.end:it.end]
 			if c.j == 0 {
 				c.procs = *q.procs.Load()
 				if obs != nil {
@@ -436,10 +435,10 @@ func (g *group) runItems(inc *incarnation, q *queue, b *batch, c *cursor) (perr 
 				}
 				c.handled = true
 				c.inHandle = true
-				err := p.p.Handle(inc.ctx, d, line)
+				err := p.p.Handle(ctx, it.d, line)
 				c.inHandle = false
 				if err != nil {
-					if !g.deliver(inc, q, p, d, line, err) {
+					if !g.deliver(inc, q, p, it.d, line, err) {
 						c.ok = false
 						return nil
 					}

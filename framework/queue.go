@@ -41,11 +41,12 @@ func markPoint(m checkpoint.Mark) point {
 // status event. A status event carries the point of the last line read
 // before it.
 type item struct {
-	seq      uint64
-	epoch    uint64
-	pos      int64
-	origin   *tidemark.Origin
-	file     string // feed.Item.File: the file of a file set, "" for one file
+	// d is the line's delivery as every processor gets it (for a status
+	// event, only Seq, Epoch and Position are set). It is built once, by
+	// the feed runner, and passed from here: building it for each group
+	// and line costs a fan-out that, four times over (row 3 of
+	// bench/RESULTS.md).
+	d        tidemark.Delivery
 	off, end int
 	ev       *StatusEvent
 }
@@ -75,8 +76,8 @@ func (b *batch) release() {
 }
 
 func (b *batch) last() point {
-	it := &b.items[len(b.items)-1]
-	return point{seq: it.seq, epoch: it.epoch, pos: it.pos}
+	d := &b.items[len(b.items)-1].d
+	return point{seq: d.Seq, epoch: d.Epoch, pos: d.Position}
 }
 
 // queue is one processor group's subscription to one feed: a bounded
@@ -155,8 +156,8 @@ func (q *queue) progress() checkpoint.Mark {
 	defer q.mu.Unlock()
 	n := q.finished.Load()
 	if b := q.cur; b != nil && n > q.curBase {
-		it := &b.items[n-q.curBase-1]
-		return checkpoint.Mark{Count: n, Seq: it.seq, Epoch: it.epoch, Position: it.pos}
+		d := &b.items[n-q.curBase-1].d
+		return checkpoint.Mark{Count: n, Seq: d.Seq, Epoch: d.Epoch, Position: d.Position}
 	}
 	m := q.prev
 	m.Count = n
@@ -174,8 +175,8 @@ func (q *queue) endBatch() {
 	q.mu.Lock()
 	n := q.finished.Load()
 	if b := q.cur; b != nil && n > q.curBase {
-		it := &b.items[n-q.curBase-1]
-		q.prev = checkpoint.Mark{Count: n, Seq: it.seq, Epoch: it.epoch, Position: it.pos}
+		d := &b.items[n-q.curBase-1].d
+		q.prev = checkpoint.Mark{Count: n, Seq: d.Seq, Epoch: d.Epoch, Position: d.Position}
 	}
 	q.cur = nil
 	q.mu.Unlock()
