@@ -111,6 +111,10 @@ func measureCase(name string, a childArgs) (r result, err error) {
 		r, err = caseFsyncAppend(a, 4096, false)
 	case "fsync4k-append-pointer":
 		r, err = caseFsyncAppend(a, 4096, true)
+	case "fsync4k-twice-output":
+		r, err = caseFsyncOutput(a, 2)
+	case "fsync4k-append-output":
+		r, err = caseFsyncOutput(a, 0)
 	case "pointer-ab":
 		r, err = casePointerAB(a)
 	case "idle":
@@ -694,6 +698,69 @@ func caseFsyncAppend(a childArgs, size int, ptr bool) (result, error) {
 		}
 		if err := pf.sync(i); err != nil {
 			return result{}, err
+		}
+	}
+	return result{Lines: int64(a.ops), Seconds: time.Since(start).Seconds()}, nil
+}
+
+// outputLine is a line of ledger run's output.csv (id,account,amount,balance).
+const outputLine = "1000,account-holder-00042,-12345,1234567\n"
+
+// caseFsyncOutput is the baseline of row 7's ledger run --sync, a.ops
+// times: a line of outputLine's size appended to an output file and
+// fdatasynced (ledger run syncs output.csv before the save that records its
+// length), then the store's writes: with syncs 2, two 4 KB writes in place,
+// each + fdatasync (bbolt's pages, then its meta page); with 0, 4 KB
+// appended to a log + fdatasync (Pebble's WAL).
+func caseFsyncOutput(a childArgs, syncs int) (result, error) {
+	out, err := os.CreateTemp(a.work, "fsync-output-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	f, err := os.CreateTemp(a.work, "fsync-store-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, 2*4096)
+	if syncs > 0 {
+		if _, err := f.Write(buf); err != nil {
+			return result{}, err
+		}
+		if err := f.Sync(); err != nil {
+			return result{}, err
+		}
+	}
+	line := []byte(outputLine)
+	ofd, fd := int(out.Fd()), int(f.Fd())
+	start := time.Now()
+	for i := range a.ops {
+		if _, err := out.Write(line); err != nil {
+			return result{}, err
+		}
+		if err := syscall.Fdatasync(ofd); err != nil {
+			return result{}, err
+		}
+		buf[0] = byte(i)
+		if syncs == 0 {
+			if _, err := f.Write(buf[:4096]); err != nil {
+				return result{}, err
+			}
+			if err := syscall.Fdatasync(fd); err != nil {
+				return result{}, err
+			}
+			continue
+		}
+		for j := range syncs {
+			if _, err := f.WriteAt(buf[:4096], int64(j*4096)); err != nil {
+				return result{}, err
+			}
+			if err := syscall.Fdatasync(fd); err != nil {
+				return result{}, err
+			}
 		}
 	}
 	return result{Lines: int64(a.ops), Seconds: time.Since(start).Seconds()}, nil

@@ -45,6 +45,8 @@ func TestCases(t *testing.T) {
 		{name: "fsync4k", lines: 3},
 		{name: "fsync4k-append", lines: 3},
 		{name: "fsync4k-twice", lines: 3},
+		{name: "fsync4k-twice-output", lines: 3},
+		{name: "fsync4k-append-output", lines: 3},
 		{name: "pointer-ab", lines: 10}, // ten rounds of at least one
 		{name: "idle"},
 		{name: "restart-setup", edit: func(a *childArgs) { a.lines = 1000 }},
@@ -128,6 +130,30 @@ func TestRunProcAndLedgerSummary(t *testing.T) {
 	r.ledgerBin = script
 	if _, err := r.runLedger(variantTidemark, "bbolt", l, 7, 0); err == nil {
 		t.Fatal("ledger run without its summary taken for a run")
+	}
+}
+
+// TestLedgerSyncTimedFromTheFirstSave: row 7's ledger run --sync counts
+// the lines after the first durable save, in the time from it to the last.
+func TestLedgerSyncTimedFromTheFirstSave(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "ledger")
+	body := "#!/bin/sh\necho 'durable epoch=0 position=0 applied=0'\nsleep 0.2\necho 'durable epoch=1 position=9 applied=1'\nsleep 0.05\n" +
+		"echo 'durable epoch=1 position=30 applied=3'\nsleep 0.2\necho 'ledger: settled: 3 lines read, 3 applied' >&2\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{timeout: time.Minute, work: dir, ledgerBin: script, syncLines: 3, syncFile: filepath.Join(dir, "in.csv")}
+	res, err := r.runLedgerSync("bbolt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Lines != 2 || res.Seconds < 0.05 || res.Seconds > 0.2 {
+		t.Fatalf("%d lines in %.3f s, want 2 in 0.05 to 0.2 s", res.Lines, res.Seconds)
+	}
+	r.syncLines = 4
+	if _, err := r.runLedgerSync("bbolt"); err == nil {
+		t.Fatal("3 lines applied taken for the 4 wanted")
 	}
 }
 
