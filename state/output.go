@@ -78,13 +78,20 @@ type ahead struct {
 	sent int
 	wg   sync.WaitGroup
 	err  error
+	// synced says the writer synced the file once it had written the
+	// first synced bytes (see core.syncAhead); under the output's mu.
+	synced int
 }
 
-// aheadWrite is one chunk for an output's writer: p at off, of batch a.
+// aheadWrite is one chunk for an output's writer: p at off, of batch a;
+// sync asks the writer to sync the file after it, once it has written the
+// first upto bytes of the batch.
 type aheadWrite struct {
-	a   *ahead
-	p   []byte
-	off int64
+	a    *ahead
+	p    []byte
+	off  int64
+	sync bool
+	upto int
 }
 
 // Name returns the output's name.
@@ -262,7 +269,7 @@ func (o *Output) append(seq uint64, p []byte) (int64, error) {
 	// The next batch's bytes go after these: its writer may start.
 	o.next, o.stagedSeq = off+int64(len(p)), seq
 	o.mu.Unlock()
-	from := 0
+	from, synced := 0, false
 	if a != nil {
 		a.wg.Wait()
 		o.mu.Lock()
@@ -273,12 +280,21 @@ func (o *Output) append(seq uint64, p []byte) (int64, error) {
 		}
 		if a.base == off {
 			from = a.sent
+			o.mu.Lock()
+			synced = a.synced == len(p)
+			o.mu.Unlock()
 		}
 	}
 	if from < len(p) {
+		synced = false
 		if _, err := o.f.WriteAt(p[from:], off+int64(from)); err != nil {
 			return 0, fmt.Errorf("write %d bytes at %d to output %s: %w", len(p)-from, off+int64(from), o.path, err)
 		}
+	}
+	if synced {
+		// The writer wrote every byte of the batch where it goes, then
+		// synced the file, while the batch before committed.
+		return off + int64(len(p)), nil
 	}
 	if err := o.f.Datasync(); err != nil {
 		return 0, fmt.Errorf("sync output %s: %w", o.path, err)
@@ -296,10 +312,13 @@ func (o *Output) append(seq uint64, p []byte) (int64, error) {
 // batch before it, if it holds bytes of the output, is being written
 // (their offset is known then), and only those of Applies that returned:
 // a rollback never cuts them. c.mu and the token held, in Apply.
-func (c *core) writeAhead(b *batch) {
+//
+// With sync, b is overfull (see core.syncAhead): the writer is given the
+// rest of its bytes, however few, and syncs the file after them.
+func (c *core) writeAhead(b *batch, sync bool) {
 	for i := range b.outs {
 		bo := &b.outs[i]
-		if len(bo.buf)-bo.sent < aheadChunk {
+		if sync && bo.synced || !sync && len(bo.buf)-bo.sent < aheadChunk {
 			continue
 		}
 		// c.mu is held, and a declaration takes c.mu under c.outMu
@@ -321,8 +340,9 @@ func (c *core) writeAhead(b *batch) {
 				}
 			}
 		}
-		if o.give(b.seq, prev, bo.buf[bo.sent:], bo.sent) {
+		if o.give(b.seq, prev, bo.buf[bo.sent:], bo.sent, sync) {
 			bo.sent = len(bo.buf)
+			bo.synced = sync
 		}
 	}
 }
@@ -330,8 +350,9 @@ func (c *core) writeAhead(b *batch) {
 // give hands p, the bytes of batch seq from its byte from on, to the
 // output's writer, unless the batch prev (0: none) is not handed to stage
 // yet, the batch seq is (its commit writes them), or the writer has no
-// room: it reports whether it did.
-func (o *Output) give(seq, prev uint64, p []byte, from int) bool {
+// room: it reports whether it did. With sync, the writer syncs the file
+// once it has written them.
+func (o *Output) give(seq, prev uint64, p []byte, from int, sync bool) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.aclosed || (prev != 0 && o.stagedSeq != prev) || o.stagedSeq >= seq {
@@ -351,7 +372,7 @@ func (o *Output) give(seq, prev uint64, p []byte, from int) bool {
 	}
 	a.wg.Add(1)
 	select {
-	case o.aq <- aheadWrite{a: a, p: p, off: a.base + int64(from)}:
+	case o.aq <- aheadWrite{a: a, p: p, off: a.base + int64(from), sync: sync, upto: from + len(p)}:
 		a.sent += len(p)
 		return true
 	default:
@@ -369,14 +390,29 @@ func (o *Output) writer(q <-chan aheadWrite) {
 		o.mu.Lock()
 		failed := w.a.err != nil
 		o.mu.Unlock()
-		if !failed {
+		if !failed && len(w.p) > 0 {
 			if _, err := o.f.WriteAt(w.p, w.off); err != nil {
+				failed = true
 				o.mu.Lock()
 				if w.a.err == nil {
 					w.a.err = err
 				}
 				o.mu.Unlock()
 			}
+		}
+		if !failed && w.sync {
+			// The chunks before this one are written (they came first):
+			// the batch's first upto bytes are durable once this returns.
+			err := o.f.Datasync()
+			o.mu.Lock()
+			if err != nil {
+				if w.a.err == nil {
+					w.a.err = fmt.Errorf("sync: %w", err)
+				}
+			} else {
+				w.a.synced = w.upto
+			}
+			o.mu.Unlock()
 		}
 		w.a.wg.Done()
 	}

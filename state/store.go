@@ -291,6 +291,9 @@ type batchOut struct {
 	sent int
 	// gen is the txWrites.gen of the last Apply that wrote to it.
 	gen uint64
+	// synced says the writer was given the last of buf, and asked to
+	// sync the file after it (see core.syncAhead).
+	synced bool
 }
 
 // maxBatchBytes is the size at which a batch is cut whatever its count:
@@ -787,7 +790,7 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *tidemark.Delivery, fn 
 	// The function's output bytes are in the batch already.
 	b.size += tw.oadded
 	if tw.oadded > 0 && !c.opts.Sync {
-		c.writeAhead(b)
+		c.writeAhead(b, false)
 	}
 	b.count++
 	b.keys = len(b.writes)
@@ -821,6 +824,8 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *tidemark.Delivery, fn 
 	}
 	if (c.full(b) || c.cutWanted.Load()) && c.sealed == nil {
 		c.cut()
+	} else if c.sealed != nil && c.overfull(b) {
+		c.syncAhead(b)
 	}
 	c.leave()
 	c.mu.Unlock()
@@ -947,6 +952,7 @@ func (c *core) beforeApply(ctx context.Context, d tidemark.Delivery) error {
 	if !c.opts.Sync && c.overfull(c.cur) && c.sealed != nil {
 		c.stats.BackPressure++
 		c.parked = true
+		c.syncAhead(c.cur)
 		for c.overfull(c.cur) && c.sealed != nil && c.unusable() == nil {
 			if err := c.wait(ctx); err != nil {
 				c.parked = false
@@ -965,6 +971,25 @@ func (c *core) beforeApply(ctx context.Context, d tidemark.Delivery) error {
 		c.cut()
 	}
 	return nil
+}
+
+// syncAhead has the output files' writers write and sync the bytes of b,
+// the staging batch, now that it is overfull and waits for the batch
+// before it to commit: it takes no more lines, and so no more bytes,
+// until it is cut. Its commit then finds them durable and does not sync
+// the file again (see Output.append): the output's sync, one of the
+// three a commit of bbolt waits for in a row (two of Pebble), is made
+// while the backend commits the batch before, off the commits' path. The
+// bytes' length is recorded by the batch's own commit only, after the
+// sync, as before. It is tried again where the offset of the bytes may
+// have become known: as an Apply waits (beforeApply) and once the
+// committer has written the batch before to the outputs (core.write).
+// c.mu held, and the token or c.parked (the Apply that holds the token
+// waits, and writes nothing).
+func (c *core) syncAhead(b *batch) {
+	if len(b.outs) > 0 && !c.opts.Sync {
+		c.writeAhead(b, true)
+	}
 }
 
 // followRename looks, once per epoch of a file of a file set, for a
@@ -1598,6 +1623,16 @@ func (c *core) write(b *batch) error {
 			return err
 		}
 		lens[o] = n
+	}
+	if len(b.outs) > 0 {
+		// The offsets of the next batch's bytes are known now: an
+		// overfull batch waiting for this one has them synced while this
+		// one commits.
+		c.mu.Lock()
+		if c.parked && c.cur != b {
+			c.syncAhead(c.cur)
+		}
+		c.mu.Unlock()
 	}
 	if h := c.opts.hooks; h != nil && h.afterOutput != nil && len(b.outs) > 0 {
 		h.afterOutput()

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,4 +141,80 @@ func firstDiff(a, b []byte) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// TestOverfullBatchSyncsItsOutputWhileTheOneBeforeCommits: a batch that
+// is overfull (it waits for the batch before it to commit, and takes no
+// more lines) has its output bytes written and synced while the batch
+// before commits, and its own commit does not sync the output again; its
+// committed length moves only with its own commit.
+func TestOverfullBatchSyncsItsOutputWhileTheOneBeforeCommits(t *testing.T) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
+		const lines = 20
+		dir := t.TempDir()
+		var syncs atomic.Int32
+		o := testOpts()
+		o.BatchSize, o.MaxBatchSize = lines, lines
+		o.FS = vfs.Inject(vfs.Default(), func(op vfs.Op, path string) error {
+			if op == vfs.OpSync && filepath.Base(path) == "out.csv" {
+				syncs.Add(1)
+			}
+			return nil
+		})
+		entered, release := make(chan struct{}), make(chan struct{})
+		var once, released sync.Once
+		defer released.Do(func() { close(release) })
+		o.hooks = &hooks{afterOutput: func() {
+			first := false
+			once.Do(func() { first = true })
+			if first {
+				close(entered)
+				<-release
+			}
+		}}
+		s := mustOpen(t, be, dir, o)
+		out, err := s.Output("out.csv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first batch is cut full; its commit waits after its output.
+		want := stageOutputLines(t, s, "out.csv", 0, lines)
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first batch's commit did not reach its backend transaction in 10 s")
+		}
+		base := syncs.Load()
+		// The second batch fills up while the first commits: overfull.
+		want = append(want, stageOutputLines(t, s, "out.csv", lines, lines)...)
+		deadline := time.Now().Add(10 * time.Second)
+		for syncs.Load() == base {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d output syncs 10 s after the second batch filled up while the first committed; want its bytes synced meanwhile", syncs.Load()-base)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, "out.csv")); err != nil || fi.Size() != int64(len(want)) {
+			t.Fatalf("out.csv: %v, %v; want the %d bytes of both batches written", fi, err, len(want))
+		}
+		if n := out.Committed(); n != 0 {
+			t.Fatalf("committed length %d while the first batch commits; want 0", n)
+		}
+		released.Do(func() { close(release) })
+		if err := s.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := out.Committed(); n != int64(len(want)) {
+			t.Fatalf("committed length %d after the flush; want %d", n, len(want))
+		}
+		if n := syncs.Load() - base; n != 1 {
+			t.Fatalf("%d output syncs from the second batch's filling up to its commit; want 1 (its commit finds its bytes synced)", n)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := readOutput(t, be, dir, "out.csv"); !bytes.Equal(got, want) {
+			t.Fatalf("out.csv: %d bytes, want the %d staged (first difference at %d)", len(got), len(want), firstDiff(got, want))
+		}
+	})
 }
