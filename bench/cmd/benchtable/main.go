@@ -14,8 +14,10 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"time"
 )
@@ -47,21 +49,20 @@ func main() {
 	flag.IntVar(&a.qcap, "qcap", 0, "child: subscriber queue capacity (0: the framework's default)")
 	flag.StringVar(&a.keep, "keep", "", "child: the `folder` of the store rows 16 and 18 fill, reused when an earlier run filled it")
 	cpuprofile := flag.String("cpuprofile", "", "child: write a CPU profile of the measurement to `file`")
+	traceFile := flag.String("trace", "", "child: write a runtime trace of the child to `file` (go tool trace reads it)")
 	flag.Parse()
 	if *child != "" {
+		if *traceFile != "" {
+			startOutput(*traceFile, trace.Start)
+			defer trace.Stop()
+		}
 		if *cpuprofile != "" {
-			f, err := os.Create(*cpuprofile)
-			if err == nil {
-				err = pprof.StartCPUProfile(f)
-			}
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "benchtable:", err)
-				os.Exit(1)
-			}
+			startOutput(*cpuprofile, pprof.StartCPUProfile)
 			defer pprof.StopCPUProfile()
 		}
 		if err := runChild(*child, a); err != nil {
 			pprof.StopCPUProfile()
+			trace.Stop()
 			fmt.Fprintf(os.Stderr, "benchtable -child %s: %v\n", *child, err)
 			os.Exit(1)
 		}
@@ -77,4 +78,17 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Fprintf(os.Stderr, "benchtable: done in %v\n", time.Since(start).Round(time.Second))
+}
+
+// startOutput creates path and starts writing a profile or trace into it
+// with start; it exits the process when it cannot.
+func startOutput(path string, start func(io.Writer) error) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = start(f)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
 }
