@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // A value read from the backend is cached; a later batch changes it and
@@ -174,4 +175,58 @@ func TestValueCacheMemory(t *testing.T) {
 			runtime.KeepAlive(vc)
 		})
 	}
+}
+
+// The fold of a committed batch into the value cache runs beside the
+// commits: a Flush returns while it has not ended, and a line that reads
+// a key of that batch meanwhile sees the committed value, not the one the
+// cache held before (here: the key's absence, cached when the first line
+// read it). The next commit waits for the fold.
+func TestCommitDoesNotWaitForTheFold(t *testing.T) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		first, entered, release := holdFirst()
+		defer release()
+		o := testOpts()
+		o.hooks = &hooks{beforeFold: first}
+		s := mustOpen(t, be, t.TempDir(), o)
+		add := func(n int, want int64) {
+			t.Helper()
+			var got int64
+			if _, err := s.Apply(ctx, del("f", 1, n), func(tx *Tx) error {
+				var err error
+				got, err = tx.AddInt64([]byte("k"), 5)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Fatalf("line %d: k = %d, want %d", n, got, want)
+			}
+		}
+		add(1, 5)
+		flushed := make(chan error, 1)
+		go func() { flushed <- s.Flush(ctx) }()
+		select {
+		case err := <-flushed:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Flush did not return in 10 s while the fold of its batch into the value cache waited")
+		}
+		<-entered
+		add(2, 10)
+		release()
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		add(3, 15)
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := getInt(t, s, "k"); got != 15 {
+			t.Fatalf("k = %d durable, want 15", got)
+		}
+	})
 }

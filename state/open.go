@@ -188,6 +188,9 @@ type hooks struct {
 	// afterOutput runs after the batch's output bytes are synced and
 	// before the backend transaction.
 	afterOutput func()
+	// beforeFold runs before a committed batch is folded into the value
+	// cache, on the fold's goroutine.
+	beforeFold func()
 	// whileCutting runs in the committer while it holds the token to cut
 	// a batch.
 	whileCutting func()

@@ -253,6 +253,9 @@ type batch struct {
 	marks       []markOf
 	done        chan struct{}
 	err         error
+	// folded is set once the value cache holds the batch's values, after
+	// its commit (see core.startFold).
+	folded atomic.Bool
 
 	arena []byte  // keys and values of writes
 	ents  []entry // entries not used yet
@@ -500,6 +503,9 @@ type core struct {
 
 	// order sorts the writes of a commit; the committer's.
 	order writeOrder
+	// folding is closed when the fold of the last committed batch into
+	// the value cache ends; nil when none runs. The committer's.
+	folding chan struct{}
 
 	wake     chan struct{}
 	stop     chan struct{}
@@ -1444,6 +1450,7 @@ func lineageMatches(rec tidemark.Lineage, o *tidemark.Origin) bool {
 // BatchInterval old (Apply cuts a full one).
 func (c *core) committer() {
 	defer close(c.stopped)
+	defer c.waitFold()
 	interval := c.opts.batchInterval()
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -1511,14 +1518,11 @@ func (c *core) commit(b *batch) {
 		if o := c.opts.Observer; o != nil && err == nil {
 			o.ObserveCommit(b.count, time.Since(start))
 		}
-		if err == nil && c.vc != nil {
-			// Durable: its values go into the value cache here, off the
-			// goroutine of the Applies, before a transaction can stop
-			// finding them in b (when the next batch commits and takes
-			// its place as the last committed, see Tx.getOlder).
-			c.vc.fold(b)
-		}
 	}
+	// b takes the place of the last committed batch: that one's values
+	// are in the value cache before a transaction can stop finding them
+	// in it (see Tx.getOlder).
+	c.waitFold()
 	c.mu.Lock()
 	if err != nil && c.failed == nil {
 		c.stats.FailedCommits++
@@ -1569,12 +1573,44 @@ func (c *core) commit(b *batch) {
 	}
 	c.broadcast()
 	c.mu.Unlock()
+	if b.err == nil && !b.empty() && c.vc != nil {
+		c.startFold(b)
+	}
 	if b.err == nil {
 		for _, m := range b.marks {
 			m.cp.DurableThrough(m.m)
 		}
 	}
 	close(b.done)
+}
+
+// startFold folds b, the last committed batch, into the value cache on a
+// goroutine of its own, while the committer goes on to the next batch:
+// the fold (at 10,000 accounts, a map write for each of about 6,300 keys a
+// batch) runs while the next commit waits for its syncs, rather than on
+// the committer's way from one commit to the next. Until it ends,
+// transactions look in b before the cache (b.folded), and the commit of
+// the next batch waits for it before it takes b's place (waitFold). The
+// committer's.
+func (c *core) startFold(b *batch) {
+	done := make(chan struct{})
+	c.folding = done
+	go func() {
+		defer close(done)
+		if h := c.opts.hooks; h != nil && h.beforeFold != nil {
+			h.beforeFold()
+		}
+		c.vc.fold(b)
+		b.folded.Store(true)
+	}()
+}
+
+// waitFold waits for the fold startFold began, if any. The committer's.
+func (c *core) waitFold() {
+	if c.folding != nil {
+		<-c.folding
+		c.folding = nil
+	}
 }
 
 // write writes b: outputs, then the backend transaction.

@@ -521,11 +521,12 @@ func (tx *Tx) put(q *bkey, e *entry, v []byte, del bool) {
 // hold, as staged in the sealed batch, or durable.
 //
 // The durable value is looked for in the value cache before the last
-// committed batch: the committer folds a batch into the cache before it
-// makes it the last committed one (see core.commit), so the cache holds
-// that batch's values, unless it dropped them for room, and no older
-// ones. Asking the batch first cost a probe of its index a line (with
-// thousands of keys a batch, cache misses) for a value the cache has.
+// committed batch once the batch is folded into the cache (see
+// core.startFold): the cache holds that batch's values then, unless it
+// dropped them for room, and no older ones. Asking the batch first cost a
+// probe of its index a line (with thousands of keys a batch, cache misses)
+// for a value the cache has. While the fold runs, the batch is asked
+// first: the cache may hold older values of its keys.
 func (tx *Tx) getOlder(q *bkey) ([]byte, bool, error) {
 	if tx.sealed != nil {
 		if e := tx.sealed.get(q); e != nil {
@@ -533,14 +534,23 @@ func (tx *Tx) getOlder(q *bkey) ([]byte, bool, error) {
 		}
 	}
 	c := tx.c
+	r := tx.recent
+	if r != nil && c.vc != nil && !r.folded.Load() {
+		// The committer's fold of r into the cache has not ended: the
+		// cache may still hold older values of r's keys.
+		if e := r.get(q); e != nil {
+			return e.val[:len(e.val):len(e.val)], !e.del, nil
+		}
+		r = nil
+	}
 	c.kbuf = q.appendTo(c.kbuf[:0])
 	if c.vc != nil {
 		if v, ok := c.vc.get(c.kbuf); ok {
 			return v.val, v.ok, nil
 		}
 	}
-	if tx.recent != nil {
-		if e := tx.recent.get(q); e != nil {
+	if r != nil {
+		if e := r.get(q); e != nil {
 			return e.val[:len(e.val):len(e.val)], !e.del, nil
 		}
 	}

@@ -161,17 +161,9 @@ func TestOverfullBatchSyncsItsOutputWhileTheOneBeforeCommits(t *testing.T) {
 			}
 			return nil
 		})
-		entered, release := make(chan struct{}), make(chan struct{})
-		var once, released sync.Once
-		defer released.Do(func() { close(release) })
-		o.hooks = &hooks{afterOutput: func() {
-			first := false
-			once.Do(func() { first = true })
-			if first {
-				close(entered)
-				<-release
-			}
-		}}
+		first, entered, release := holdFirst()
+		defer release()
+		o.hooks = &hooks{afterOutput: first}
 		s := mustOpen(t, be, dir, o)
 		out, err := s.Output("out.csv")
 		if err != nil {
@@ -200,7 +192,7 @@ func TestOverfullBatchSyncsItsOutputWhileTheOneBeforeCommits(t *testing.T) {
 		if n := out.Committed(); n != 0 {
 			t.Fatalf("committed length %d while the first batch commits; want 0", n)
 		}
-		released.Do(func() { close(release) })
+		release()
 		if err := s.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -217,4 +209,19 @@ func TestOverfullBatchSyncsItsOutputWhileTheOneBeforeCommits(t *testing.T) {
 			t.Fatalf("out.csv: %d bytes, want the %d staged (first difference at %d)", len(got), len(want), firstDiff(got, want))
 		}
 	})
+}
+
+// holdFirst returns a hook that waits, the first time it runs, until
+// release is called; entered is closed when it starts waiting. release
+// may be called more than once.
+func holdFirst() (hook func(), entered <-chan struct{}, release func()) {
+	in, out := make(chan struct{}), make(chan struct{})
+	var first, released sync.Once
+	hook = func() {
+		first.Do(func() {
+			close(in)
+			<-out
+		})
+	}
+	return hook, in, func() { released.Do(func() { close(out) }) }
 }
