@@ -49,6 +49,13 @@ type Output struct {
 	// when the writer has ended.
 	next      int64
 	stagedSeq uint64
+	// syncedSeq is the seq of the last batch whose stage synced the file
+	// (or found it synced): the writer syncs for the next batch only once
+	// it equals stagedSeq, never while a commit's own sync may run. Two
+	// syncs of one file must not race: Linux reports a write-back error
+	// to one of them only (the first to check), and the commit whose
+	// bytes failed could be told they are durable.
+	syncedSeq uint64
 	ah        *ahead
 	aq        chan aheadWrite
 	aclosed   bool
@@ -291,14 +298,16 @@ func (o *Output) append(seq uint64, p []byte) (int64, error) {
 			return 0, fmt.Errorf("write %d bytes at %d to output %s: %w", len(p)-from, off+int64(from), o.path, err)
 		}
 	}
-	if synced {
-		// The writer wrote every byte of the batch where it goes, then
-		// synced the file, while the batch before committed.
-		return off + int64(len(p)), nil
+	// synced: the writer wrote every byte of the batch where it goes, then
+	// synced the file, while the batch before committed.
+	if !synced {
+		if err := o.f.Datasync(); err != nil {
+			return 0, fmt.Errorf("sync output %s: %w", o.path, err)
+		}
 	}
-	if err := o.f.Datasync(); err != nil {
-		return 0, fmt.Errorf("sync output %s: %w", o.path, err)
-	}
+	o.mu.Lock()
+	o.syncedSeq = seq
+	o.mu.Unlock()
 	return off + int64(len(p)), nil
 }
 
@@ -351,11 +360,12 @@ func (c *core) writeAhead(b *batch, sync bool) {
 // output's writer, unless the batch prev (0: none) is not handed to stage
 // yet, the batch seq is (its commit writes them), or the writer has no
 // room: it reports whether it did. With sync, the writer syncs the file
-// once it has written them.
+// once it has written them; it is given them only once the stage of the
+// batch before has synced (see syncedSeq).
 func (o *Output) give(seq, prev uint64, p []byte, from int, sync bool) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.aclosed || (prev != 0 && o.stagedSeq != prev) || o.stagedSeq >= seq {
+	if o.aclosed || (prev != 0 && o.stagedSeq != prev) || o.stagedSeq >= seq || (sync && o.syncedSeq != o.stagedSeq) {
 		return false
 	}
 	a := o.ah
