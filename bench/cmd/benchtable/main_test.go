@@ -155,6 +155,15 @@ func TestLedgerSyncTimedFromTheFirstSave(t *testing.T) {
 	if _, err := r.runLedgerSync("bbolt"); err == nil {
 		t.Fatal("3 lines applied taken for the 4 wanted")
 	}
+	// The events may skip the last save's: the time runs to the last seen.
+	body = strings.Replace(body, "applied=3", "applied=2", 1)
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.syncLines = 3
+	if res, err := r.runLedgerSync("bbolt"); err != nil || res.Lines != 1 {
+		t.Fatalf("events to 2 of 3 lines: %+v, %v", res, err)
+	}
 }
 
 // TestKeptSection: the scale section written by hand at the end of a

@@ -553,10 +553,10 @@ var durableEvent = regexp.MustCompile(`^durable .*applied=(\d+)`)
 
 // runLedgerSync is row 7's ledger run --sync, as users run it: the ledger
 // program, de-duplicated, with its output.csv, into a new data folder of
-// store, over the Sync mode's input. It is timed from the first line's
-// durable save to the last's, by the durable events the program prints as
-// they come (--events): the program's start, the store's open and its
-// close are not the saves'.
+// store, over the Sync mode's input. It is timed from the first durable
+// event the program prints (--events) to the last, as they come, and counts
+// the lines saved between them: the program's start, the store's open and
+// its close are not the saves'.
 func (r *runner) runLedgerSync(store string) (result, error) {
 	if r.ledgerBin == "" {
 		if err := r.buildPrograms(); err != nil {
@@ -606,7 +606,9 @@ func (r *runner) runLedgerSync(store string) (result, error) {
 	if m == nil {
 		return result{}, fmt.Errorf("ledger run --sync: no summary in its output: %s", lastLines(stderr.String()))
 	}
-	if n, _ := strconv.ParseInt(m[2], 10, 64); n != r.syncLines || lastN != r.syncLines || firstN == lastN {
+	// The program's events may skip a save's (they report the lines
+	// durable when they are printed): the time runs to the last one seen.
+	if n, _ := strconv.ParseInt(m[2], 10, 64); n != r.syncLines || lastN > r.syncLines || firstN == lastN {
 		return result{}, fmt.Errorf("ledger run --sync applied %d lines (durable events from %d to %d), want %d: %s", n, firstN, lastN, r.syncLines, lastLines(stderr.String()))
 	}
 	ps := cmd.ProcessState
