@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 )
 
 // Value checksums. From format 2 on, every value the store writes to its
@@ -28,6 +29,16 @@ const sumLen = 4
 type sumEngine struct {
 	engine
 	sums bool
+	// format3 is set once the store's format record says format 3 (see
+	// formats): a commit that writes an output record with a tail into a
+	// store of format 2 writes the format record in the same transaction,
+	// and sets it once committed. Commits run on the committer and on the
+	// declaration of an output, so it is atomic.
+	format3 atomic.Bool
+	// owed is set when a store of format 2 holds an output record with a
+	// tail already (written by a version between 3b47141 and format 3):
+	// its next commit, of any kind, writes the format record too.
+	owed atomic.Bool
 	// what names the store's data for errors: the backend, the folder and
 	// the file.
 	backend, dir, file string
@@ -96,10 +107,23 @@ func (s *sumEngine) scan(prefix []byte, fn func(k, v []byte) error) error {
 	})
 }
 
+// setFormat records that the store is of format n (1 to 3) as its format
+// record says, at the open or after an upgrade.
+func (s *sumEngine) setFormat(n int) {
+	s.sums = n >= 2
+	s.format3.Store(n >= 3)
+}
+
+// commit adds their checksums to the values of ws (format 2 on) and
+// commits them. It keeps the format record true to what the store holds
+// (see formats): in a store of format 2, a transaction that writes an
+// output record with a tail also writes the format record of format 3; in
+// a store of format 1 the records are written without their tails.
 func (s *sumEngine) commit(ws []write) error {
 	if !s.sums {
-		return s.engine.commit(ws)
+		return s.engine.commit(withoutTails(ws))
 	}
+	bump := !s.format3.Load() && (s.owed.Load() || writesTail(ws))
 	size := 0
 	for i := range ws {
 		if !ws[i].del {
@@ -109,7 +133,7 @@ func (s *sumEngine) commit(ws []write) error {
 	// One buffer for the whole transaction; ws is the caller's, so the
 	// summed writes go to a copy.
 	buf := make([]byte, 0, size)
-	out := make([]write, len(ws))
+	out := make([]write, len(ws), len(ws)+1)
 	for i, w := range ws {
 		out[i] = w
 		if w.del || isVersionKey(w.key) {
@@ -120,7 +144,49 @@ func (s *sumEngine) commit(ws []write) error {
 		buf = binary.BigEndian.AppendUint32(buf, valueSum(w.key, w.val))
 		out[i].val = buf[n:len(buf):len(buf)]
 	}
-	return s.engine.commit(out)
+	if bump {
+		out = append(out, write{key: []byte{tagVersion}, val: []byte(formatVersion)})
+	}
+	if err := s.engine.commit(out); err != nil {
+		return err
+	}
+	if bump {
+		s.format3.Store(true)
+	}
+	return nil
+}
+
+// isTailRecord reports whether w writes an output record with a tail, of
+// format 3 (see outputRec).
+func isTailRecord(w write) bool {
+	return !w.del && len(w.key) > 0 && w.key[0] == tagOutput && len(w.val) == outputRecTailLen
+}
+
+// writesTail reports whether ws writes an output record with a tail.
+func writesTail(ws []write) bool {
+	for _, w := range ws {
+		if isTailRecord(w) {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutTails returns ws with each output record's tail cut off (a
+// record of format 2 instead, which an open checks whole), for a store of
+// format 1; ws itself when it writes none.
+func withoutTails(ws []write) []write {
+	if !writesTail(ws) {
+		return ws
+	}
+	out := make([]write, len(ws))
+	for i, w := range ws {
+		out[i] = w
+		if isTailRecord(w) {
+			out[i].val = w.val[:outputRecSumLen:outputRecSumLen]
+		}
+	}
+	return out
 }
 
 // limits leaves room for the checksum in bbolt's longest value, which is

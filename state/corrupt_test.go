@@ -30,7 +30,7 @@ func TestCorruptRecordsAreDetected(t *testing.T) {
 				return c.eng.commit([]write{{key: appliedKey("", "orders", ""), val: []byte{1, 2, 3}}})
 			}, `feed "orders"`},
 			{"other format", func(c *core) error {
-				return c.eng.commit([]write{{key: []byte{tagVersion}, val: []byte("tidemark-state 9")}})
+				return c.eng.commit([]write{{key: []byte{tagVersion}, val: []byte("tidemark-state nine")}})
 			}, "format"},
 			{"bad output length", func(c *core) error {
 				return c.eng.commit([]write{{key: outputKey("out.csv"), val: []byte{1}}})

@@ -123,6 +123,19 @@
 //     moment (the next open finishes an interrupted upgrade). Values
 //     checksummed cost a few percent of Apply (BenchmarkChecksum; bench/
 //     row 19 runs the ledger into stores of both formats).
+//   - A store says its format in its format record, read before anything
+//     else: 1 (no checksums), 2 (checksums), 3 (as 2; a file output's
+//     record also holds where its last batch starts, so that an open
+//     checks only that batch's bytes). A new store is of format 3; one of
+//     format 2 becomes one of format 3 in the transaction of its first
+//     output record of that kind, so that a version of tidemark that knows
+//     only format 2 refuses the store on its format record ("format
+//     "tidemark-state 3"") rather than take the new record for damage
+//     and advise removing the folder: going back to such a version means
+//     restoring a backup it made, or keeping the newer one. An open that
+//     finds a format newer than it knows fails with [ErrNewerFormat]
+//     ("written by a newer tidemark (format N); run that version or
+//     newer"), not [ErrCorrupt], and changes nothing.
 //   - An output is recorded before its first byte is written, so a file of
 //     the output's name that the store has no record of is not its own: if
 //     it is not empty, declaring the output fails with [ErrOutputExists]

@@ -12,7 +12,7 @@ import (
 
 // Key space, shared by every backend (all integers big-endian or uvarint):
 //
-//	'v'                                    → "tidemark-state 2"  (format version)
+//	'v'                                    → "tidemark-state 3"  (format version, see formats)
 //	'd' uvarint(len ns) ns uvarint(len b) b key → value        (data)
 //	'a' uvarint(len ns) ns feed            → lineage record   (applied position)
 //	'o' name                               → uint64 length    (committed output length)
@@ -40,10 +40,13 @@ const (
 	// files (see outputsInEngine).
 	tagOutputData = 'O'
 
-	// formatVersion is the format of a new store: every value carries
-	// a checksum (see sumEngine). formatV1 is the format before
-	// checksums, still read and written.
-	formatVersion = "tidemark-state 2"
+	// formatVersion is the format of a new store (format 3, see
+	// formats in upgrade.go): every value carries a checksum (see
+	// sumEngine), and a file output's record may hold its last batch's
+	// tail. formatV2 (checksums, no tails) and formatV1 (no checksums)
+	// are the formats before, still read and written.
+	formatVersion = "tidemark-state 3"
+	formatV2      = "tidemark-state 2"
 	formatV1      = "tidemark-state 1"
 	lineageV1     = 1
 	lineageLen    = 1 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 8 + 4

@@ -38,6 +38,11 @@ var (
 	// does not verify: a bad checksum, an unknown version, an output file
 	// shorter than its committed length. The error names what and where.
 	ErrCorrupt = errors.New("state: corrupt store")
+	// ErrNewerFormat is returned when the store's format record names a
+	// format newer than this version of tidemark knows: a newer version
+	// wrote it. Nothing is damaged, and nothing in the folder is changed:
+	// run that version or a newer one on it.
+	ErrNewerFormat = errors.New("state: the store is of a newer format")
 )
 
 // Errors of using a store.

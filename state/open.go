@@ -217,6 +217,9 @@ type hooks struct {
 	// (Output.checkInBackground) before it reads the file; stop is closed
 	// when the store closes.
 	outputCheck func(stop <-chan struct{})
+	// newestFormat, when positive, replaces newestFormat: the open acts
+	// as a version that knows formats up to it.
+	newestFormat int
 }
 
 func (o *Options) logger() *slog.Logger {

@@ -203,10 +203,12 @@ func (o *Output) stage(seq uint64, p []byte, ws []write) ([]write, int64, error)
 }
 
 // The record of an output's committed length: the length, and for a file
-// output the CRC-32C of its bytes up to it; since format 2's third
-// revision also where the bytes of the batch that wrote the record start
-// (its tail) and the CRC-32C of the bytes before them. A record of 8 bytes
-// (from before the checksum) has neither, one of 12 bytes no tail.
+// output the CRC-32C of its bytes up to it; since 3b47141 also where the
+// bytes of the batch that wrote the record start (its tail) and the
+// CRC-32C of the bytes before them, which only a store of format 3 holds
+// (see formats: sumEngine.commit writes the format record with the first
+// such record, and cuts the tail off in a store of format 1). A record of
+// 8 bytes (from before the checksum) has neither, one of 12 bytes no tail.
 //
 //	+------------------+-----------------------------+----------------+-------------------------+
 //	| length, 8 B (BE) | crc32c of [0, length), 4 B  | tail, 8 B (BE) | crc32c of [0, tail), 4 B |
@@ -245,14 +247,21 @@ func encodeOutputLen(n int64, sum uint32, withSum bool) []byte {
 	return outputRec{n: n, sum: sum, hasSum: withSum}.encode()
 }
 
+// The lengths of an output record: with a checksum, and with a tail too
+// (of format 3, see formats).
+const (
+	outputRecSumLen  = 12
+	outputRecTailLen = 24
+)
+
 func decodeOutputRec(b []byte) (r outputRec, ok bool) {
 	switch len(b) {
 	case 8:
 		r.n, ok = decodeInt64(b)
-	case 12, 24:
+	case outputRecSumLen, outputRecTailLen:
 		r.n, ok = decodeInt64(b[:8])
 		r.sum, r.hasSum = binary.BigEndian.Uint32(b[8:]), true
-		if len(b) == 24 {
+		if len(b) == outputRecTailLen {
 			r.tail, r.tailSum, r.hasTail = int64(binary.BigEndian.Uint64(b[12:])), binary.BigEndian.Uint32(b[20:]), true
 			ok = ok && r.tail >= 0 && r.tail <= r.n
 		}
@@ -508,6 +517,9 @@ func (c *core) loadOutputs() error {
 		r, ok := decodeOutputRec(v)
 		if !ok {
 			return fmt.Errorf("committed length of output %q: %w", k[1:], ErrCorrupt)
+		}
+		if r.hasTail {
+			c.heldTail()
 		}
 		names = append(names, string(k[1:]))
 		recs[string(k[1:])] = r

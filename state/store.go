@@ -585,6 +585,11 @@ func (c *core) load() error {
 	}
 	sums := c.eng.(*sumEngine)
 	after, upgrading := upgradeFrom(v)
+	newest := newestFormat
+	if h := c.opts.hooks; h != nil && h.newestFormat > 0 {
+		newest = h.newestFormat
+	}
+	n, named := formatNumber(v)
 	checked := false
 	switch {
 	case !ok && c.opts.existing:
@@ -595,9 +600,15 @@ func (c *core) load() error {
 		if err := c.eng.commit([]write{{key: []byte{tagVersion}, val: []byte(formatVersion)}}); err != nil {
 			return fmt.Errorf("open store %s: write version: %w", c.dir, err)
 		}
-		sums.sums = true
+		sums.setFormat(3)
+	case named && n > newest:
+		// Before anything else is read: a newer version's records may
+		// not be this one's (see formats).
+		return newerFormat(c.dir, v, n, newest)
 	case string(v) == formatVersion:
-		sums.sums = true
+		sums.setFormat(3)
+	case string(v) == formatV2:
+		sums.setFormat(2)
 	case upgrading:
 		// An upgrade from format 1 stopped half way: it is finished
 		// before anything reads the store, once the file is checked.
@@ -610,13 +621,15 @@ func (c *core) load() error {
 		if err := c.upgradeV1(after); err != nil {
 			return err
 		}
-		c.log.Info("state: the store's interrupted upgrade to format 2 is finished: its values carry checksums", "store", c.dir, "backend", c.kind)
-		sums.sums, checked = true, true
+		c.log.Info("state: the store's interrupted upgrade to format 3 is finished: its values carry checksums", "store", c.dir, "backend", c.kind)
+		sums.setFormat(3)
+		checked = true
 	case string(v) == formatV1:
+		sums.setFormat(1)
 		c.log.Info("state: the store was created before values carried checksums (format 1): it is read and written as it is, and damage to its values cannot be detected; stop the program and run \"tidemark store upgrade DIR\" (state.Upgrade) to give them checksums in place",
 			"store", c.dir, "backend", c.kind)
 	default:
-		return fmt.Errorf("open store %s: format %q, want %q or %q: %w", c.dir, v, formatVersion, formatV1, ErrCorrupt)
+		return fmt.Errorf("open store %s: format %q, want %q, %q or %q: %w", c.dir, v, formatVersion, formatV2, formatV1, ErrCorrupt)
 	}
 	if !checked {
 		if err := c.checkStore(sums); err != nil {

@@ -4,8 +4,60 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 )
+
+// The formats a store's format record ('v') names, each a superset of the
+// one before, so that this version reads and writes all three:
+//
+//	1  "tidemark-state 1"  values without checksums
+//	2  "tidemark-state 2"  every value but the format record carries its
+//	                       CRC-32C (checksum.go)
+//	3  "tidemark-state 3"  as 2; a file output's record may also hold where
+//	                       its last batch's bytes start and the CRC-32C of
+//	                       the bytes before them (24 bytes, see outputRec),
+//	                       which a version that knows only format 2 refuses
+//	                       as a corrupt record
+//
+// A new store is of format 3. A store of format 2 becomes one of format 3
+// with the first commit that writes a record with a tail: the format
+// record goes in the same transaction (sumEngine.commit), so that a
+// version that knows only format 2 fails on the format record, before it
+// reads anything else, and never tells its user to remove a sound store.
+// A store of format 1 is given no tails (its files are checked whole at
+// each open) until it is upgraded ([Upgrade]), which makes it one of
+// format 3. A format record of a newer format than newestFormat fails the
+// open with [ErrNewerFormat].
+const newestFormat = 3
+
+// formatNumber returns the format a format record names: N of
+// "tidemark-state N", or B of an upgrade under way, "tidemark-state A to
+// B, through …". ok is false for a record of neither shape.
+func formatNumber(v []byte) (n int, ok bool) {
+	rest, found := strings.CutPrefix(string(v), "tidemark-state ")
+	if !found {
+		return 0, false
+	}
+	if a, b, upgrading := strings.Cut(rest, " to "); upgrading {
+		if _, err := strconv.Atoi(a); err != nil {
+			return 0, false
+		}
+		rest, _, _ = strings.Cut(b, ",")
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// newerFormat is the error of an open that finds a format record of a
+// format newer than the newest this version knows (newest).
+func newerFormat(dir string, v []byte, n, newest int) error {
+	return fmt.Errorf("open store %s: written by a newer tidemark (format %d, format record %q; this version knows formats 1 to %d); run that version or newer: %w",
+		dir, n, v, newest, ErrNewerFormat)
+}
 
 // formatUpgrading is the format record of a store of format 1 whose
 // upgrade to format 2 is under way: it is followed by the last key whose
@@ -24,17 +76,19 @@ const (
 )
 
 // Upgrade converts the store named by config (see [Open]) from format 1,
-// written before values carried checksums, to the current format, in
+// written before values carried checksums, to the current format (3), in
 // place: every value gets the CRC-32C of its key and bytes that the store
-// checks on every read. It returns whether the store needed it. The store
-// must not be open elsewhere (Upgrade holds its lock). A bbolt file is
+// checks on every read. It returns whether the store needed it: a store
+// of format 2 or 3 does not (one of format 2 becomes one of format 3 by
+// itself, see formats). The store must not be open elsewhere (Upgrade
+// holds its lock). A bbolt file is
 // checked first (see [Options].VerifyMaxBytes): a damaged file is not
 // given checksums that would vouch for it. The upgrade commits in chunks,
 // each with a record of how far it got, so that it survives a crash or a
 // kill at any moment: the next Open (or Upgrade) finishes it before the
 // store serves a read. A store of format 1 opens and works without it;
 // once upgraded, it can no longer be opened by a version of tidemark from
-// before format 2.
+// before format 3: such a version fails on the store's format record.
 func Upgrade(config string, opts *Options) (upgraded bool, err error) {
 	s, err := Open(config, opts)
 	if err != nil {
@@ -55,8 +109,8 @@ func Upgrade(config string, opts *Options) (upgraded bool, err error) {
 	if err := c.upgradeV1(nil); err != nil {
 		return false, err
 	}
-	c.eng.(*sumEngine).sums = true
-	c.log.Info("state: the store was upgraded to format 2: its values carry checksums", "store", c.dir, "backend", c.kind)
+	c.eng.(*sumEngine).setFormat(3)
+	c.log.Info("state: the store was upgraded to format 3: its values carry checksums", "store", c.dir, "backend", c.kind)
 	return true, nil
 }
 
@@ -70,7 +124,11 @@ func upgradeFrom(v []byte) ([]byte, bool) {
 }
 
 // upgradeV1 gives the values of the keys after after (all, for nil) their
-// checksums, in key order, in chunks; the last chunk records format 2.
+// checksums, in key order, in chunks; the last chunk records the current
+// format (3: a store of format 1 holds no record with a tail, and every
+// record of format 2 is one of format 3). A chunk before it records
+// formatUpgrading, whose "1 to 2" an interrupted upgrade of any version
+// wrote.
 // It reads and writes the backend under the checksums: nothing else may
 // use the store meanwhile (it runs in Upgrade, or at open).
 func (c *core) upgradeV1(after []byte) error {
@@ -102,15 +160,26 @@ func (c *core) upgradeV1(after []byte) error {
 		if len(ws) >= upgradeChunk || size >= upgradeChunkBytes {
 			if err := commit(formatUpgrading + string(k)); err != nil {
 				_ = cur.close()
-				return fmt.Errorf("upgrade store %s to format 2: %w", c.dir, err)
+				return fmt.Errorf("upgrade store %s to format 3: %w", c.dir, err)
 			}
 		}
 	}
 	if err := cur.close(); err != nil {
-		return fmt.Errorf("upgrade store %s to format 2: read: %w", c.dir, err)
+		return fmt.Errorf("upgrade store %s to format 3: read: %w", c.dir, err)
 	}
 	if err := commit(formatVersion); err != nil {
-		return fmt.Errorf("upgrade store %s to format 2: %w", c.dir, err)
+		return fmt.Errorf("upgrade store %s to format 3: %w", c.dir, err)
 	}
 	return nil
+}
+
+// heldTail is called by the open for each output record with a tail it
+// reads: in a store of format 2 (written by a version between 3b47141 and
+// format 3), the next commit records format 3 (see sumEngine.owed). A
+// store of format 1 keeps its format record: it cannot say format 3
+// without the checksums.
+func (c *core) heldTail() {
+	if s, ok := c.eng.(*sumEngine); ok && s.sums && !s.format3.Load() {
+		s.owed.Store(true)
+	}
 }

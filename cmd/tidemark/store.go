@@ -53,12 +53,14 @@ it, and opening the copy as a store is a restore (a restored older copy
 re-reads what it lacks from the feeds).
 
 store upgrade converts a store of format 1, made before values carried
-checksums, to format 2 in place: every value gets the CRC-32C the store
-checks on every read (a store of format 1 opens and works without it, and
-its damaged values go unseen). A bbolt file is checked first. The upgrade
-survives a crash or a kill at any moment (the next open finishes it); a
-version of tidemark from before format 2 cannot open the store after it.
-The server must be stopped.
+checksums, to the current format (3) in place: every value gets the CRC-32C
+the store checks on every read (a store of format 1 opens and works without
+it, and its damaged values go unseen). A bbolt file is checked first. The
+upgrade survives a crash or a kill at any moment (the next open finishes
+it); a version of tidemark from before format 3 cannot open the store after
+it, and says so. A store of format 2 needs nothing: it becomes one of
+format 3 by itself with the first batch that writes to an output file. The
+server must be stopped.
 
 With DIR the store is opened as a server opens it, so the server must be
 stopped: a running server holds the store's lock, and the command fails

@@ -36,9 +36,9 @@ func storeUpgrade(args []string, stdout io.Writer) error {
 	case err != nil:
 		return fmt.Errorf("store upgrade %s: %w", dir, err)
 	case up:
-		fmt.Fprintf(stdout, "%s: upgraded from format 1 to format 2: every value carries its checksum\n", dir)
+		fmt.Fprintf(stdout, "%s: upgraded from format 1 to format 3: every value carries its checksum\n", dir)
 	default:
-		fmt.Fprintf(stdout, "%s: already of format 2: nothing to do\n", dir)
+		fmt.Fprintf(stdout, "%s: already of format 2 or later (every value carries its checksum): nothing to do\n", dir)
 	}
 	return nil
 }

@@ -13,7 +13,7 @@ import (
 
 // TestStoreUpgrade upgrades a bbolt store of format 1 (as tidemark before
 // value checksums made a new one: its STORE file and its format record),
-// then finds nothing to do, on it and on a store of format 2.
+// then finds nothing to do, on it and on a new store (of format 3).
 func TestStoreUpgrade(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
@@ -31,13 +31,13 @@ func TestStoreUpgrade(t *testing.T) {
 
 	r := tm("store", "upgrade", dir)
 	expect(t, r, exitOK)
-	require.Contains(t, r.stdout, "upgraded from format 1 to format 2")
+	require.Contains(t, r.stdout, "upgraded from format 1 to format 3")
 	r = tm("store", "upgrade", dir)
 	expect(t, r, exitOK)
-	require.Contains(t, r.stdout, "already of format 2")
+	require.Contains(t, r.stdout, "already of format 2 or later")
 	r = tm("store", "upgrade", makeStore(t, state.Pebble, ""))
 	expect(t, r, exitOK)
-	require.Contains(t, r.stdout, "already of format 2")
+	require.Contains(t, r.stdout, "already of format 2 or later")
 	expect(t, tm("store", "upgrade"), exitUsage)
 	r = tm("store", "upgrade", t.TempDir())
 	expect(t, r, exitFail)
