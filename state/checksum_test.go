@@ -141,7 +141,7 @@ func checkCorrupt(t *testing.T, err error, s Store, ns, bucket, key string) {
 
 // TestFormat1StoreOpens opens a store written before values carried
 // checksums: its values read as they are, it takes new changes, and it
-// opens again; a new store is of format 2, its values longer by the
+// opens again; a new store is of format 3, its values longer by the
 // checksum.
 func TestFormat1StoreOpens(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {

@@ -351,6 +351,9 @@ func appendByCopy(path string, b []byte) error {
 type madeFile struct {
 	ino uint64
 	seq uint64
+	// old is the write sequence read before the write that made it: a
+	// record at or below it is from before the file.
+	old uint64
 }
 
 // after returns m for the file at input after a write, given before, the
@@ -371,9 +374,9 @@ func (m madeFile) after(input string, before uint64) madeFile {
 	}
 	_, now, _ := newestPointer(input + pointer.Suffix)
 	if now == before {
-		return madeFile{ino: ino, seq: before}
+		return madeFile{ino: ino, seq: before, old: before}
 	}
-	return madeFile{ino: ino, seq: now}
+	return madeFile{ino: ino, seq: now, old: before}
 }
 
 // pointerNames reports whether the pointer record p, of write sequence
@@ -412,7 +415,7 @@ func waitPointerNames(input string, made madeFile, h *hub, stop <-chan struct{},
 		if ok && pointerNames(p, seq, made) {
 			return true, nil
 		}
-		if ok && p.Identity.Ino == made.ino && !counted {
+		if ok && p.Identity.Ino == made.ino && seq <= made.old && !counted {
 			counted = true
 			*early++
 		}
@@ -491,7 +494,7 @@ func TestRotationWriterWaitsForARecordOfTheFile(t *testing.T) {
 	// here made as if the copy had come after it.
 	store(made.ino)
 	_, seq, _ := newestPointer(input + pointer.Suffix)
-	stale := madeFile{ino: made.ino, seq: seq}
+	stale := madeFile{ino: made.ino, seq: seq, old: seq}
 	h := newHub()
 	stop := make(chan struct{})
 	time.AfterFunc(300*time.Millisecond, func() { close(stop) })
