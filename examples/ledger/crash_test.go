@@ -115,17 +115,7 @@ func TestKillAtRandomMoments(t *testing.T) {
 	exe := ledgerExe(t)
 	for _, store := range []string{"bbolt", "pebble"} {
 		t.Run(store, func(t *testing.T) {
-			seed := uint64(time.Now().UnixNano())
-			t.Logf("seed %d", seed)
-			rng := rand.New(rand.NewPCG(seed, 1))
-			dir := t.TempDir()
-			input := filepath.Join(dir, "ledger.csv")
-			data := filepath.Join(dir, "data")
-			const lines = 100_000
-			if err := GenFile(input, GenOptions{Lines: lines, Accounts: 50, Seed: seed, MalformedEvery: 997}); err != nil {
-				t.Fatal(err)
-			}
-			base := []string{"--input", input, "--data", data, "--store", store, "--progress", "none"}
+			rng, dir, input, data, base := killSetup(t, store, 100_000)
 			run, kills := 0, 0
 			var prev int64
 			for i := range 20 {
@@ -144,6 +134,24 @@ func TestKillAtRandomMoments(t *testing.T) {
 			t.Logf("%d kills; %d lines applied, %d rejected", kills, r.State.Applied, r.Rejects)
 		})
 	}
+}
+
+// killSetup makes the input of a kill test, lines lines of 50 accounts
+// (one in 997 malformed) from a seed it logs, and returns a generator of
+// that seed, the test's folder, the input, the data folder and the
+// arguments of `ledger run` on them with store.
+func killSetup(t *testing.T, store string, lines int) (rng *rand.Rand, dir, input, data string, base []string) {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng = rand.New(rand.NewPCG(seed, 1))
+	dir = t.TempDir()
+	input = filepath.Join(dir, "ledger.csv")
+	data = filepath.Join(dir, "data")
+	if err := GenFile(input, GenOptions{Lines: lines, Accounts: 50, Seed: seed, MalformedEvery: 997}); err != nil {
+		t.Fatal(err)
+	}
+	return rng, dir, input, data, []string{"--input", input, "--data", data, "--store", store, "--progress", "none"}
 }
 
 // TestStoreFailureEndsTheRun: when the store cannot save (here: writes to
