@@ -40,8 +40,10 @@ var (
 	ErrCorrupt = errors.New("state: corrupt store")
 	// ErrNewerFormat is returned when the store's format record names a
 	// format newer than this version of tidemark knows: a newer version
-	// wrote it. Nothing is damaged, and nothing in the folder is changed:
-	// run that version or a newer one on it.
+	// wrote it, and nothing in the folder is changed: run that version or
+	// a newer one on it. The format record carries no checksum, so a
+	// record damaged into a larger number reads so too: where no newer
+	// version ever ran, restore the folder from a backup.
 	ErrNewerFormat = errors.New("state: the store is of a newer format")
 )
 

@@ -55,7 +55,7 @@ func formatNumber(v []byte) (n int, ok bool) {
 // newerFormat is the error of an open that finds a format record of a
 // format newer than the newest this version knows (newest).
 func newerFormat(dir string, v []byte, n, newest int) error {
-	return fmt.Errorf("open store %s: written by a newer tidemark (format %d, format record %q; this version knows formats 1 to %d); run that version or newer: %w",
+	return fmt.Errorf("open store %s: written by a newer tidemark (format %d, format record %q; this version knows formats 1 to %d); run that version or newer (if no newer tidemark ever wrote to this folder, its format record is damaged: restore the folder from a backup; do not remove it, which would apply every line again): %w",
 		dir, n, v, newest, ErrNewerFormat)
 }
 
