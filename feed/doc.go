@@ -619,7 +619,14 @@
 //     takes that entry, which is forgotten under the old name; the old
 //     name's file, if any, is new (read from 0 under a new epoch). Two
 //     entries of one file (a crash between the two writes of a move) are
-//     resolved the same way: the one of the name that names the file wins.
+//     resolved the same way: the one of the name that names the file wins;
+//     when neither name does (the file renamed again, to a third name), the
+//     third name takes the entry at the higher position and the other is
+//     forgotten (its name's file, if any, is new). A reader that finds its
+//     entry's file under another name when it opens its path (renamed after
+//     the scan listed the names) reads it, and leaves it, as a reader whose
+//     path names another file: only once the set has looked for that name
+//     since, which moves the reader there when the set matches it.
 //   - Compressed (app-20261201.log.gz, when the patterns match it): gzip
 //     writes another file, so it is found by content alone, among the
 //     entries of names gone from the set. It is not started while a reader

@@ -7,8 +7,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tidemark-go/tidemark/feed/pointer"
+	"github.com/tidemark-go/tidemark/vfs"
 )
 
 // This file tests a file of a set renamed to another name the set's
@@ -338,4 +342,111 @@ func TestSetRenamedFileNotReadAgain(t *testing.T) {
 			r.close()
 		})
 	}
+}
+
+// TestSetFileRenamedAsItsStreamStarts renames a file of a set to another
+// name of the set (with a new file at the old name) between the scan that
+// lists the set and the open of the file by its stream, at a restart (as
+// TestFileSetModel's writer did once at load 3): the stream finds its
+// entry's file under the new name, as a single file's source finds its
+// input renamed away while stopped, and must not leave it before the set
+// has looked for that name, else the set, finding the new name after the
+// stream left the file, takes it for a new file and reads it again from 0.
+func TestSetFileRenamedAsItsStreamStarts(t *testing.T) {
+	for _, row := range []struct {
+		name  string
+		late  int           // lines written to the file before the restart, after those read
+		every time.Duration // the scan interval
+	}{
+		{"read to its end", 0, 0},
+		{"with lines after its entry", 20, 0},
+		{"with lines after its entry, scans far apart", 20, time.Hour},
+	} {
+		t.Run(row.name, func(t *testing.T) {
+			var armed atomic.Bool
+			var r *renameRun
+			inj := func(op vfs.Op, path string) error {
+				if op == vfs.OpOpen && path == r.path("app.log") && armed.CompareAndSwap(true, false) {
+					r.rename("app.log", "app-1.log")
+					r.write("app.log", 30)
+				}
+				return nil
+			}
+			r = newRenameRun(t, Config{FS: vfs.Inject(vfs.Default(), inj)}, "*.log")
+			if row.every > 0 {
+				r.cfg.ScanInterval = row.every
+			}
+			r.open()
+			r.write("app.log", 100)
+			r.collect()
+			r.close()
+			if row.late > 0 {
+				r.write("app.log", row.late)
+			}
+			armed.Store(true)
+			r.open()
+			r.collect()
+			if armed.Load() {
+				t.Fatal("the file was not opened at the restart")
+			}
+			if len(r.s.log.find(slog.LevelInfo, "it is read on under its new name")) == 0 {
+				t.Fatalf("the renamed file was not followed to its new name:\n%s", r.s.log)
+			}
+			// The next restart reads the new name's file if no scan
+			// did (scans far apart): nothing of it again.
+			r.close()
+			r.open()
+			r.collect()
+			r.wantAll()
+			r.sameEpoch(r.lines[0], r.lines[99+row.late])
+			r.close()
+		})
+	}
+}
+
+// TestSetDuplicateEntriesRenamedAgain: a crash between the two writes of
+// an entry's move (stored under the file's new name, not yet forgotten
+// under the old one) leaves two entries of one file; renamed again while
+// the source is stopped, to a third name, with new files at both names of
+// the entries (as TestFileSetModel's writer did once), the file is read
+// once: the first scan gives the third name one of the entries and forgets
+// the other, whose name's new file is read from 0 as a new file, not as
+// the old one renamed away (its lines read twice, by two streams).
+func TestSetDuplicateEntriesRenamedAgain(t *testing.T) {
+	r := newRenameRun(t, Config{}, "*.log")
+	r.open()
+	r.write("app.log", 100)
+	r.collect()
+	r.rename("app.log", "app-1.log")
+	r.collect()
+	r.close()
+	reg := pointer.OpenRegistry(filepath.Join(r.dir, "ptr", "files"+pointer.RegistrySuffix), pointer.Options{})
+	if err := reg.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Load(); err != nil {
+		t.Fatal(err)
+	}
+	e, ok := reg.Entry(r.path("app-1.log"))
+	if !ok {
+		t.Fatalf("no entry for app-1.log: %v", reg.Entries())
+	}
+	if err := reg.Store(r.path("app.log"), e); err != nil { // the crash: not forgotten under the old name
+		t.Fatal(err)
+	}
+	if err := reg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.rename("app-1.log", "app-2.log")
+	r.write("app-2.log", 10)
+	r.write("app-1.log", 20)
+	r.write("app.log", 30)
+	r.open()
+	r.collect()
+	r.wantAll()
+	r.sameEpoch(r.lines[0], r.lines[109])
+	r.close()
+	r.open()
+	r.collect()
+	r.close()
 }

@@ -313,11 +313,21 @@ func (fset *fileSet) adoptEntries(names, look []string, matched map[string]bool,
 			continue
 		}
 		if p, ok := plans[t]; ok && p.e.Position >= e.Position {
+			// Another entry of the file t gets (a crash between the two
+			// writes of a move, then a rename while stopped): left in
+			// place, its name's new file would be read as the file
+			// renamed away from it, by a second stream.
+			if fset.holds(t, e.Record) == "" {
+				stale = append(stale, k)
+			}
 			continue
 		}
 		if why := fset.holds(t, e.Record); why != "" {
 			fset.log.Info("feed: a file of the set has the identity of another name's registry entry, not its content: not taken for that file", "path", t, "entry", k, "reason", why)
 			continue
+		}
+		if p, ok := plans[t]; ok {
+			stale = append(stale, p.from) // as above, the entry at the lower position
 		}
 		plans[t] = plan{k, e}
 	}

@@ -364,12 +364,13 @@ func (s *stream) close() error {
 
 // moveTo makes path (a file set's name its file was renamed to, rotated
 // its Rotated pattern) the stream's path: its lines name it, and a reopen
-// started because the old path names another file is called off, the new
-// path naming the open file.
+// started because the old path names another file (or because the file
+// was found renamed away at the start) is called off, the new path naming
+// the open file.
 func (s *stream) moveTo(path, rotated string) {
 	s.path, s.file, s.rotated = path, path, rotatedPattern(path, rotated)
-	if s.reopenReason == ReasonReplaced {
-		s.reopenReason = ""
+	if s.reopenReason == ReasonReplaced || s.reopenReason == ReasonRenamedAway {
+		s.reopenReason, s.renamed = "", ""
 		s.setState(StateBehind, "")
 	}
 	s.publish()

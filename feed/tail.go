@@ -225,7 +225,12 @@ func (s *stream) reopen() error {
 			}
 		}
 	}
-	if !forceNew && reason != ReasonRenamedAway && s.leaveCheck != nil {
+	// In a file set, a file renamed away while the source was stopped is
+	// left only as any other: the set has looked for its new name since
+	// (its listing at the start may have been taken before the rename,
+	// and a new name of the set found once the stream has left the file
+	// would be taken for a new file, read again from 0).
+	if !forceNew && s.leaveCheck != nil {
 		switch s.leaveCheck() {
 		case leaveWait:
 			s.setState(StateBehind, reason+": waiting for the file set to look for the file's new name")

@@ -49,6 +49,7 @@ func runSetModel(t *testing.T, rng *rand.Rand, ops int) {
 			t.Fatal(err)
 		}
 		files[name] = g
+		fmt.Fprintf(&m.logs, "writer: created %s (gen %d)\n", filepath.Base(name), g.id)
 	}
 	pickFile := func() (string, *generation) {
 		names := slices.Sorted(func(yield func(string) bool) {
@@ -95,6 +96,7 @@ func runSetModel(t *testing.T, rng *rand.Rand, ops int) {
 		if err := os.Rename(name, to); err != nil {
 			t.Fatal(err)
 		}
+		fmt.Fprintf(&m.logs, "writer: renamed %s (gen %d, %d lines) to %s\n", filepath.Base(name), g.id, len(g.lines), filepath.Base(to))
 		delete(files, name)
 		files[to] = g
 		if rng.IntN(2) == 0 {
@@ -103,6 +105,7 @@ func runSetModel(t *testing.T, rng *rand.Rand, ops int) {
 				t.Fatal(err)
 			}
 			files[name] = ng
+			fmt.Fprintf(&m.logs, "writer: new file %s (gen %d) at the old name\n", filepath.Base(name), ng.id)
 		}
 	}
 	for range 1 + rng.IntN(3) {
@@ -138,12 +141,14 @@ func runSetModel(t *testing.T, rng *rand.Rand, ops int) {
 			if err := os.Remove(name); err != nil {
 				t.Fatal(err)
 			}
+			fmt.Fprintf(&m.logs, "writer: removed %s (gen %d)\n", filepath.Base(name), g.id)
 			delete(files, name)
 		case r < 76:
 			if m.child == nil {
 				continue
 			}
 			m.child.Process.Signal(syscall.SIGSTOP)
+			fmt.Fprintf(&m.logs, "writer: SIGSTOP\n")
 			for range 1 + rng.IntN(4) {
 				switch rng.IntN(4) {
 				case 0:
@@ -154,10 +159,13 @@ func runSetModel(t *testing.T, rng *rand.Rand, ops int) {
 				appendTo()
 			}
 			m.child.Process.Signal(syscall.SIGCONT)
+			fmt.Fprintf(&m.logs, "writer: SIGCONT\n")
 		case r < 82:
+			fmt.Fprintf(&m.logs, "writer: SIGTERM\n")
 			m.stop(syscall.SIGTERM)
 			m.start()
 		default:
+			fmt.Fprintf(&m.logs, "writer: kill\n")
 			m.killByProgress()
 		}
 	}

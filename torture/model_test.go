@@ -773,7 +773,7 @@ func (m *model) check() {
 		}
 		idx := slices.Index(g.lines, l)
 		if prev, ok := last[g.id]; ok && idx <= prev {
-			m.t.Fatalf("run %d delivered line %d of generation %d after its line %d (out of order, or twice in one run): %q", run, idx, g.id, prev, l)
+			m.t.Fatalf("run %d delivered line %d of generation %d after its line %d (out of order, or twice in one run): %q\nfiles: %v\nconsumer log (whole in %s):\n%s", run, idx, g.id, prev, l, m.files(), m.saveLog(), tail(m.logs.String()))
 		}
 		last[g.id] = idx
 	}
