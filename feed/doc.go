@@ -606,9 +606,10 @@
 //     under the new name, then forgotten under the old one), and it reads
 //     on, late writes included. A reader whose path names another file
 //     asks the set before it leaves its file: the next Poll scans, and the
-//     reader leaves only if its file is at no name of the set (renamed out
-//     of it, or deleted: then the path's file is read as a new epoch, as a
-//     single file's source does). When the new name is taken by a file
+//     reader leaves only if its file is at no name of the set at two scans
+//     in a row (renamed out of it, or deleted: then the path's file is read
+//     as a new epoch, as a single file's source does; one scan may list the
+//     names before a rename and look at them after). When the new name is taken by a file
 //     renamed there too (numbered rotation between two polls: app.1.log to
 //     app.2.log and app.log to app.1.log at once), the files move in order;
 //     a reader whose path names a file another reader holds reads its own

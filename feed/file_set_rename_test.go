@@ -450,3 +450,39 @@ func TestSetDuplicateEntriesRenamedAgain(t *testing.T) {
 	r.collect()
 	r.close()
 }
+
+// TestSetFileRenamedAgainWhileTheSetLooks renames a file of a set, whose
+// reader asked to leave it (its path names a new file), once more between
+// the scan's listing and its stat of the name the listing had: that scan
+// sees the file at no name of the set, and the reader must not leave it on
+// that alone (the next scan lists the new name), else the new name is
+// taken for a new file and read again from 0.
+func TestSetFileRenamedAgainWhileTheSetLooks(t *testing.T) {
+	var armed atomic.Bool
+	var r *renameRun
+	inj := func(op vfs.Op, path string) error {
+		if op == vfs.OpStat && path == r.path("app-1.log") && armed.CompareAndSwap(true, false) {
+			r.rename("app-1.log", "app-2.log")
+		}
+		return nil
+	}
+	r = newRenameRun(t, Config{FS: vfs.Inject(vfs.Default(), inj)}, "*.log")
+	r.cfg.ScanInterval = time.Hour // scans only when a reader asks
+	r.open()
+	r.write("app.log", 100)
+	r.collect()
+	r.rename("app.log", "app-1.log")
+	r.write("app.log", 30)
+	armed.Store(true)
+	r.collect()
+	if armed.Load() {
+		t.Fatal("the set never looked at app-1.log")
+	}
+	r.write("app-2.log", 10)
+	r.close()
+	r.open()
+	r.collect()
+	r.wantAll()
+	r.sameEpoch(r.lines[0], r.lines[139])
+	r.close()
+}

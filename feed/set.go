@@ -97,6 +97,9 @@ type member struct {
 	asked   bool
 	askedAt uint64
 	verdict leaveVerdict
+	// nowhere is the last scan that found the file of an asking stream
+	// at no name of the set (0: none, or not the last one).
+	nowhere uint64
 }
 
 // delivery is a run of lines of one file handed out by consecutive Polls:

@@ -29,8 +29,10 @@ import (
 //     forgotten (a crash leaves both, and the next start keeps the one
 //     whose name names the file);
 //   - a stream leaves a file whose path names another file only once a
-//     scan has looked for the file's new name since (mayLeave): it is
-//     never replaced by a new epoch while still a file of the set;
+//     scan has looked for the file's new name since (mayLeave), and two
+//     scans in a row found it at no name of the set (one may list the
+//     names before a rename and stat them after): it is never replaced by
+//     a new epoch while still a file of the set;
 //   - a compressed file whose content may be that of a file of the set
 //     still being read is not started until that file is finished: then
 //     its entry, if the content matches, is the compressed file's.
@@ -44,8 +46,8 @@ const (
 	// new name is still taken by another file being read.
 	leaveWait leaveVerdict = iota
 	// leaveGo: the file is at no name of the set (renamed out of it, or
-	// deleted): the stream moves on to the file at its path, as a single
-	// file's source does.
+	// deleted), at two scans in a row: the stream moves on to the file at
+	// its path, as a single file's source does.
 	leaveGo
 	// leaveRetire: the path names another file of the set (renamed
 	// there): the stream reads its file to its end and stops; the set
@@ -198,9 +200,18 @@ func (fset *fileSet) follow(names []string, first bool) map[string]bool {
 			m.verdict = leaveWait // its new name is taken by a file still read
 		case ok && holder[pid] != nil && holder[pid] != m:
 			m.verdict = leaveRetire
-		default:
+		case m.nowhere != 0 && m.nowhere+1 == fset.scans:
 			m.verdict = leaveGo
+		default:
+			// At no name of this scan: the file may have been renamed
+			// again between the listing and the stats (its new name
+			// not listed, its old one no longer naming it). The next
+			// scan, at once, lists it if so; at no name then too, it is
+			// gone from the set.
+			m.nowhere, m.verdict, fset.rescan = fset.scans, leaveWait, true
+			continue
 		}
+		m.nowhere = 0
 	}
 
 	if fset.reg != nil {
