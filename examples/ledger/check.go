@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -132,9 +133,36 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 // CheckDir compares the data folder dir with the concatenation of inputs.
 func CheckDir(dir string, inputs ...string) (*Report, error) {
+	return checkDir(dir, "", inputs)
+}
+
+// checkDir is CheckDir; a PostgreSQL data folder's store is read in the
+// database dsn ("" for the one its POSTGRES file records), its outputs
+// from the store.
+func checkDir(dir, dsn string, inputs []string) (*Report, error) {
 	m, err := ModelOf(inputs...)
 	if err != nil {
 		return nil, err
+	}
+	folder, err := readPGFolder(dir)
+	if err != nil {
+		return nil, err
+	}
+	if folder != nil || dsn != "" {
+		var outs [2]bytes.Buffer
+		info, _, err := readStore(dir, dsn, &outs)
+		if err != nil {
+			return nil, err
+		}
+		out, err := ReadOutputFrom(&outs[0])
+		if err != nil {
+			return nil, err
+		}
+		rejects, refused, err := countRejectsFrom(&outs[1])
+		if err != nil {
+			return nil, err
+		}
+		return Compare(m, info.State, out, rejects, refused), nil
 	}
 	st, err := ReadState(dir)
 	if err != nil {
@@ -158,16 +186,16 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&inputs, "input", "the input file; several --input are read one after the other, as one input")
 	dir := fs.String("data", "", "the run's data folder")
 	source := fs.String("source", "", "a partitioned ledger: its stream, nats://HOST:PORT/STREAM (with --store; --input then checks that the stream holds the input once)")
-	store := fs.String("store", "", "with --source: the PostgreSQL database of the partitions' stores, postgres://…")
+	store := fs.String("store", "", "with --source: the PostgreSQL database of the partitions' stores, postgres://…; with --data, the database of a PostgreSQL data folder's store (default: the one its POSTGRES file records)")
 	job := fs.String("job", defaultJob, "with --source: the job's name (its stores are JOB/STREAM/P)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: ledger check --input PATH --data DIR\n       ledger check --source nats://HOST:PORT/STREAM --store postgres://… [--input PATH]")
+		fmt.Fprintln(stderr, "usage: ledger check --input PATH --data DIR [--store postgres://…]\n       ledger check --source nats://HOST:PORT/STREAM --store postgres://… [--input PATH]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *source != "" || *store != "" {
+	if *source != "" || (*store != "" && *dir == "") {
 		if *source == "" || *store == "" || *dir != "" || fs.NArg() > 0 {
 			fs.Usage()
 			return 2
@@ -178,7 +206,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	r, err := CheckDir(*dir, inputs...)
+	r, err := checkDir(*dir, *store, inputs)
 	if err != nil {
 		fmt.Fprintln(stderr, "ledger check:", err)
 		return 1

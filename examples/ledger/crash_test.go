@@ -107,13 +107,14 @@ func killAfterSaved(t *testing.T, exe string, args []string, dir string, run int
 }
 
 // TestKillAtRandomMoments kills one run of a 100,000-line ledger at 20
-// random moments (random counts of saved lines), with each store and a
-// random batch size per run, then lets it settle: the state is exact, no
-// output line is missing or written twice, every malformed line is
-// rejected once, and the pointer was never ahead of the state.
+// random moments (random counts of saved lines), with each store (a
+// PostgreSQL one too: --store postgres://, its outputs rows of the store)
+// and a random batch size per run, then lets it settle: the state is
+// exact, no output line is missing or written twice, every malformed line
+// is rejected once, and the pointer was never ahead of the state.
 func TestKillAtRandomMoments(t *testing.T) {
 	exe := ledgerExe(t)
-	for _, store := range []string{"bbolt", "pebble"} {
+	for _, store := range []string{"bbolt", "pebble", "postgres"} {
 		t.Run(store, func(t *testing.T) {
 			rng, dir, input, data, base := killSetup(t, store, 100_000)
 			run, kills := 0, 0
@@ -139,9 +140,13 @@ func TestKillAtRandomMoments(t *testing.T) {
 // killSetup makes the input of a kill test, lines lines of 50 accounts
 // (one in 997 malformed) from a seed it logs, and returns a generator of
 // that seed, the test's folder, the input, the data folder and the
-// arguments of `ledger run` on them with store.
+// arguments of `ledger run` on them with store ("postgres": a database of
+// t's own, see pgFileDSN).
 func killSetup(t *testing.T, store string, lines int) (rng *rand.Rand, dir, input, data string, base []string) {
 	t.Helper()
+	if store == "postgres" {
+		store = pgFileDSN(t)
+	}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng = rand.New(rand.NewPCG(seed, 1))

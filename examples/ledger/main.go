@@ -5,9 +5,10 @@
 // Usage:
 //
 //	ledger gen --lines N [--accounts K] [--seed S] [--out PATH]
-//	ledger run --input PATH --data DIR [--store bbolt|pebble] [--dedupe=true|false] [--sync]
+//	ledger run --input PATH --data DIR [--store bbolt|pebble|postgres://USER@HOST:PORT/DB] [--dedupe=true|false] [--sync]
 //	           [--batch N] [--max-batch N] [--batch-interval D] [--follow] [--pace D]
 //	ledger balances --data DIR
+//	ledger output --data DIR [--name output.csv|rejects.csv]
 //	ledger check --input PATH --data DIR
 //	ledger demo
 //
@@ -33,6 +34,8 @@ commands:
   gen       write a deterministic ledger
   run       the server: apply a ledger file to a durable store
   balances  print the balances a data folder holds
+  output    print a data folder's output.csv (or rejects.csv): with
+            --store postgres://, the outputs are rows of the store
   check     compare a data folder with its input
   demo      the kill -9 demonstration (what make run runs)
   publish   publish a ledger file into a partitioned JetStream stream
@@ -61,6 +64,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return cmdBalances(rest, stdout, stderr)
 	case "check":
 		return cmdCheck(rest, stdout, stderr)
+	case "output":
+		return cmdOutput(rest, stdout, stderr)
 	case "demo":
 		return cmdDemo(rest, stdout, stderr)
 	case "publish":

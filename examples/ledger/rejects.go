@@ -48,8 +48,14 @@ func CountRejects(path string) (int, []Refused, error) {
 		return 0, nil, err
 	}
 	defer f.Close()
+	return countRejectsFrom(f)
+}
+
+// countRejectsFrom is CountRejects of the reject log read from r (one
+// kept in a database, read with state.Output.WriteTo).
+func countRejectsFrom(r io.Reader) (int, []Refused, error) {
 	var refused []Refused
-	_, records, _, err := readRejects(f, func(k rejectKey, reason, line string) {
+	_, records, _, err := readRejects(r, func(k rejectKey, reason, line string) {
 		if len(line) > maxLineBytes {
 			return
 		}

@@ -107,7 +107,7 @@ func (o *RunOptions) maxBatch() int {
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("run", stderr, "usage: ledger run --input PATH --data DIR [--pointer-dir DIR] [--store bbolt|pebble] [--dedupe=true|false] [--sync]\n"+
+	fs := newFlagSet("run", stderr, "usage: ledger run --input PATH --data DIR [--pointer-dir DIR] [--store bbolt|pebble|postgres://USER@HOST:PORT/DB] [--dedupe=true|false] [--sync]\n"+
 		"                  [--batch N] [--max-batch N] [--batch-interval D] [--cache-size BYTES] [--verify-max-bytes BYTES] [--follow] [--pace D] [--ops ADDR]\n"+
 		"       ledger run --source nats://HOST:PORT/STREAM --store postgres://USER@HOST:PORT/DB [--partitions N] [--worker NAME]\n"+
 		"                  [--lease D] [--job NAME] [--sync] [--batch N] [--batch-interval D] [--cache-size BYTES] [--pace D] [--ops ADDR]")
@@ -115,7 +115,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Input, "input", "", "the ledger file to read (required)")
 	fs.StringVar(&o.Data, "data", "", "the data folder: the store, output.csv and rejects.csv (required)")
 	fs.StringVar(&o.PointerDir, "pointer-dir", "", "the folder of the feed's pointer file (default: beside the input); one for each program that follows the same input")
-	fs.StringVar(&o.Store, "store", state.Bolt, "the store's backend for a new data folder: bbolt or pebble; with --source, the PostgreSQL database of the partitions' stores: postgres://…")
+	fs.StringVar(&o.Store, "store", state.Bolt, "the store's backend for a new data folder: bbolt, pebble, or a PostgreSQL database, postgres://USER@HOST:PORT/DB (the state and the outputs in store "+pgStorePrefix+"BASE/RANDOM of it, named in DIR/"+pgFolderFile+"; ledger output --data DIR prints output.csv); with --source, the PostgreSQL database of the partitions' stores: postgres://…")
 	fs.StringVar(&o.Source, "source", "", "read a partitioned stream instead of a file, as one worker of several: nats://HOST:PORT/STREAM (see ledger publish)")
 	fs.IntVar(&o.Partitions, "partitions", 0, "with --source: the stream's partition count (default: the stream's own; required to wait for a stream not made yet)")
 	fs.StringVar(&o.Worker, "worker", "", "with --source: this worker's name, unique in the job (default HOST-PID)")
@@ -155,10 +155,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
-	switch o.Store {
-	case state.Bolt, state.Pebble:
+	switch {
+	case o.Store == state.Bolt, o.Store == state.Pebble, isPostgresURL(o.Store):
 	default:
-		fmt.Fprintf(stderr, "ledger run: --store %q: want bbolt or pebble\n", o.Store)
+		fmt.Fprintf(stderr, "ledger run: --store %q: want bbolt, pebble or postgres://USER@HOST:PORT/DB\n", o.Store)
 		return exitUsage
 	}
 	switch o.Progress {
@@ -372,10 +372,21 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 		sopts.Observer = &dieAfterSave{after: o.DieAfterSave, next: sopts.Observer}
 	}
 	// A data folder that holds a store keeps its backend; a new one gets
-	// the flag's.
+	// the flag's. A PostgreSQL one names its store in DIR/POSTGRES
+	// (pgfolder.go).
 	spec := o.Store + ":" + o.Data
 	if _, err := os.Stat(filepath.Join(o.Data, "STORE")); err == nil {
 		spec = o.Data
+	}
+	pg, err := preparePGRun(ctx, o.Data, o.Store, o.storeSet, func(format string, args ...any) { fmt.Fprintf(stderr, format, args...) })
+	if err != nil {
+		return exitFailed, err
+	}
+	if pg != nil {
+		defer pg.close()
+		spec = pg.spec()
+		sopts.LockTimeout = pg.dsn.lockTimeout()
+		sopts.FS = nil // the outputs are rows of the store
 	}
 	resume := framework.ResumeFromStore
 	if !o.Dedupe {
@@ -412,9 +423,13 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 	}
 	st, err := srv.Store(groupName)
 	if err != nil {
-		return exitFailed, err
+		return exitFailed, errors.Join(err, srv.Stop(context.Background()))
 	}
-	if st.Backend() != o.Store && o.storeSet {
+	if pg != nil {
+		if err := pg.opened(); err != nil {
+			return exitFailed, errors.Join(err, srv.Stop(context.Background()))
+		}
+	} else if st.Backend() != o.Store && o.storeSet {
 		logger.Warn("ledger: the data folder has another backend; using it", "data", o.Data, "backend", st.Backend(), "flag", o.Store)
 	}
 	ns := st.Namespace(namespace)

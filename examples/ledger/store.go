@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -56,37 +57,69 @@ type StoreInfo struct {
 }
 
 // openExisting opens the store of a data folder, whatever its backend: the
-// store records it in the folder. Opening cuts the output back to its
+// store records it in the folder (a PostgreSQL one in DIR/POSTGRES, whose
+// database dsn replaces when not ""). Opening cuts the output back to its
 // committed length, as a restart would.
-func openExisting(dir string) (state.Store, error) {
+func openExisting(dir, dsn string) (state.Store, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("data folder: %w", err)
+	}
+	folder, err := readPGFolder(dir)
+	if err != nil {
+		return nil, err
+	}
+	if folder != nil {
+		return openPGFolder(dir, folder, dsn)
+	}
+	if dsn != "" {
+		return nil, fmt.Errorf("data folder %s keeps no PostgreSQL store (no %s): leave --store out", dir, pgFolderFile)
 	}
 	return state.OpenDir(dir, &state.Options{LockTimeout: 5 * time.Second, Logger: discardLogger()})
 }
 
 // ReadStore reads the store of the data folder dir. No server may run on it.
-func ReadStore(dir string) (info StoreInfo, err error) {
-	st, err := openExisting(dir)
+func ReadStore(dir string) (StoreInfo, error) {
+	info, _, err := readStore(dir, "", nil)
+	return info, err
+}
+
+// readStore reads the store of the data folder dir (in the database dsn,
+// when not "", for a PostgreSQL folder), and when outs is not nil, the
+// committed bytes of the outputs output.csv and rejects.csv into them.
+// No server may run on it.
+func readStore(dir, dsn string, outs *[2]bytes.Buffer) (info StoreInfo, inDB bool, err error) {
+	st, err := openExisting(dir, dsn)
 	if err != nil {
-		return info, err
+		return info, false, err
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
 	info.Backend = st.Backend()
 	ns := st.Namespace(namespace)
 	info.State, info.Applied, err = readLedger(ns)
 	if err != nil {
-		return info, err
+		return info, false, err
 	}
 	if l, ok := ns.Applied(feedName); ok {
 		info.Applied = l.Applied
 	}
 	out, err := st.Output(outputFile)
 	if err != nil {
-		return info, err
+		return info, false, err
 	}
 	info.OutputCommitted = out.Committed()
-	return info, nil
+	inDB = out.Path() == ""
+	if outs != nil {
+		for i, name := range []string{outputFile, rejectsFile} {
+			o, err := st.Output(name)
+			if err == nil {
+				_, err = o.WriteTo(&outs[i])
+			}
+			if err != nil {
+				return info, inDB, fmt.Errorf("output %s: %w", name, err)
+			}
+		}
+	}
+	return info, inDB, nil
 }
 
 // ReadState reads the ledger state of the data folder dir.
@@ -204,3 +237,44 @@ func flushAndClose(ctx context.Context, st state.Store) error {
 
 // dataPath joins a data folder and a file name.
 func dataPath(dir, name string) string { return filepath.Join(dir, name) }
+
+// cmdOutput writes the committed bytes of one of a data folder's outputs
+// to stdout: how a PostgreSQL data folder's output.csv is read (its
+// outputs are rows of its store); a bbolt or Pebble folder's are its
+// files, which it copies the same way.
+func cmdOutput(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("output", stderr, "usage: ledger output --data DIR [--name output.csv|rejects.csv] [--store postgres://…] > FILE")
+	dir := fs.String("data", "", "the run's data folder")
+	name := fs.String("name", outputFile, "the output: "+outputFile+" or "+rejectsFile)
+	dsn := fs.String("store", "", "the database of a PostgreSQL data folder's store (default: the one its POSTGRES file records)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *dir == "" || fs.NArg() > 0 || (*name != outputFile && *name != rejectsFile) {
+		fs.Usage()
+		return 2
+	}
+	if err := writeOutput(stdout, *dir, *dsn, *name); err != nil {
+		fmt.Fprintln(stderr, "ledger output:", err)
+		return 1
+	}
+	return 0
+}
+
+// writeOutput writes the committed bytes of the output name of the data
+// folder dir to w.
+func writeOutput(w io.Writer, dir, dsn, name string) (err error) {
+	st, err := openExisting(dir, dsn)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, st.Close()) }()
+	o, err := st.Output(name)
+	if err == nil {
+		_, err = o.WriteTo(w)
+	}
+	if err != nil {
+		return fmt.Errorf("output %s of %s: %w", name, dir, err)
+	}
+	return nil
+}
