@@ -187,8 +187,8 @@ func (ix *index) place(s slot) {
 // them (and go on) are sorted again from there, and so on. Only the
 // committer uses it; it keeps its scratch space from commit to commit.
 type writeOrder struct {
-	rk  []keyRank
-	tmp []write
+	rk, rk2 []keyRank // rk2: sortRanks's scratch
+	tmp     []write
 }
 
 // keyRank is a key's rank from the offset a sort level starts at: the 8
@@ -244,9 +244,7 @@ func (o *writeOrder) rank(ws []write, rk []keyRank, off int) {
 		k := ws[r.i].key
 		r.a, r.n = load8(k, l), int32(min(len(k)-l, 9))
 	}
-	slices.SortFunc(rk, func(x, y keyRank) int {
-		return cmp.Or(cmp.Compare(x.a, y.a), cmp.Compare(x.n, y.n))
-	})
+	o.sortRanks(rk)
 	// The keys that tie on their 8 bytes from l and have more are sorted
 	// from l+8 (keys are distinct, so a tie with fewer bytes is of one key).
 	for s := 0; s < len(rk); {
@@ -260,6 +258,84 @@ func (o *writeOrder) rank(ws []write, rk []keyRank, off int) {
 			}
 		}
 		s = e
+	}
+}
+
+// radixMin is the number of ranks from which sortRanks sorts by radix:
+// a radix pass counts and moves every rank whatever their number, which
+// below this costs more than comparing them (BenchmarkWriteOrder).
+const radixMin = 96
+
+// compareRanks orders ranks by their 8 bytes, then by how many of them the
+// key has.
+func compareRanks(x, y keyRank) int {
+	return cmp.Or(cmp.Compare(x.a, y.a), cmp.Compare(x.n, y.n))
+}
+
+// sortRanks sorts rk as compareRanks orders them. From radixMin ranks on
+// it sorts by least significant digit first: a pass on n, then one on each
+// byte of a from its last, each stable; a pass whose digit every rank
+// shares is skipped. BenchmarkWriteOrder (6,300 keys of a ledger's
+// commit): 145-154 ns a key by comparison, 55-59 by radix.
+func (o *writeOrder) sortRanks(rk []keyRank) {
+	if len(rk) < radixMin {
+		slices.SortFunc(rk, compareRanks)
+		return
+	}
+	o.rk2 = slices.Grow(o.rk2[:0], len(rk))[:len(rk)]
+	src, dst := rk, o.rk2
+	var diff uint64 // the bits of a in which some rank differs from the first
+	sameN := true
+	for _, r := range rk {
+		diff |= r.a ^ rk[0].a
+		sameN = sameN && r.n == rk[0].n
+	}
+	if !sameN {
+		radixPassN(src, dst)
+		src, dst = dst, src
+	}
+	for shift := uint(0); shift < 64; shift += 8 {
+		if byte(diff>>shift) != 0 {
+			radixPass(src, dst, shift)
+			src, dst = dst, src
+		}
+	}
+	if &src[0] != &rk[0] {
+		copy(rk, src)
+	}
+}
+
+// radixPass moves src to dst in the order of the byte of their a at shift,
+// stably.
+func radixPass(src, dst []keyRank, shift uint) {
+	var at [256]int
+	for _, r := range src {
+		at[byte(r.a>>shift)]++
+	}
+	pos := 0
+	for d, c := range at {
+		at[d], pos = pos, pos+c
+	}
+	for _, r := range src {
+		d := byte(r.a >> shift)
+		dst[at[d]] = r
+		at[d]++
+	}
+}
+
+// radixPassN moves src to dst in the order of their n (0 to 9), stably.
+func radixPassN(src, dst []keyRank) {
+	var at [10]int
+	for _, r := range src {
+		at[r.n]++
+	}
+	pos := 0
+	for d, c := range at {
+		at[d], pos = pos, pos+c
+	}
+	for _, r := range src {
+		dst[at[r.n]] = r
+		at[r.n]++
 	}
 }
 
