@@ -201,6 +201,9 @@ type spec struct {
 	// ledgerSync is the store of a ledger run --sync (row 7), run and
 	// timed by runLedgerSync instead of a child.
 	ledgerSync string
+	// naiveSync is the store of the naive program with one transaction a
+	// line (-batch 1, row 7), run and timed as ledgerSync is.
+	naiveSync string
 	// fast marks a measurement of a fraction of a second, whose run-to-run
 	// spread on a shared machine is a large part of it: it runs fastReps
 	// times (when the table runs more than one run a row).
@@ -310,6 +313,9 @@ func (r *runner) measure(specs ...spec) []*runs {
 func (r *runner) runOne(s spec) (result, error) {
 	if s.ledgerSync != "" {
 		return r.runLedgerSync(s.ledgerSync)
+	}
+	if s.naiveSync != "" {
+		return r.runNaiveSync(s.naiveSync)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
@@ -510,6 +516,8 @@ func (r *runner) row7(t *table) error {
 		{label: "7 fsync output, 4 KB appended", name: "fsync4k-append-output", args: []string{"-ops", ops}},
 		{label: "7 ledger run --sync bbolt", ledgerSync: "bbolt"},
 		{label: "7 ledger run --sync pebble", ledgerSync: "pebble"},
+		{label: "7 naive -batch 1 bbolt", naiveSync: "bbolt"},
+		{label: "7 naive -batch 1 pebble", naiveSync: "pebble"},
 	}
 	specs = append(specs, runSpecs...)
 	res := r.measure(specs...)
@@ -542,8 +550,10 @@ func (r *runner) row7(t *table) error {
 		what := fmt.Sprintf("ledger run --sync as users run it (de-duplicated, with output.csv; its pointer synced every 100 ms), %s, %s lines, timed from the first line's durable save by the program's events", be, fmtCount(r.syncLines))
 		baseName := map[string]string{"bbolt": "an output line appended + fdatasync, then two 4 KB writes in place, each + fdatasync", "pebble": "an output line appended + fdatasync, then 4 KB appended + fdatasync"}[be]
 		t.rate("7", what, runRes[2+i], runRes[i], baseName, 0.8)
+		t.rate("7", what+"; against the naive program at the same durability", runRes[2+i], runRes[4+i],
+			"naive, one transaction a line (-batch 1), its output line synced before it", 0.8)
 	}
-	t.note("7", "Row 7: one durable save a line is, for bbolt, two fdatasyncs of state.bolt (its pages, then its meta page: 4 pwrites of 4 KB a line, three pages and the meta page, where the baseline writes two) and, for Pebble, one of its WAL; under the pointer's SyncEveryCommit each save that becomes durable also commits the feed's pointer, one more pwrite of 80 B and fdatasync a line, on the pointer's own goroutine while the next save runs (strace -f -c of the bbolt child, 1,000 lines: 2,984 fdatasyncs, 6,379 pwrites; under SyncInterval the pointer is written at each commit and synced every 100 ms). Each pointer commit also reads back the 64 bytes before its position (the tail hash) and stats the input: a pread and a newfstatat a line. The time runs from the first line's durable save to the last's (the store's first commit, which makes its buckets and grows its file, and the framework's start are not counted: at 100 lines under load they were up to a sixth of the run), and the commit lag is not sampled (the sampler's wake-up every 0.5 ms is about one a line here). The line after waits for its save (that is what --sync means), so nothing overlaps but the pointer's sync with the next save. What a line costs besides its syncs is CPU: 0.35 to 0.57 ms a line for bbolt against 0.20 ms an operation for the baseline's loop (perf stat task-clock, 1,000 lines, load 16 to 25), half of it the kernel's (syscalls: the Go runtime's nanosleep, futex and epoll_pwait, 12 to 13 of them a line by strace -c, the scheduler's hand-offs of the group, the store's committer and the feed; the baseline's Go loop makes about 6.5 an operation). `ledger run --sync` (as users run it, de-duplicated) differs: its pointer is synced every 100 ms (SyncInterval, the store is the truth), and it writes and syncs output.csv before each save, one more fdatasync a line than this row's processor (strace: 3,045 fdatasyncs for 1,000 lines with bbolt, 2,035 with Pebble): the rows \"ledger run --sync as users run it\" run the program itself and compare it with a loop of those writes, the output's line appended and synced before the store's writes; they are timed by the program's durable events (--events, one more write to stdout a line), so its start, the store's open and its close are not counted. Pebble's WAL is a recycled file written over, not a growing one, so its appends cost less than the baselines' appends to a growing file.")
+	t.note("7", "Row 7: one durable save a line is, for bbolt, two fdatasyncs of state.bolt (its pages, then its meta page: 4 pwrites of 4 KB a line, three pages and the meta page, where the baseline writes two) and, for Pebble, one of its WAL; under the pointer's SyncEveryCommit each save that becomes durable also commits the feed's pointer, one more pwrite of 80 B and fdatasync a line, on the pointer's own goroutine while the next save runs (strace -f -c of the bbolt child, 1,000 lines: 2,984 fdatasyncs, 6,379 pwrites; under SyncInterval the pointer is written at each commit and synced every 100 ms). Each pointer commit also reads back the 64 bytes before its position (the tail hash) and stats the input: a pread and a newfstatat a line. The time runs from the first line's durable save to the last's (the store's first commit, which makes its buckets and grows its file, and the framework's start are not counted: at 100 lines under load they were up to a sixth of the run), and the commit lag is not sampled (the sampler's wake-up every 0.5 ms is about one a line here). The line after waits for its save (that is what --sync means), so nothing overlaps but the pointer's sync with the next save. What a line costs besides its syncs is CPU: 0.35 to 0.57 ms a line for bbolt against 0.20 ms an operation for the baseline's loop (perf stat task-clock, 1,000 lines, load 16 to 25), half of it the kernel's (syscalls: the Go runtime's nanosleep, futex and epoll_pwait, 12 to 13 of them a line by strace -c, the scheduler's hand-offs of the group, the store's committer and the feed; the baseline's Go loop makes about 6.5 an operation). `ledger run --sync` (as users run it, de-duplicated) differs: its pointer is synced every 100 ms (SyncInterval, the store is the truth), and it writes and syncs output.csv before each save, one more fdatasync a line than this row's processor (strace: 3,045 fdatasyncs for 1,000 lines with bbolt, 2,035 with Pebble): the rows \"ledger run --sync as users run it\" run the program itself and compare it with a loop of those writes, the output's line appended and synced before the store's writes; they are timed by the program's durable events (--events, one more write to stdout a line), so its start, the store's open and its close are not counted. Pebble's WAL is a recycled file written over, not a growing one, so its appends cost less than the baselines' appends to a growing file. The rows \"against the naive program at the same durability\" run bench/cmd/naiveledger -batch 1 -events, the program a user writes without tidemark for one durable save a line: its output line written and synced, then one bbolt Update (resp. one Pebble batch committed with pebble.Sync) a line, timed by its events the same way.")
 	return nil
 }
 
@@ -558,20 +568,49 @@ var durableEvent = regexp.MustCompile(`^durable .*applied=(\d+)`)
 // the lines saved between them: the program's start, the store's open and
 // its close are not the saves'.
 func (r *runner) runLedgerSync(store string) (result, error) {
-	if r.ledgerBin == "" {
-		if err := r.buildPrograms(); err != nil {
-			return result{}, err
-		}
-	}
-	dir, err := os.MkdirTemp(r.work, "ledger-sync-")
+	dir, err := r.syncDir()
 	if err != nil {
 		return result{}, err
 	}
 	defer os.RemoveAll(dir)
+	return r.timeDurable("ledger run --sync", ledgerDone, 2, r.ledgerBin, "run", "--input", r.syncFile, "--data", filepath.Join(dir, "data"),
+		"--pointer-dir", dir, "--store", store, "--sync", "--events", "--progress", "none")
+}
+
+// runNaiveSync is row 7's naive program at the durability of ledger run
+// --sync: one transaction a line (-batch 1), its output line written and
+// synced before it, into a new data folder of store, over the Sync mode's
+// input, timed as runLedgerSync times ledger run (-events).
+func (r *runner) runNaiveSync(store string) (result, error) {
+	dir, err := r.syncDir()
+	if err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(dir)
+	return r.timeDurable("naiveledger -batch 1", naiveDone, 1, r.naiveBin, "-input", r.syncFile, "-data", filepath.Join(dir, "data"),
+		"-store", store, "-batch", "1", "-events")
+}
+
+// syncDir builds the programs if need be and returns a new folder for one
+// run of row 7's programs.
+func (r *runner) syncDir() (string, error) {
+	if r.ledgerBin == "" {
+		if err := r.buildPrograms(); err != nil {
+			return "", err
+		}
+	}
+	return os.MkdirTemp(r.work, "ledger-sync-")
+}
+
+// timeDurable runs bin with args, which prints a durable event (see
+// durableEvent) to stdout after each save, and times it from the first
+// event to the last, as they come, counting the lines saved between them.
+// Its summary on stderr (done; group applied of it the lines applied) must
+// say it applied the Sync mode's input.
+func (r *runner) timeDurable(what string, done *regexp.Regexp, applied int, bin string, args ...string) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, r.ledgerBin, "run", "--input", r.syncFile, "--data", filepath.Join(dir, "data"),
-		"--pointer-dir", dir, "--store", store, "--sync", "--events", "--progress", "none")
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -600,16 +639,16 @@ func (r *runner) runLedgerSync(store string) (result, error) {
 		}
 	}
 	if err := cmd.Wait(); err != nil {
-		return result{}, fmt.Errorf("ledger run --sync: %w: %s", err, lastLines(stderr.String()))
+		return result{}, fmt.Errorf("%s: %w: %s", what, err, lastLines(stderr.String()))
 	}
-	m := ledgerDone.FindStringSubmatch(stderr.String())
+	m := done.FindStringSubmatch(stderr.String())
 	if m == nil {
-		return result{}, fmt.Errorf("ledger run --sync: no summary in its output: %s", lastLines(stderr.String()))
+		return result{}, fmt.Errorf("%s: no summary in its output: %s", what, lastLines(stderr.String()))
 	}
 	// The program's events may skip a save's (they report the lines
 	// durable when they are printed): the time runs to the last one seen.
-	if n, _ := strconv.ParseInt(m[2], 10, 64); n != r.syncLines || lastN > r.syncLines || firstN == lastN {
-		return result{}, fmt.Errorf("ledger run --sync applied %d lines (durable events from %d to %d), want %d: %s", n, firstN, lastN, r.syncLines, lastLines(stderr.String()))
+	if n, _ := strconv.ParseInt(m[applied], 10, 64); n != r.syncLines || lastN > r.syncLines || firstN == lastN {
+		return result{}, fmt.Errorf("%s applied %d lines (durable events from %d to %d), want %d: %s", what, n, firstN, lastN, r.syncLines, lastLines(stderr.String()))
 	}
 	ps := cmd.ProcessState
 	return result{Lines: lastN - firstN, Seconds: last.Sub(first).Seconds(), Extra: map[string]float64{

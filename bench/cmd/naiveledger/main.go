@@ -25,7 +25,7 @@
 //
 // The databases are opened with their default options. Usage:
 //
-//	naiveledger -input ledger.csv -data DIR [-store bbolt|pebble] [-mode map|bounded] [-batch 10000]
+//	naiveledger -input ledger.csv -data DIR [-store bbolt|pebble] [-mode map|bounded] [-batch 10000] [-events]
 package main
 
 import (
@@ -51,6 +51,7 @@ func main() {
 	store := flag.String("store", "bbolt", "bbolt or pebble")
 	mode := flag.String("mode", "map", "map (every balance in memory) or bounded (only the batch's)")
 	batch := flag.Int("batch", 10000, "lines per transaction")
+	flag.BoolVar(&events, "events", false, "print `durable applied=N` to stdout after each commit, as ledger run --events does")
 	flag.Parse()
 	if *input == "" || *data == "" || *batch < 1 || (*mode != "map" && *mode != "bounded") {
 		flag.Usage()
@@ -64,6 +65,11 @@ func main() {
 	}
 	fmt.Fprintf(os.Stderr, "naiveledger: %d lines in %v\n", n, time.Since(start).Round(time.Millisecond))
 }
+
+// events is -events: a line to stdout after each commit, so that a
+// benchmark times the commits as they come (bench/cmd/benchtable's row 7
+// against ledger run --sync --events), not the program's start.
+var events bool
 
 // db is what the program needs of its database.
 type db interface {
@@ -176,6 +182,9 @@ func process(d db, input, data string, all bool, batch int) (int64, error) {
 		meta["offset"], meta["output"], meta["applied"], meta["total"] = offset, outLen, applied, total
 		if err := d.commit(changed, meta); err != nil {
 			return err
+		}
+		if events {
+			fmt.Printf("durable applied=%d\n", applied)
 		}
 		for _, a := range changed {
 			a.changed = false
