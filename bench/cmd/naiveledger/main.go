@@ -16,6 +16,15 @@
 //     output to that length (bytes of a batch whose commit never
 //     happened), and read the input on from the offset.
 //
+// With -store postgres (-dsn postgres://…), the database is PostgreSQL
+// through pgx, and the output is kept as `ledger run --store postgres://`
+// keeps it: in the database, the batch's output lines one bytea row of
+// table naive_output, written in the batch's transaction with the
+// balances (one INSERT … ON CONFLICT DO UPDATE of them all, from arrays)
+// and the meta keys; so there is no output.csv to cut back. Its tables
+// (naive_balances, naive_meta, naive_output) are made in the first schema
+// of the DSN's search_path if missing.
+//
 // So a kill loses nothing and applies nothing twice, like `ledger run`.
 // Two variants keep the balances differently:
 //
@@ -26,6 +35,7 @@
 // The databases are opened with their default options. Usage:
 //
 //	naiveledger -input ledger.csv -data DIR [-store bbolt|pebble] [-mode map|bounded] [-batch 10000] [-events]
+//	naiveledger -input ledger.csv -data DIR -store postgres -dsn postgres://USER@HOST:PORT/DB [-mode map|bounded] [-batch 10000] [-events]
 package main
 
 import (
@@ -48,17 +58,18 @@ import (
 func main() {
 	input := flag.String("input", "", "the ledger file")
 	data := flag.String("data", "", "the data folder: the database and output.csv")
-	store := flag.String("store", "bbolt", "bbolt or pebble")
+	store := flag.String("store", "bbolt", "bbolt, pebble or postgres (with -dsn)")
+	dsn := flag.String("dsn", "", "with -store postgres: the database, postgres://USER@HOST:PORT/DB")
 	mode := flag.String("mode", "map", "map (every balance in memory) or bounded (only the batch's)")
 	batch := flag.Int("batch", 10000, "lines per transaction")
 	flag.BoolVar(&events, "events", false, "print `durable applied=N` to stdout after each commit, as ledger run --events does")
 	flag.Parse()
-	if *input == "" || *data == "" || *batch < 1 || (*mode != "map" && *mode != "bounded") {
+	if *input == "" || *data == "" || *batch < 1 || (*mode != "map" && *mode != "bounded") || (*store == "postgres") != (*dsn != "") {
 		flag.Usage()
 		os.Exit(2)
 	}
 	start := time.Now()
-	n, err := run(*input, *data, *store, *mode == "map", *batch)
+	n, err := run(*input, *data, *store, *dsn, *mode == "map", *batch)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "naiveledger:", err)
 		os.Exit(1)
@@ -92,7 +103,13 @@ type account struct {
 	changed bool // in this batch
 }
 
-func run(input, data, store string, all bool, batch int) (int64, error) {
+// outputDB is a database that keeps the output itself (PostgreSQL): a
+// batch's output bytes are written in its transaction, not to output.csv.
+type outputDB interface {
+	commitWithOutput(changed []*account, meta map[string]int64, at int64, out []byte) error
+}
+
+func run(input, data, store, dsn string, all bool, batch int) (int64, error) {
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return 0, err
 	}
@@ -103,6 +120,8 @@ func run(input, data, store string, all bool, batch int) (int64, error) {
 		d, err = openBolt(filepath.Join(data, "naive.bolt"))
 	case "pebble":
 		d, err = openPebble(filepath.Join(data, "naive.pebble"))
+	case "postgres":
+		d, err = openPG(dsn)
 	default:
 		err = fmt.Errorf("unknown store %q", store)
 	}
@@ -132,17 +151,22 @@ func process(d db, input, data string, all bool, batch int) (int64, error) {
 	}
 
 	// The output: bytes past the committed length are of a batch that
-	// never committed; its lines are read again.
-	out, err := os.OpenFile(filepath.Join(data, "output.csv"), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return 0, err
-	}
-	defer out.Close()
-	if err := out.Truncate(outLen); err != nil {
-		return 0, err
-	}
-	if _, err := out.Seek(outLen, io.SeekStart); err != nil {
-		return 0, err
+	// never committed; its lines are read again. A database that keeps
+	// the output has none of those.
+	odb, outInDB := d.(outputDB)
+	var out *os.File
+	if !outInDB {
+		out, err = os.OpenFile(filepath.Join(data, "output.csv"), os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return 0, err
+		}
+		defer out.Close()
+		if err := out.Truncate(outLen); err != nil {
+			return 0, err
+		}
+		if _, err := out.Seek(outLen, io.SeekStart); err != nil {
+			return 0, err
+		}
 	}
 
 	balances := make(map[string]*account)
@@ -171,16 +195,24 @@ func process(d db, input, data string, all bool, batch int) (int64, error) {
 	inBatch := 0
 	var lines int64
 	commit := func() error {
-		if _, err := out.Write(buf); err != nil {
-			return err
-		}
-		if err := out.Sync(); err != nil {
-			return err
+		at := outLen
+		if !outInDB {
+			if _, err := out.Write(buf); err != nil {
+				return err
+			}
+			if err := out.Sync(); err != nil {
+				return err
+			}
 		}
 		outLen += int64(len(buf))
-		buf = buf[:0]
 		meta["offset"], meta["output"], meta["applied"], meta["total"] = offset, outLen, applied, total
-		if err := d.commit(changed, meta); err != nil {
+		if outInDB {
+			err = odb.commitWithOutput(changed, meta, at, buf)
+		} else {
+			err = d.commit(changed, meta)
+		}
+		buf = buf[:0]
+		if err != nil {
 			return err
 		}
 		if events {
