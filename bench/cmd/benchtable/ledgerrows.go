@@ -36,9 +36,10 @@ import (
 // `ledger run --store` and `naiveledger -store`.
 type ledgerStore struct{ row, store string }
 
-// ledgerStores are the stores the ledger rows run. A store of the
-// scale-out issue joins with its own row.
-var ledgerStores = []ledgerStore{{"5", "bbolt"}, {"6", "pebble"}}
+// ledgerStores are the stores the ledger rows run. The PostgreSQL store
+// of the scale-out issue has row 20 (pgrows.go): each program's state in
+// a schema of its own on a server the bench starts.
+var ledgerStores = []ledgerStore{{"5", "bbolt"}, {"6", "pebble"}, {pgRow, state.Postgres}}
 
 // ledgerScale is one number of accounts of the ledger rows.
 type ledgerScale struct {
@@ -140,10 +141,12 @@ func (r *runner) buildPrograms() error {
 }
 
 // ledgerLine is one program's lineage at one store and scale: its input
-// and its data folder, and the lines its input holds.
+// and its data folder, and the lines its input holds; with the PostgreSQL
+// store, the DSN of its schema.
 type ledgerLine struct {
 	input, data string
 	lines       int64
+	dsn         string
 }
 
 // appendLines appends n new lines over accounts accounts to l's input.
@@ -162,8 +165,8 @@ func (l *ledgerLine) appendLines(n int64, accounts int, seed uint64) error {
 	return err
 }
 
-// wantsLedger reports whether a ledger row runs: 5, 6, or the rows that
-// join them (10, 14).
+// wantsLedger reports whether a ledger row runs: 5, 6, 20, or the rows
+// that join them (10, 14).
 func (r *runner) wantsLedger() bool {
 	want := r.wants("10") || r.wants("14")
 	for _, ls := range ledgerStores {
@@ -191,13 +194,19 @@ func (r *runner) ledgerRows(t *table) error {
 		}
 	}
 	for _, ls := range ledgerStores {
-		if !r.wants(ls.row) && !r.wants("10") && !r.wants("14") {
+		if !r.wants(ls.row) && !r.wants("10") && (!r.wants("14") || ls.store == state.Postgres) {
 			continue
 		}
 		for _, sc := range r.ledgerScales() {
+			if ls.store == state.Postgres && sc.preload {
+				continue // row 20 runs at 20 and 10,000 accounts (pgrows.go)
+			}
 			if err := r.ledgerScale(t, ls, sc); err != nil {
 				return err
 			}
+		}
+		if ls.store == state.Postgres && pgServer.version != "" {
+			t.note(ls.row, pgNote())
 		}
 	}
 	return nil
@@ -228,6 +237,15 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 		in := filepath.Join(r.work, fmt.Sprintf("ledger-%d.csv", sc.accounts))
 		tm.input, nv.input = in, in
 		tm.lines, nv.lines = sc.lines, sc.lines
+	}
+	if ls.store == state.Postgres {
+		var err error
+		if tm.dsn, err = r.pgSchema(fmt.Sprintf("bench_tidemark_%d", sc.accounts)); err != nil {
+			return err
+		}
+		if nv.dsn, err = r.pgSchema(fmt.Sprintf("bench_naive_%d", sc.accounts)); err != nil {
+			return err
+		}
 	}
 	label := fmt.Sprintf("%s, %s accounts", ls.store, fmtCount(int64(sc.accounts)))
 	if sc.preload {
@@ -298,7 +316,7 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 		t.rate(ls.row, "ledger run (with output.csv) as it runs by default, saves of up to 40,000 lines while one is written (--max-batch 0), "+lines+"; against the naive program, every balance in a map (not a goal: the naive program's saves are 10,000 lines)", g, res["map"], "naive, map", 0)
 	}
 	t.ledgerPoint(ls.store, sc.accounts, tmr, res["tidemark-cache"], res["map"], res["bounded"])
-	if sc.preload {
+	if sc.preload || ls.store == state.Postgres {
 		var parts []string
 		for _, v := range variants {
 			if x := res[v.key]; x.ok() {
@@ -527,11 +545,17 @@ func fixedRate(v float64) *runs {
 	return &runs{res: []result{{Lines: int64(v), Seconds: 1}}}
 }
 
-// resetLedger removes a data folder and the input's pointer file, for a
-// run from the input's start.
+// resetLedger removes a data folder and the input's pointer file (and
+// empties the lineage's PostgreSQL schema), for a run from the input's
+// start.
 func resetLedger(l *ledgerLine) error {
 	if err := os.RemoveAll(l.data); err != nil {
 		return err
+	}
+	if l.dsn != "" {
+		if err := resetSchema(l.dsn); err != nil {
+			return err
+		}
 	}
 	return removePointer(l.input)
 }
@@ -556,6 +580,9 @@ func whereTimeGoes(r result) string {
 	s := fmt.Sprintf("%.1f µs of CPU a line, on a CPU %.0f %% of its run", cpu*1e6/lines, 100*cpu/max(r.Seconds, 1e-9))
 	if n := r.Extra["saves"]; n > 0 {
 		s += fmt.Sprintf(", %s lines a save", fmtCount(int64(lines/n+0.5)))
+	}
+	if c, ok := r.Extra["server_cpu_seconds"]; ok {
+		s += fmt.Sprintf(", and %.1f µs of the PostgreSQL server's CPU a line", c*1e6/lines)
 	}
 	return s
 }
@@ -589,21 +616,33 @@ func balancesFor(store string, accounts int) int64 {
 func (r *runner) runLedger(v ledgerVariant, store string, l *ledgerLine, want, cache int64) (result, error) {
 	var bin string
 	var args []string
+	// ledger run's --store: the backend, or the lineage's database.
+	db := store
+	if l.dsn != "" {
+		db = l.dsn
+	}
 	switch v {
 	case variantTidemark:
-		bin, args = r.ledgerBin, []string{"run", "--input", l.input, "--data", l.data, "--store", store, "--progress", "none", "--max-batch", naiveBatch}
+		bin, args = r.ledgerBin, []string{"run", "--input", l.input, "--data", l.data, "--store", db, "--progress", "none", "--max-batch", naiveBatch}
 	case variantTidemarkGrow:
-		bin, args = r.ledgerBin, []string{"run", "--input", l.input, "--data", l.data, "--store", store, "--progress", "none"}
+		bin, args = r.ledgerBin, []string{"run", "--input", l.input, "--data", l.data, "--store", db, "--progress", "none"}
 	case variantTidemarkCache:
-		bin, args = r.ledgerBin, []string{"run", "--input", l.input, "--data", l.data, "--store", store, "--progress", "none", "--max-batch", naiveBatch, "--cache-size", strconv.FormatInt(cache, 10)}
+		bin, args = r.ledgerBin, []string{"run", "--input", l.input, "--data", l.data, "--store", db, "--progress", "none", "--max-batch", naiveBatch, "--cache-size", strconv.FormatInt(cache, 10)}
 	case variantTidemarkCheck:
-		bin, args = r.ledgerBin, []string{"run", "--input", l.input, "--data", l.data, "--store", store, "--progress", "none", "--verify-max-bytes", strconv.FormatInt(1<<50, 10)}
+		bin, args = r.ledgerBin, []string{"run", "--input", l.input, "--data", l.data, "--store", db, "--progress", "none", "--verify-max-bytes", strconv.FormatInt(1<<50, 10)}
 	default:
 		bin, args = r.naiveBin, []string{"-input", l.input, "-data", l.data, "-store", store, "-mode", v.key}
+		if l.dsn != "" {
+			args = append(args, "-dsn", l.dsn)
+		}
 	}
+	pgBefore := r.pgServerCPU(l)
 	res, stderr, err := r.runProc(bin, args)
 	if err != nil {
 		return res, err
+	}
+	if l.dsn != "" {
+		res.Extra["server_cpu_seconds"] = r.pgServerCPU(l) - pgBefore
 	}
 	tidemark := v.tidemark() || v == variantTidemarkCheck
 	re := naiveDone

@@ -20,6 +20,8 @@ import (
 	"runtime/trace"
 	"strings"
 	"time"
+
+	"github.com/tidemark-go/tidemark/internal/pgtest"
 )
 
 func main() {
@@ -73,12 +75,25 @@ func main() {
 		cfg.command += " " + strings.Join(os.Args[1:], " ")
 	}
 	start := time.Now()
-	if err := run(cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "benchtable:", err)
-		os.Exit(1)
+	// Row 20's PostgreSQL server, started at its first use, is stopped
+	// and removed once run returns, on an error too (see pgrows.go).
+	code := pgtest.Main(runFunc(func() int {
+		if err := run(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "benchtable:", err)
+			return 1
+		}
+		return 0
+	})).Run()
+	if code == 0 {
+		fmt.Fprintf(os.Stderr, "benchtable: done in %v\n", time.Since(start).Round(time.Second))
 	}
-	fmt.Fprintf(os.Stderr, "benchtable: done in %v\n", time.Since(start).Round(time.Second))
+	os.Exit(code)
 }
+
+// runFunc is the table's run as pgtest.Main takes it.
+type runFunc func() int
+
+func (f runFunc) Run() int { return f() }
 
 // startOutput creates path and starts writing a profile or trace into it
 // with start; it exits the process when it cannot.
