@@ -314,6 +314,9 @@ func preparePGRun(ctx context.Context, dir, flag string, set bool, stderr func(f
 		r.folder = &pgFolder{Store: newPGStoreName(dir), Database: r.dsn.recorded()}
 	}
 	h, err := probePG(ctx, r.dsn, r.folder.Store)
+	if err != nil && folder != nil && !set {
+		err = fmt.Errorf("%w (the database %s records; it keeps no password: give it with PGPASSWORD or ~/.pgpass, or give --store)", err, filepath.Join(dir, pgFolderFile))
+	}
 	if err != nil {
 		return fail(err)
 	}

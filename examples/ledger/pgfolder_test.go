@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,7 +165,7 @@ func TestPostgresFileMistakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendFile(t, input, more)
-	// 2,000 lines at 5 ms each: 10 s, longer than check waits for a live
+	// 2,000 lines at 5 ms each: 10 s, longer than an open waits for a live
 	// lease (the lease, 1 s, and 5 s).
 	c, err := startChild(exe, append(pgArgs, "--pace", "5ms"), filepath.Join(dir, "paced.log"))
 	if err != nil {
@@ -177,11 +178,35 @@ func TestPostgresFileMistakes(t *testing.T) {
 	if code == 0 || !strings.Contains(errs, "in use by another ledger process") {
 		t.Errorf("a second run on the folder: exit %d, want the folder's lock:\n%s%s", code, out, errs)
 	}
-	start := time.Now()
-	if code, _, errs := runMain("check", "--input", input, "--data", pgData); code == 0 || !strings.Contains(errs, "a ledger run holds the store") {
-		t.Errorf("check while a run holds the store: exit %d: %s", code, errs)
+	// A copy of the folder names the same store: a run on it, and a check,
+	// while the first run holds the store's lease, wait for the lease
+	// (1 s and 5 s), then fail naming its owner. Both at once.
+	copied := filepath.Join(dir, "copied")
+	if err := os.MkdirAll(copied, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("check refused after %v", time.Since(start).Round(time.Millisecond))
+	if b, err := os.ReadFile(filepath.Join(pgData, pgFolderFile)); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(filepath.Join(copied, pgFolderFile), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	checked := make(chan string, 1)
+	go func() {
+		code, _, errs := runMain("check", "--input", input, "--data", pgData)
+		checked <- fmt.Sprintf("exit %d: %s", code, errs)
+	}()
+	code, out, errs = runMain("run", "--input", input, "--data", copied, "--pointer-dir", filepath.Join(dir, "pc"), "--progress", "none")
+	if code == 0 || !strings.Contains(errs, "owned by") || !strings.Contains(errs, "is leased by") {
+		t.Errorf("a run on a copy of the folder while the first holds the store: exit %d, want the lease's owner:\n%s%s", code, out, errs)
+	}
+	if res := <-checked; !strings.Contains(res, "a ledger run holds the store") || strings.HasPrefix(res, "exit 0") {
+		t.Errorf("check while a run holds the store: %s", res)
+	}
+	t.Logf("the run on the copy and the check refused after %v", time.Since(start).Round(time.Millisecond))
+	if c.exitedNow() {
+		t.Fatalf("the paced run ended before the refusals were seen: they prove nothing: %v", c.wait(childTimeout))
+	}
 	c.kill()
 	// The restart waits for the killed run's lease, says so, and ends the
 	// ledger exactly.

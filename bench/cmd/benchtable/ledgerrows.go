@@ -184,22 +184,16 @@ func (r *runner) ledgerRows(t *table) error {
 	if r.buildErr != nil {
 		return r.buildErr
 	}
-	for _, sc := range r.ledgerScales() {
-		if !sc.preload {
-			// One input for every store and program.
-			in := filepath.Join(r.work, fmt.Sprintf("ledger-%d.csv", sc.accounts))
-			if err := genFile(in, func(f *os.File) error { return bench.GenAccounts(f, int(sc.lines), sc.accounts, 1, 1) }); err != nil {
-				return err
-			}
-		}
-	}
 	for _, ls := range ledgerStores {
 		if !r.wants(ls.row) && !r.wants("10") && (!r.wants("14") || ls.store == state.Postgres) {
 			continue
 		}
 		for _, sc := range r.ledgerScales() {
-			if ls.store == state.Postgres && sc.preload {
-				continue // row 20 runs at 20 and 10,000 accounts (pgrows.go)
+			if ls.store == state.Postgres {
+				if sc.preload {
+					continue // row 20 runs at 20 and 10,000 accounts (pgrows.go)
+				}
+				sc.lines = min(sc.lines, pgMaxLines)
 			}
 			if err := r.ledgerScale(t, ls, sc); err != nil {
 				return err
@@ -234,7 +228,13 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 	tm := &ledgerLine{input: filepath.Join(dir, "tidemark.csv"), data: filepath.Join(dir, "tidemark")}
 	nv := &ledgerLine{input: filepath.Join(dir, "naive.csv"), data: filepath.Join(dir, "naive")}
 	if !sc.preload {
-		in := filepath.Join(r.work, fmt.Sprintf("ledger-%d.csv", sc.accounts))
+		// One input for every store and program at sc, made by the first.
+		in := filepath.Join(r.work, fmt.Sprintf("ledger-%d-%d.csv", sc.accounts, sc.lines))
+		if _, err := os.Stat(in); err != nil {
+			if err := genFile(in, func(f *os.File) error { return bench.GenAccounts(f, int(sc.lines), sc.accounts, 1, 1) }); err != nil {
+				return err
+			}
+		}
 		tm.input, nv.input = in, in
 		tm.lines, nv.lines = sc.lines, sc.lines
 	}
