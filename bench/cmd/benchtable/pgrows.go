@@ -101,7 +101,10 @@ func pgFind(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // resetSchema empties the schema of dsn (its search_path): a lineage's
-// run from the input's start finds no table of the one before.
+// run from the input's start finds no table of the one before. Then a
+// checkpoint, so that the writes of the runs before are on disk and their
+// bill (the checkpointer's CPU and syncs) does not land on the next run;
+// a server that refuses it (a role without pg_checkpoint) is left as is.
 func resetSchema(dsn string) error {
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -119,6 +122,7 @@ func resetSchema(dsn string) error {
 		if _, err := conn.Exec(ctx, "CREATE SCHEMA "+id); err != nil {
 			return fmt.Errorf("reset schema %s: %w", schema, err)
 		}
+		_, _ = conn.Exec(ctx, "CHECKPOINT")
 		return nil
 	})
 }
