@@ -821,12 +821,23 @@ func (c *pgCache) commit(ws []write) {
 	c.trim()
 }
 
-// put sets key's entry. c.mu held.
+// put sets key's entry. c.mu held. A value of the same length as the
+// cached one is written over it in place (get hands out copies): a
+// balance changed by each commit costs no allocation and no map write
+// (deleting and adding every key of a commit, each with a new key string
+// and value, was 17 % of ledger run's CPU at 10,000 accounts).
 func (c *pgCache) put(k, v []byte, ok bool) {
 	if c.m == nil {
 		c.m = make(map[string]pgCached)
 	}
-	c.drop(k)
+	if e, found := c.m[string(k)]; found {
+		if ok && e.ok && len(e.v) == len(v) {
+			copy(e.v, v)
+			return
+		}
+		c.bytes -= len(k) + len(e.v) + pgCacheOverhead
+		delete(c.m, string(k))
+	}
 	e := pgCached{ok: ok}
 	if ok {
 		e.v = append(make([]byte, 0, len(v)), v...)
