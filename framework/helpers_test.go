@@ -281,6 +281,15 @@ func (p *recProc) all() []got {
 	return append([]got(nil), p.got...)
 }
 
+// seqsOf returns the sequence numbers of the lines p handled, in order.
+func seqsOf(p *recProc) []uint64 {
+	var out []uint64
+	for _, g := range p.all() {
+		out = append(out, g.d.Seq)
+	}
+	return out
+}
+
 // statusProc is a recProc that also takes status events.
 type statusProc struct{ recProc }
 

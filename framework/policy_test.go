@@ -220,61 +220,68 @@ func TestProcessorPanicIsAnError(t *testing.T) {
 	require.Equal(t, 4, p.count())
 }
 
-// Panics in the middle of a batch, in the first of two processors of a
-// group: the panicking line goes through the policy (here a retry that
-// succeeds, or a skip) for that processor only; the other processor still
-// gets it, and the rest of the batch runs in order, once.
+// Panics in the middle of a batch, in a group's only processor (the group's
+// loop for one processor) or in the first of two: each panicking line goes
+// through the policy (here a retry that succeeds, or a skip) for that
+// processor only; the other processor still gets it, the rest of the batch
+// runs in order, once, and the pointer reaches the end of the batch (every
+// line counts as finished, the skipped ones too). The panics fall on the
+// first and the last line of the batch, and on two lines in a row.
 func TestPanicsMidBatchResumeTheBatch(t *testing.T) {
-	src := newMemSource(20)
-	var mu sync.Mutex
-	tries := map[uint64]int{}
-	var rejected []uint64
-	a := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d tidemark.Delivery, _ []byte) error {
-		mu.Lock()
-		tries[d.Seq]++
-		n := tries[d.Seq]
-		mu.Unlock()
-		switch {
-		case d.Seq == 4 && n == 1: // panics once: the retry succeeds
-			panic("transient")
-		case d.Seq == 9 || d.Seq == 15: // panics every time: skipped
-			panic(fmt.Sprintf("bad line %d", d.Seq))
-		}
-		return nil
-	}}
-	b := &recProc{feeds: []string{"orders"}}
-	pol := framework.FailurePolicy{Retries: 1, Backoff: time.Millisecond, OnReject: func(r framework.Rejection) {
-		mu.Lock()
-		rejected = append(rejected, r.Delivery.Seq)
-		mu.Unlock()
-	}}
-	s := startServer(t, failCfg(src, pol, framework.GroupConfig{Name: "g", Processors: []string{"a", "b"}}), framework.Processors{"a": a, "b": b})
-	settle(t, s, "orders")
-	waitFor(t, "commit of the last line", func() bool { return src.committedPos() == src.pos(20) })
-	seqs := func(p *recProc) []uint64 {
-		var out []uint64
-		for _, g := range p.all() {
-			out = append(out, g.d.Seq)
-		}
-		return out
+	for _, two := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one processor", true: "two processors"}[two], func(t *testing.T) {
+			src := newMemSource(20)
+			var mu sync.Mutex
+			tries := map[uint64]int{}
+			var rejected []uint64
+			a := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d tidemark.Delivery, _ []byte) error {
+				mu.Lock()
+				tries[d.Seq]++
+				n := tries[d.Seq]
+				mu.Unlock()
+				switch {
+				case (d.Seq == 1 || d.Seq == 4) && n == 1: // panics once: the retry succeeds
+					panic("transient")
+				case d.Seq == 9 || d.Seq == 10 || d.Seq == 20: // panics every time: skipped
+					panic(fmt.Sprintf("bad line %d", d.Seq))
+				}
+				return nil
+			}}
+			b := &recProc{feeds: []string{"orders"}}
+			pol := framework.FailurePolicy{Retries: 1, Backoff: time.Millisecond, OnReject: func(r framework.Rejection) {
+				mu.Lock()
+				rejected = append(rejected, r.Delivery.Seq)
+				mu.Unlock()
+			}}
+			gc, procs := grp("g", "a"), framework.Processors{"a": a}
+			if two {
+				gc, procs = grp("g", "a", "b"), framework.Processors{"a": a, "b": b}
+			}
+			s := startServer(t, failCfg(src, pol, gc), procs)
+			settle(t, s, "orders")
+			waitFor(t, "commit of the last line", func() bool { return src.committedPos() == src.pos(20) })
+			var wantA, wantB []uint64
+			for i := uint64(1); i <= 20; i++ {
+				wantB = append(wantB, i)
+				if i != 9 && i != 10 && i != 20 {
+					wantA = append(wantA, i)
+				}
+			}
+			require.Equal(t, wantA, seqsOf(a), "a handled every line once, in order, but the skipped ones")
+			if two {
+				require.Equal(t, wantB, seqsOf(b), "b handled every line once, in order")
+			}
+			st := status(t, s, "orders")
+			require.EqualValues(t, 3, st.Skipped)
+			require.EqualValues(t, 8, st.Failed, "lines 1 and 4 once, lines 9, 10 and 20 twice each")
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, []uint64{9, 10, 20}, rejected)
+			require.Equal(t, 2, tries[1])
+			require.Equal(t, 2, tries[4])
+			require.Equal(t, 1, tries[5])
+		})
 	}
-	var wantA, wantB []uint64
-	for i := uint64(1); i <= 20; i++ {
-		wantB = append(wantB, i)
-		if i != 9 && i != 15 {
-			wantA = append(wantA, i)
-		}
-	}
-	require.Equal(t, wantA, seqs(a), "a handled every line once, in order, but the skipped ones")
-	require.Equal(t, wantB, seqs(b), "b handled every line once, in order")
-	st := status(t, s, "orders")
-	require.EqualValues(t, 2, st.Skipped)
-	require.EqualValues(t, 5, st.Failed, "line 4 once, lines 9 and 15 twice each")
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, []uint64{9, 15}, rejected)
-	require.Equal(t, 2, tries[4])
-	require.Equal(t, 1, tries[5])
 }
 
 // The retry back-off sleeps only its own group, and a clean stop cuts it

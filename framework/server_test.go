@@ -330,3 +330,30 @@ func TestStopReportsFailedFinalCommit(t *testing.T) {
 	require.ErrorContains(t, err, "pointer write failed")
 	require.Equal(t, int64(0), src.committedPos())
 }
+
+// A processor that subscribes while its group is in the middle of a batch
+// gets the lines from the next one on, in that batch too; the one already
+// subscribed keeps getting every line once. (The source has the 20 lines
+// from the start, and its first poll hands them all: one batch.)
+func TestProcessorJoiningMidBatchGetsTheNextLine(t *testing.T) {
+	src := newMemSource(20)
+	var bfc *framework.Context
+	b := &recProc{startFn: func(fc *framework.Context) error { bfc = fc; return nil }}
+	a := &recProc{feeds: []string{"orders"}, handle: func(_ context.Context, d tidemark.Delivery, _ []byte) error {
+		if d.Seq == 5 {
+			return bfc.Subscribe("orders")
+		}
+		return nil
+	}}
+	s := startServer(t, oneFeed(src, grp("g", "a", "b")), framework.Processors{"a": a, "b": b})
+	settle(t, s, "orders")
+	var wantA, wantB []uint64
+	for i := uint64(1); i <= 20; i++ {
+		wantA = append(wantA, i)
+		if i > 5 {
+			wantB = append(wantB, i)
+		}
+	}
+	require.Equal(t, wantA, seqsOf(a))
+	require.Equal(t, wantB, seqsOf(b), "b gets the lines after the one during which it subscribed")
+}
