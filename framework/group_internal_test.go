@@ -2,10 +2,24 @@ package framework
 
 import (
 	"context"
+	"reflect"
 	"testing"
 
 	"github.com/tidemark-go/tidemark"
 )
+
+// poll writes each field of a line's Delivery in place, one by one, in a
+// batch it recycles: a field it does not write would keep the value of an
+// earlier line.
+func TestPollWritesEveryDeliveryField(t *testing.T) {
+	var names []string
+	for f := range reflect.TypeFor[tidemark.Delivery]().Fields() {
+		names = append(names, f.Name)
+	}
+	if want := []string{"Feed", "File", "Epoch", "Position", "Seq", "Origin"}; !reflect.DeepEqual(names, want) {
+		t.Fatalf("tidemark.Delivery has the fields %v, feedRunner.poll writes %v: write the new ones in poll's loop too, then update this list", names, want)
+	}
+}
 
 // nopProc is a processor that does nothing.
 type nopProc struct{ n uint64 }
