@@ -385,15 +385,18 @@
 // Apply, the commits included) is about 0.45 µs of CPU at batch 10000 and
 // 100 balances (BenchmarkApplyLedger, at a load of 15); `ledger run` as a
 // whole (reading, framing, the group's loop, parsing, the output line)
-// costs about 0.95 µs a line at 20 accounts (5,000,000 lines, bbolt, 4.7 s
-// of CPU at a load of 15; 1.4 µs before 2026-12-01 19:00), and with 10,000
-// accounts, whose batches change thousands of keys each, about 3.2 µs
-// (16 s of CPU at a load of 6-10; 4.1 µs before 2026-12-01 21:00), of which
-// the committer's half (bbolt's Put and commit, the sort of the keys, the
-// fold into the value cache) runs on its own goroutine. A commit's writes
-// are sorted by the store (writeOrder: the bytes a group of keys shares
-// skipped, the next 8 compared as one integer), so that the backend gets
-// its keys in order.
+// costs about 0.35-0.4 µs of CPU a line at 20 accounts and 1.1-1.3 µs with
+// 10,000 accounts, whose batches change thousands of keys each (bbolt and
+// Pebble, 5,000,000 lines, --max-batch 10000, bench/cmd/benchtable's CPU a
+// line, 2026-12-04, load 1.0-3.4; the program the bench compares it with,
+// which keeps its balances in a map, 0.2 and 0.7-0.9 µs). At 20 accounts
+// the group's goroutine runs 93 % of the time (a runtime trace): the rate
+// is the group's CPU a line. With 10,000 accounts the committer's part
+// (bbolt's Put and commit, the sort of the keys, the fold into the value
+// cache) runs on its own goroutine beside it, and the two cores are the
+// bound. A commit's writes are sorted by the store (writeOrder: the bytes
+// a group of keys shares skipped, the next 8 ranked by radix), so that the
+// backend gets its keys in order.
 //
 // A batch costs one durable commit (for bbolt two syncs, plus one of each
 // output file written), so the throughput grows with the batch until staging
