@@ -757,7 +757,11 @@ func (c *pgCache) split(ws []write) (ins, ups, dels []int) {
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(ws[a].key, ws[b].key) })
+	// The committer hands the writes sorted (writeOrder): sorted again
+	// only when they are not.
+	if !slices.IsSortedFunc(ws, func(a, b write) int { return bytes.Compare(a.key, b.key) }) {
+		slices.SortFunc(order, func(a, b int) int { return bytes.Compare(ws[a].key, ws[b].key) })
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, i := range order {

@@ -529,3 +529,27 @@ func BenchmarkPgCacheCommit(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ws)), "ns/key")
 }
+
+// pgCache.split puts the writes in key order whether or not they come
+// sorted, and divides them by what the cache knows.
+func TestPgCacheSplitOrders(t *testing.T) {
+	c := &pgCache{max: 1 << 20, complete: true}
+	c.put([]byte("d-b"), []byte("1"), true)
+	ws := []write{{key: []byte("d-c"), val: []byte("3")}, {key: []byte("d-a"), del: true}, {key: []byte("d-b"), val: []byte("2")}, {key: []byte("d-d"), val: []byte("4")}}
+	for _, order := range [][]int{{0, 1, 2, 3}, {1, 2, 0, 3}} {
+		in := make([]write, len(ws))
+		for i, j := range order {
+			in[i] = ws[j]
+		}
+		ins, ups, dels := c.split(in)
+		keys := func(idx []int) (s []string) {
+			for _, i := range idx {
+				s = append(s, string(in[i].key))
+			}
+			return s
+		}
+		if got := fmt.Sprint(keys(ins), keys(ups), keys(dels)); got != "[d-c d-d] [d-b] [d-a]" {
+			t.Errorf("writes in the order %v: split into %s, want [d-c d-d] [d-b] [d-a]", order, got)
+		}
+	}
+}
