@@ -449,9 +449,29 @@ func (r *runner) rows1to3(t *table) error {
 		t.rate("2", "feed → one group → no-op processor, Pause; "+p.label, nop1, sh.bufio, "bufio.ReadSlice loop", 0.25)
 		if nop4 != nil {
 			t.rate("3", "feed → four groups (fan-out), no-op; "+p.label, nop4, nop1, "row 2, same policy", 0.7)
+			if nop1.ok() && nop4.ok() {
+				t.note("3", fanoutCPU(p.label, nop1, nop4))
+			}
 		}
 	}
 	return nil
+}
+
+// cpuPerLine is the median CPU time a line of x's runs (user and system,
+// the whole process), in ns.
+func (x *runs) cpuPerLine() float64 {
+	return median(x.each(func(r result) float64 { return r.Extra["cpu_seconds"] * 1e9 / float64(max(r.Lines, 1)) }))
+}
+
+// fanoutCPU says what the CPU time of row 3 shows: what each group past
+// the first costs a line, and the ratio of rows 2 and 3's CPU times, which
+// row 3's ratio comes down to when the machine has no core to spare for
+// the other groups (a loaded machine: both rows then take about as long
+// as their CPU time).
+func fanoutCPU(label string, one, four *runs) string {
+	c1, c4 := one.cpuPerLine(), four.cpuPerLine()
+	return fmt.Sprintf("Row 3 CPU a line (%s; all threads, median): one group %.0f ns, four groups %.0f ns: each group past the first adds %.1f ns. On a machine without a core to spare, row 3's ratio comes down to that of the CPU times, %.2f.",
+		label, c1, c4, (c4-c1)/3, c1/max(c4, 1e-9))
 }
 
 func (r *runner) row4(t *table) error {
