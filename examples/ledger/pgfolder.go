@@ -104,6 +104,9 @@ func readPGFolder(dir string) (*pgFolder, error) {
 			f.Database = v
 		}
 	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w: the file is damaged; it names the folder's PostgreSQL store (%s…): write it again with the store's name and its database's DSN", path, err, pgStorePrefix)
+	}
 	if f.Store == "" || f.Database == "" {
 		return nil, fmt.Errorf("%s: no store= or database= line: the file is damaged; it names the folder's PostgreSQL store (%s…): write it again with the store's name and its database's DSN", path, pgStorePrefix)
 	}

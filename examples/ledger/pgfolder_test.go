@@ -234,3 +234,53 @@ func TestPostgresOutputOfBoltFolder(t *testing.T) {
 		t.Fatalf("output: exit %d, %d bytes, want %d: %s", code, len(out), len(want), errs)
 	}
 }
+
+// FuzzReadPGFolder: a data folder's POSTGRES file, whatever its bytes,
+// reads as a store and a database, or as an error; never a panic, never
+// an empty name. What it reads is written back (writePGFolder) and read
+// again the same.
+func FuzzReadPGFolder(f *testing.F) {
+	f.Add([]byte("# tidemark ledger\nstore=ledger-file/data/0123456789abcdef\ndatabase=postgres://u@h:5432/db\n"))
+	f.Add([]byte("store=a=b\r\ndatabase=\nstore=\ndatabase=x"))
+	f.Add([]byte("database=postgres://u@h/db?sslmode=disable\nstore= spaced \nother=1\nnoequals\n"))
+	f.Add([]byte("store=x\n" + strings.Repeat("y", 70000) + "\ndatabase=z\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, pgFolderFile), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		pf, err := readPGFolder(dir)
+		if err != nil {
+			if pf != nil {
+				t.Fatalf("readPGFolder(%q): %+v with the error %v", data, pf, err)
+			}
+			return
+		}
+		if pf == nil || pf.Store == "" || pf.Database == "" || strings.ContainsAny(pf.Store+pf.Database, "\n") {
+			t.Fatalf("readPGFolder(%q) = %+v: want a store and a database, each one line", data, pf)
+		}
+		if strings.HasSuffix(pf.Store, "\r") || strings.HasSuffix(pf.Database, "\r") {
+			return // a line's \r is read as its end: written back, it is lost
+		}
+		if err := writePGFolder(dir, pf); err != nil {
+			t.Fatal(err)
+		}
+		again, err := readPGFolder(dir)
+		if err != nil || *again != *pf {
+			t.Fatalf("readPGFolder(%q) = %+v; written back and read again: %+v, %v", data, pf, again, err)
+		}
+	})
+}
+
+// A POSTGRES file with a line too long to read is damaged, even when its
+// store and database came before it.
+func TestReadPGFolderLongLine(t *testing.T) {
+	dir := t.TempDir()
+	data := "store=ledger-file/d/00\ndatabase=postgres://u@h/db\n" + strings.Repeat("x", 70000) + "\n"
+	if err := os.WriteFile(filepath.Join(dir, pgFolderFile), []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if pf, err := readPGFolder(dir); err == nil || !strings.Contains(err.Error(), "damaged") {
+		t.Fatalf("readPGFolder of a file with a line of 70,000 bytes: %+v, %v; want the error of a damaged file", pf, err)
+	}
+}
