@@ -80,7 +80,16 @@ func (Int64) codecName() string { return "int64" }
 
 // add adds delta to the value of key in place (see Tx.addInt64).
 func (Int64) add(tx *Tx, bi *bucketInfo, key []byte, delta int64) (int64, error) {
+	n, _, err := tx.addInt64(bi, key, delta)
+	return n, err
+}
+
+func (Int64) addEntry(tx *Tx, bi *bucketInfo, key []byte, delta int64) (int64, *entry, error) {
 	return tx.addInt64(bi, key, delta)
+}
+
+func (Int64) addAt(tx *Tx, bi *bucketInfo, key []byte, e *entry, delta int64) (int64, error) {
+	return tx.addAt(bi, key, e, delta)
 }
 
 // Uint64 encodes a uint64 in 8 bytes, big-endian, as a key and as a value.
@@ -111,7 +120,17 @@ func (Uint64) codecName() string { return "uint64" }
 // add adds delta to the value of key in place, wrapping around as Go's
 // uint64 does (the same bits as an int64 addition).
 func (Uint64) add(tx *Tx, bi *bucketInfo, key []byte, delta uint64) (uint64, error) {
-	n, err := tx.addInt64(bi, key, int64(delta))
+	n, _, err := tx.addInt64(bi, key, int64(delta))
+	return uint64(n), err
+}
+
+func (Uint64) addEntry(tx *Tx, bi *bucketInfo, key []byte, delta uint64) (uint64, *entry, error) {
+	n, e, err := tx.addInt64(bi, key, int64(delta))
+	return uint64(n), e, err
+}
+
+func (Uint64) addAt(tx *Tx, bi *bucketInfo, key []byte, e *entry, delta uint64) (uint64, error) {
+	n, err := tx.addAt(bi, key, e, int64(delta))
 	return uint64(n), err
 }
 
@@ -189,4 +208,9 @@ func codecName(c any) string {
 // in place: [Int64] and [Uint64].
 type adder[V any] interface {
 	add(tx *Tx, bi *bucketInfo, key []byte, delta V) (V, error)
+	// addEntry is add that also returns the staging batch's entry of
+	// key, nil if it failed (see Counter).
+	addEntry(tx *Tx, bi *bucketInfo, key []byte, delta V) (V, *entry, error)
+	// addAt is add of the key whose entry in the staging batch is e.
+	addAt(tx *Tx, bi *bucketInfo, key []byte, e *entry, delta V) (V, error)
 }

@@ -147,3 +147,45 @@ func ExampleOpen_errors() {
 	// true
 	// true
 }
+
+// A Counter is a key that every line adds to: the count of lines applied
+// and the sum of their amounts, beside each account's balance.
+func ExampleCounter() {
+	dir, _ := os.MkdirTemp("", "state-counter")
+	defer os.RemoveAll(dir)
+	st, err := state.Open("pebble:"+filepath.Join(dir, "state"), &state.Options{Unbound: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
+	var (
+		balances = state.NewTable("balances", state.String{}, state.Int64{})
+		totals   = state.NewTable("", state.String{}, state.Int64{})
+		lines    = totals.Counter("lines")
+		sum      = totals.Counter("sum")
+	)
+	ns := st.Namespace("ledger")
+	for i, amount := range []int64{100, -30, 55} {
+		d := tidemark.Delivery{Feed: "orders", Epoch: 1, Position: int64(i+1) * 10}
+		if _, err := ns.Apply(context.Background(), d, func(tx *state.Tx) error {
+			if _, err := balances.Add(tx, "alice", amount); err != nil {
+				return err
+			}
+			if _, err := lines.Add(tx, 1); err != nil {
+				return err
+			}
+			_, err := sum.Add(tx, amount)
+			return err
+		}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	ns.View(func(tx *state.Tx) error {
+		n, _ := lines.Get(tx)
+		total, _, _ := totals.Get(tx, "sum") // the table reads the same value
+		fmt.Println("lines", n, "sum", total)
+		return nil
+	})
+	// Output:
+	// lines 3 sum 125
+}

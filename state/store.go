@@ -524,6 +524,7 @@ type core struct {
 	ts      txState                   // the running Apply or View
 	vc      *valueCache               // durable values read or committed; nil for none (the committer folds into it)
 	tw      txWrites                  // what the running Apply changed
+	ctrs    []counterSlot             // by Counter.id: where the staging batch holds its key
 	// lastOutput names the output the last Apply wrote to: declared.
 	lastOutput string
 	// What the last Apply left (see leave); written under mu.

@@ -141,7 +141,8 @@ func (t *Table[K, V]) Update(tx *Tx, k K, fn func(v V, ok bool) (V, error)) (V, 
 // the new value: a counter or a balance, changed in place in the staging
 // batch. It is for tables of [Int64] or [Uint64] values (it wraps around
 // as Go's integers do); on another table, and for a stored value that is
-// not 8 bytes long, it fails with an error wrapping [ErrNotInt64].
+// not 8 bytes long, it fails with an error wrapping [ErrNotInt64]. For a
+// key that every line adds to, a [Counter] costs less.
 func (t *Table[K, V]) Add(tx *Tx, k K, delta V) (V, error) {
 	var zero V
 	if t.add == nil {

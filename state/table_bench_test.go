@@ -23,6 +23,7 @@ func BenchmarkTableLine(b *testing.B) {
 		raw[i] = []byte(keys[i])
 	}
 	applied, total := []byte("applied"), []byte("total")
+	appliedC, totalC := counters.Counter("applied"), counters.Counter("total")
 	lines := map[string]func(tx *Tx, n int) error{
 		"bucket": func(tx *Tx, n int) error {
 			if _, err := tx.Bucket("balances").AddInt64(raw[(n*7919)%len(raw)], int64(n)); err != nil {
@@ -44,6 +45,17 @@ func BenchmarkTableLine(b *testing.B) {
 			_, err := counters.Add(tx, "total", int64(n))
 			return err
 		},
+		// table-add with the counters through Counter.
+		"table-counter": func(tx *Tx, n int) error {
+			if _, err := accounts.Add(tx, keys[(n*7919)%len(keys)], int64(n)); err != nil {
+				return err
+			}
+			if _, err := appliedC.Add(tx, 1); err != nil {
+				return err
+			}
+			_, err := totalC.Add(tx, int64(n))
+			return err
+		},
 		// Get and Put of int64 keys and values, and a Get of a string key.
 		"table-get-put": func(tx *Tx, n int) error {
 			id := int64(n % 1000)
@@ -59,7 +71,7 @@ func BenchmarkTableLine(b *testing.B) {
 		},
 	}
 	for _, be := range backends() {
-		for _, name := range []string{"bucket", "table-add", "table-get-put"} {
+		for _, name := range []string{"bucket", "table-add", "table-counter", "table-get-put"} {
 			line := lines[name]
 			b.Run(be.name+"/"+name, func(b *testing.B) {
 				s, err := be.open(b.TempDir(), &Options{Logger: quietLogger(), Unbound: true, BatchInterval: time.Hour})

@@ -239,7 +239,8 @@ func (tx *Tx) PutInt64(key []byte, v int64) error {
 // the new value. See [Bucket.AddInt64].
 func (tx *Tx) AddInt64(key []byte, delta int64) (int64, error) {
 	if !tx.done && tx.w != nil {
-		return tx.addInt64(tx.nss.root, key, delta)
+		n, _, err := tx.addInt64(tx.nss.root, key, delta)
+		return n, err
 	}
 	b := tx.root()
 	return b.AddInt64(key, delta)
@@ -488,9 +489,10 @@ func (tx *Tx) getDurable(q *bkey) ([]byte, bool, error) {
 	return v, ok, nil
 }
 
-// put changes q to v, or deletes it, in the staging batch. e is q's entry
-// there, nil if it has none. The caller holds the token, in Apply.
-func (tx *Tx) put(q *bkey, e *entry, v []byte, del bool) {
+// put changes q to v, or deletes it, in the staging batch, and returns
+// q's entry there. e is that entry, nil if it has none (q is used only
+// then, to make it). The caller holds the token, in Apply.
+func (tx *Tx) put(q *bkey, e *entry, v []byte, del bool) *entry {
 	b, w := tx.cur, tx.w
 	if e == nil {
 		e = b.add(q)
@@ -515,6 +517,7 @@ func (tx *Tx) put(q *bkey, e *entry, v []byte, del bool) {
 	default:
 		e.val, e.del = b.bytes(v), false
 	}
+	return e
 }
 
 // getOlder returns the value of q, which the current batch does not
@@ -636,7 +639,8 @@ func (b *Bucket) PutInt64(key []byte, v int64) error {
 // new value: a counter or a balance.
 func (b *Bucket) AddInt64(key []byte, delta int64) (int64, error) {
 	if tx := b.tx; !tx.done && tx.w != nil {
-		return tx.addInt64(b.bucketInfo, key, delta)
+		n, _, err := tx.addInt64(b.bucketInfo, key, delta)
+		return n, err
 	}
 	n, err := b.GetInt64(key)
 	if err != nil {
@@ -647,36 +651,60 @@ func (b *Bucket) AddInt64(key []byte, delta int64) (int64, error) {
 }
 
 // addInt64 is AddInt64 in Apply: the key is hashed and looked up once,
-// and a key the staging batch holds is changed there in place.
-func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, error) {
+// and a key the staging batch holds is changed there in place. It returns
+// the batch's entry of the key too, nil on error.
+func (tx *Tx) addInt64(bi *bucketInfo, key []byte, delta int64) (int64, *entry, error) {
 	var q bkey
 	q.set(bi, key)
-	var v []byte
-	var ok bool
 	e := tx.cur.get(&q)
 	if e != nil {
 		// Staged, so its length passed the check below.
-		v, ok = e.val, !e.del
-	} else {
-		if len(bi.prefix)+len(key) > tx.c.maxKey {
-			return 0, tx.tooLarge(bi, key, nil)
+		n, err := tx.addAt(bi, key, e, delta)
+		if err != nil {
+			return 0, nil, err
 		}
-		var err error
-		if v, ok, err = tx.getOlder(&q); err != nil {
-			return 0, err
-		}
+		return n, e, nil
+	}
+	if len(bi.prefix)+len(key) > tx.c.maxKey {
+		return 0, nil, tx.tooLarge(bi, key, nil)
+	}
+	v, ok, err := tx.getOlder(&q)
+	if err != nil {
+		return 0, nil, err
 	}
 	var n int64
 	if ok {
 		if n, ok = decodeInt64(v); !ok {
-			return 0, fmt.Errorf("key %q of bucket %q: %d bytes: %w", key, bi.name, len(v), ErrNotInt64)
+			return 0, nil, notInt64(bi, key, v)
 		}
 	}
 	n += delta
 	var a [8]byte
 	binary.BigEndian.PutUint64(a[:], uint64(n))
-	tx.put(&q, e, a[:], false)
+	return n, tx.put(&q, nil, a[:], false), nil
+}
+
+// addAt adds delta to the value of e, the staging batch's entry of key in
+// bucket bi, and returns the new value.
+func (tx *Tx) addAt(bi *bucketInfo, key []byte, e *entry, delta int64) (int64, error) {
+	var n int64
+	if !e.del {
+		var ok bool
+		if n, ok = decodeInt64(e.val); !ok {
+			return 0, notInt64(bi, key, e.val)
+		}
+	}
+	n += delta
+	var a [8]byte
+	binary.BigEndian.PutUint64(a[:], uint64(n))
+	tx.put(nil, e, a[:], false)
 	return n, nil
+}
+
+// notInt64 is the error of an Add of key in bucket bi whose value v is
+// not 8 bytes long.
+func notInt64(bi *bucketInfo, key, v []byte) error {
+	return fmt.Errorf("key %q of bucket %q: %d bytes: %w", key, bi.name, len(v), ErrNotInt64)
 }
 
 // tooLarge returns the error of a write of key and value to bucket bi

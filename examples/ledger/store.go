@@ -43,6 +43,13 @@ const (
 	keyPosition = "position"
 )
 
+// The counters each line adds to: a Counter finds where the save being
+// staged holds its key without a lookup.
+var (
+	appliedCounter = counters.Counter(keyApplied)
+	totalCounter   = counters.Counter(keyTotal)
+)
+
 // StoreInfo is what a data folder's store holds.
 type StoreInfo struct {
 	// Backend is the store's backend: bbolt or pebble.
@@ -175,10 +182,10 @@ func applyLineOf(tx *state.Tx, e Entry, account, line []byte, d tidemark.Deliver
 	if err != nil {
 		return buf, err
 	}
-	if _, err := counters.Add(tx, keyApplied, 1); err != nil {
+	if _, err := appliedCounter.Add(tx, 1); err != nil {
 		return buf, err
 	}
-	if _, err := counters.Add(tx, keyTotal, e.Amount); err != nil {
+	if _, err := totalCounter.Add(tx, e.Amount); err != nil {
 		return buf, err
 	}
 	if own && d.Epoch != 0 {
