@@ -393,11 +393,12 @@
 // Apply, the commits included) is about 0.45 µs of CPU at batch 10000 and
 // 100 balances (BenchmarkApplyLedger, at a load of 15); `ledger run` as a
 // whole (reading, framing, the group's loop, parsing, the output line)
-// costs about 0.35-0.4 µs of CPU a line at 20 accounts and 1.1-1.3 µs with
+// costs about 0.3-0.4 µs of CPU a line at 20 accounts and 1.0-1.3 µs with
 // 10,000 accounts, whose batches change thousands of keys each (bbolt and
 // Pebble, 5,000,000 lines, --max-batch 10000, bench/cmd/benchtable's CPU a
-// line, 2026-12-04, load 1.0-3.4; the program the bench compares it with,
-// which keeps its balances in a map, 0.2 and 0.7-0.9 µs). At 20 accounts
+// line, 2026-12-04 20:04-20:10 UTC, load 1.2-1.4; the program the bench
+// compares it with, which keeps its balances in a map, 0.1-0.2 and
+// 0.6-0.8 µs). At 20 accounts
 // the group's goroutine runs 93 % of the time (a runtime trace): the rate
 // is the group's CPU a line. With 10,000 accounts the committer's part
 // (bbolt's Put and commit, the sort of the keys, the fold into the value
