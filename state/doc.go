@@ -493,13 +493,18 @@
 // processes (package cluster names each owner's consumer by its token and
 // stops a partition whose lease was taken over).
 //
-// Reads. The store keeps a cache of durable values, filled at open with
-// every key of the store while they fit in its size (then a key it does
-// not hold does not exist, and a read inside Apply costs no round trip),
-// and kept up to date by each commit. It is right because only the owner
-// writes. Do not change the rows of an open store by hand. A read the
-// cache cannot answer is a round trip (0.4 ms measured on the machine
-// below; 3.5 µs from the cache).
+// Reads. The store keeps a cache of durable values, filled after the open
+// with every key of the store while they fit in its size (then a key it
+// does not hold does not exist, and a read inside Apply costs no round
+// trip), and kept up to date by each commit. The open does not wait for
+// the fill: it runs beside the first lines, whose reads the cache does
+// not answer yet go to the server (a restart on a store of 1,000,000 keys
+// with one new line: 0.04-0.09 s from exec to exit, 1.0 s when the open
+// waited for it; 100,000 lines into that store took 0.4 s longer). It is
+// right because only the owner writes: a commit made while the fill reads
+// its rows wins over them. Do not change the rows of an open store by
+// hand. A read the cache cannot answer is a round trip (0.4 ms measured
+// on the machine below; 3.5 µs from the cache).
 //
 // Outputs. There are no local files: [Tx.Output] bytes are rows of the
 // store's table (chunks of up to 1 MiB keyed by their offset), written in

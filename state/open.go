@@ -210,6 +210,9 @@ type hooks struct {
 	// boltCheckBegun runs in a check of a bbolt file once its read
 	// transaction began, before it reads the meta page of it.
 	boltCheckBegun func()
+	// pgPreloadRow runs in the preload of a PostgreSQL store's read cache
+	// after its n-th row (pgEngine.preload).
+	pgPreloadRow func(n int)
 	// pebbleCheck runs when an open checks the levels of a Pebble
 	// database before it opens it (pebbleEngine.check).
 	pebbleCheck func()

@@ -311,6 +311,11 @@ type pgEngine struct {
 
 	stop chan struct{}
 	done chan struct{}
+	// stopPreload ends the preload, preloaded is closed once it ended
+	// (see startPreload).
+	stopPreload context.CancelFunc
+	preloaded   chan struct{}
+	hooks       *hooks
 }
 
 // newOwnerName names this process in the lease: host, pid and a random
@@ -350,9 +355,8 @@ func openPGEngine(cfg *pgConfig, o *Options) (*pgEngine, error) {
 	if err := e.takeOver(o.lockTimeout()); err != nil {
 		return fail(err)
 	}
-	if err := e.preload(); err != nil {
-		return fail(errors.Join(err, e.release()))
-	}
+	e.hooks = o.hooks
+	e.startPreload()
 	go e.renewer()
 	return e, nil
 }
@@ -664,6 +668,8 @@ func (e *pgEngine) send(b *pgx.Batch) error {
 }
 
 func (e *pgEngine) close() error {
+	e.stopPreload()
+	<-e.preloaded
 	close(e.stop)
 	<-e.done
 	err := e.release()
@@ -671,35 +677,62 @@ func (e *pgEngine) close() error {
 	return err
 }
 
-// preload reads every key of the store (output chunks aside) into the
-// read cache, while they fit in it: then a read of a key not in the cache
-// needs no round trip, the key does not exist.
-func (e *pgEngine) preload() error {
-	if e.cache.max <= 0 {
-		return nil
-	}
+// startPreload reads every key of the store (output chunks aside) into
+// the read cache while they fit in it, on a goroutine of its own: once it
+// has them all, a read of a key not in the cache needs no round trip, the
+// key does not exist (the cache is complete). The open does not wait for
+// it: a store of 10,000,000 keys has its first delivery at once rather
+// than once 256 MiB of rows came in (1.1 s for a store of 1,000,000 keys).
+// Until it ends the cache is incomplete, and a read it does not hold goes
+// to the server, as with a cache too small for the store.
+//
+// The rows come from the query's snapshot, which a commit made while they
+// come in makes older: the cache notes the keys of each commit meanwhile
+// (pgCache.loading), and the preload puts no key the cache holds or a
+// commit wrote.
+func (e *pgEngine) startPreload() {
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
-	defer cancel()
+	e.stopPreload, e.preloaded = cancel, make(chan struct{})
+	if e.cache.max <= 0 {
+		close(e.preloaded)
+		return
+	}
+	// Before the query: a commit from here on is noted.
+	e.cache.startLoading()
+	go func() {
+		defer close(e.preloaded)
+		defer cancel()
+		fit, err := e.preload(ctx)
+		if err != nil && ctx.Err() == nil {
+			e.log.Warn("postgres store: reading the store into the read cache failed; reads go to the server until the cache holds the keys they ask for", "store", e.store, "err", err)
+		}
+		e.cache.endLoading(fit && err == nil)
+	}()
+}
+
+// preload reads the store's keys into the cache (see startPreload) and
+// reports whether they all fit.
+func (e *pgEngine) preload(ctx context.Context) (fit bool, err error) {
 	rows, err := e.pool.Query(ctx, `SELECT k, v FROM tidemark_kv WHERE store = $1 AND (k < $2 OR k >= $3)`,
 		e.store, []byte{tagOutputData}, []byte{tagOutputData + 1})
 	if err != nil {
-		return fmt.Errorf("open postgres store %q: load its keys: %w", e.store, err)
+		return false, fmt.Errorf("open postgres store %q: load its keys: %w", e.store, err)
 	}
 	defer rows.Close()
-	complete := true
+	n := 0
 	for rows.Next() {
 		raw := rows.RawValues()
 		if !e.cache.load(raw[0], raw[1]) {
-			complete = false
-			cancel() // the rest would not fit: do not read it
-			break
+			return false, nil // the rest would not fit: not read
+		}
+		if n++; e.hooks != nil && e.hooks.pgPreloadRow != nil {
+			e.hooks.pgPreloadRow(n)
 		}
 	}
-	if err := rows.Err(); err != nil && complete {
-		return fmt.Errorf("open postgres store %q: load its keys: %w", e.store, err)
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("open postgres store %q: load its keys: %w", e.store, err)
 	}
-	e.cache.setComplete(complete)
-	return nil
+	return true, nil
 }
 
 // outputsInEngine says that the engine keeps outputs in its own key space
@@ -716,6 +749,13 @@ type pgCache struct {
 	bytes    int
 	max      int
 	complete bool
+	// loading is set while the preload runs: skip holds the keys that
+	// commits wrote meanwhile, which the preload's rows may hold older
+	// values of, and lost is set if trim dropped entries meanwhile (the
+	// cache does not hold every key then).
+	loading bool
+	skip    map[string]struct{}
+	lost    bool
 }
 
 type pgCached struct {
@@ -778,10 +818,25 @@ func (c *pgCache) split(ws []write) (ins, ups, dels []int) {
 	return ins, ups, dels
 }
 
-// load adds a key read at open; false when it does not fit.
+// startLoading begins a preload (see pgEngine.startPreload).
+func (c *pgCache) startLoading() {
+	c.mu.Lock()
+	c.loading, c.skip, c.lost = true, make(map[string]struct{}), false
+	c.mu.Unlock()
+}
+
+// load adds a key the preload read, unless the cache holds it or a commit
+// wrote it since the preload began: the row may be older. It returns false
+// when the key does not fit.
 func (c *pgCache) load(k, v []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if _, ok := c.m[string(k)]; ok {
+		return true
+	}
+	if _, ok := c.skip[string(k)]; ok {
+		return true
+	}
 	if c.bytes+len(k)+len(v)+pgCacheOverhead > c.max {
 		return false
 	}
@@ -789,9 +844,12 @@ func (c *pgCache) load(k, v []byte) bool {
 	return true
 }
 
-func (c *pgCache) setComplete(b bool) {
+// endLoading ends a preload: the cache is complete if every key fit and
+// none was dropped meanwhile.
+func (c *pgCache) endLoading(fit bool) {
 	c.mu.Lock()
-	c.complete = b
+	c.complete = fit && !c.lost
+	c.loading, c.skip = false, nil
 	c.mu.Unlock()
 }
 
@@ -815,6 +873,9 @@ func (c *pgCache) commit(ws []write) {
 	for _, w := range ws {
 		if isOutputChunk(w.key) {
 			continue
+		}
+		if c.loading {
+			c.skip[string(w.key)] = struct{}{}
 		}
 		if w.del && c.complete {
 			c.drop(w.key)
@@ -867,6 +928,7 @@ func (c *pgCache) trim() {
 		return
 	}
 	c.complete = false
+	c.lost = c.lost || c.loading
 	for k, e := range c.m {
 		if c.bytes <= c.max/4*3 {
 			break

@@ -403,6 +403,7 @@ func TestPostgresReadCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := pgEngineOf(s)
+		<-e.preloaded // the open does not wait for it
 		r0 := e.reads.Load()
 		for range 1000 {
 			n++

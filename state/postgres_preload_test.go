@@ -1,0 +1,178 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pgPreloadStore makes a PostgreSQL store in dir holding keys keys of
+// bucket "b", key i holding i, and closes it.
+func pgPreloadStore(t *testing.T, dir string, keys int) {
+	t.Helper()
+	s := mustOpen(t, backends()[2], dir, &Options{Unbound: true, BatchInterval: time.Hour})
+	if _, err := s.Apply(context.Background(), del("f", 1, 1), func(tx *Tx) error {
+		for i := range keys {
+			if err := tx.Bucket("b").PutInt64(fmt.Appendf(nil, "key-%04d", i), int64(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPostgresPreloadInTheBackground: the open of a PostgreSQL store does
+// not wait for its read cache's preload, and a line applied while the
+// preload runs reads from the server; once the preload is done (every
+// key fit), a read costs no round trip.
+func TestPostgresPreloadInTheBackground(t *testing.T) {
+	dir := t.TempDir()
+	const keys = 300
+	pgPreloadStore(t, dir, keys)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	o := &Options{Logger: quietLogger(), Unbound: true, BatchInterval: time.Hour, hooks: &hooks{pgPreloadRow: func(n int) {
+		once.Do(func() { close(held); <-release })
+	}}}
+	s, err := Open(pgSpec(t, dir), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e := pgEngineOf(s)
+	<-held // the open returned with the preload at its first row
+	apply := func(n int) {
+		t.Helper()
+		if _, err := s.Apply(context.Background(), del("f", 1, n), func(tx *Tx) error {
+			v, err := tx.Bucket("b").GetInt64([]byte("key-0123"))
+			if err == nil && v != 123 {
+				err = fmt.Errorf("key-0123 = %d, want 123", v)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r0 := e.reads.Load()
+	apply(2)
+	if e.reads.Load() == r0 {
+		t.Fatal("a read while the preload runs did not go to the server")
+	}
+	close(release)
+	<-e.preloaded
+	if !e.cache.complete {
+		t.Fatal("the cache is not complete after a preload that fit")
+	}
+	r0 = e.reads.Load()
+	apply(3)
+	if _, err := s.Apply(context.Background(), del("f", 1, 4), func(tx *Tx) error {
+		_, ok, err := tx.Bucket("b").Get([]byte("no-such-key"))
+		if ok {
+			return fmt.Errorf("no-such-key found")
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.reads.Load() - r0; n != 0 {
+		t.Fatalf("%d reads from the server after a complete preload", n)
+	}
+}
+
+// TestPostgresPreloadKeepsNewerValues: commits made while the preload
+// streams its rows, which are older, win; with a cache that drops entries
+// meanwhile (its budget is smaller than the store), a dropped key is not
+// put back from the preload's older row, and the cache does not call
+// itself complete (a key it does not hold would be inserted, and the
+// commit fail). Every value read afterwards is the newest, and commits go
+// on.
+func TestPostgresPreloadKeepsNewerValues(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cache    string
+		complete bool
+	}{{"fits", "256MB", true}, {"drops", "20KB", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			const keys = 300
+			pgPreloadStore(t, dir, keys)
+			held, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			// No value cache in the core: every read the batches do not
+			// answer asks the engine, whose read cache is the one tested.
+			o := &Options{Logger: quietLogger(), Unbound: true, BatchInterval: time.Hour, CacheSize: -1, hooks: &hooks{pgPreloadRow: func(n int) {
+				once.Do(func() { close(held); <-release })
+			}}}
+			s, err := Open(pgSpec(t, dir, "cache", tc.cache), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			e := pgEngineOf(s)
+			<-held
+			model := make([]int64, keys)
+			for i := range model {
+				model[i] = int64(i)
+			}
+			line := 1
+			addAll := func(delta int64) {
+				t.Helper()
+				line++
+				if _, err := s.Apply(context.Background(), del("f", 1, line), func(tx *Tx) error {
+					for i := range keys {
+						v, err := tx.Bucket("b").AddInt64(fmt.Appendf(nil, "key-%04d", i), delta)
+						if err != nil {
+							return err
+						}
+						if v != model[i]+delta {
+							return fmt.Errorf("key-%04d = %d, want %d", i, v, model[i]+delta)
+						}
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				for i := range model {
+					model[i] += delta
+				}
+				if err := s.Flush(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			addAll(1000) // committed while the preload holds older rows
+			// A commit of another key, so that the last one committed
+			// (which a read asks before the engine) holds none of them.
+			line++
+			if _, err := s.Apply(context.Background(), del("f", 1, line), func(tx *Tx) error {
+				return tx.Bucket("other").PutInt64([]byte("k"), 1)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			close(release)
+			<-e.preloaded
+			if e.cache.complete != tc.complete {
+				t.Fatalf("cache complete %v after the preload, want %v", e.cache.complete, tc.complete)
+			}
+			addAll(1) // reads every key: the newest values, from the cache or the server
+			line++
+			if _, err := s.Apply(context.Background(), del("f", 1, line), func(tx *Tx) error {
+				return tx.Bucket("b").PutInt64([]byte("new-key"), 7)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Flush(context.Background()); err != nil {
+				t.Fatalf("a commit after the preload: %v", err)
+			}
+		})
+	}
+}
