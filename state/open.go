@@ -213,6 +213,8 @@ type hooks struct {
 	// pgPreloadRow runs in the preload of a PostgreSQL store's read cache
 	// after its n-th row (pgEngine.preload).
 	pgPreloadRow func(n int)
+	// pgPreloadPage, when positive, replaces pgPreloadPage.
+	pgPreloadPage int
 	// pebbleCheck runs when an open checks the levels of a Pebble
 	// database before it opens it (pebbleEngine.check).
 	pebbleCheck func()

@@ -3,6 +3,8 @@ package state
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +30,17 @@ func pgPreloadStore(t *testing.T, dir string, keys int) {
 	}
 }
 
+// waitHeld waits until the preload of e is held at its first row (by the
+// hook that closes held), and fails t if it ended without one.
+func waitHeld(t *testing.T, held <-chan struct{}, e *pgEngine) {
+	t.Helper()
+	select {
+	case <-held:
+	case <-e.preloaded:
+		t.Fatal("the preload ended without reading a row")
+	}
+}
+
 // TestPostgresPreloadInTheBackground: the open of a PostgreSQL store does
 // not wait for its read cache's preload, and a line applied while the
 // preload runs reads from the server; once the preload is done (every
@@ -38,7 +51,9 @@ func TestPostgresPreloadInTheBackground(t *testing.T) {
 	pgPreloadStore(t, dir, keys)
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	o := &Options{Logger: quietLogger(), Unbound: true, BatchInterval: time.Hour, hooks: &hooks{pgPreloadRow: func(n int) {
+	// No value cache in the core: each read the batches do not answer
+	// asks the engine.
+	o := &Options{Logger: quietLogger(), Unbound: true, BatchInterval: time.Hour, CacheSize: -1, hooks: &hooks{pgPreloadPage: 7, pgPreloadRow: func(n int) {
 		once.Do(func() { close(held); <-release })
 	}}}
 	s, err := Open(pgSpec(t, dir), o)
@@ -47,7 +62,7 @@ func TestPostgresPreloadInTheBackground(t *testing.T) {
 	}
 	defer s.Close()
 	e := pgEngineOf(s)
-	<-held // the open returned with the preload at its first row
+	waitHeld(t, held, e) // the open returned with the preload at its first row
 	apply := func(n int) {
 		t.Helper()
 		if _, err := s.Apply(context.Background(), del("f", 1, n), func(tx *Tx) error {
@@ -73,6 +88,12 @@ func TestPostgresPreloadInTheBackground(t *testing.T) {
 	r0 = e.reads.Load()
 	apply(3)
 	if _, err := s.Apply(context.Background(), del("f", 1, 4), func(tx *Tx) error {
+		for i := range keys {
+			v, err := tx.Bucket("b").GetInt64(fmt.Appendf(nil, "key-%04d", i))
+			if err != nil || v != int64(i) {
+				return fmt.Errorf("key-%04d = %d, %v, want %d", i, v, err, i)
+			}
+		}
 		_, ok, err := tx.Bucket("b").Get([]byte("no-such-key"))
 		if ok {
 			return fmt.Errorf("no-such-key found")
@@ -107,7 +128,7 @@ func TestPostgresPreloadKeepsNewerValues(t *testing.T) {
 			var once sync.Once
 			// No value cache in the core: every read the batches do not
 			// answer asks the engine, whose read cache is the one tested.
-			o := &Options{Logger: quietLogger(), Unbound: true, BatchInterval: time.Hour, CacheSize: -1, hooks: &hooks{pgPreloadRow: func(n int) {
+			o := &Options{Logger: quietLogger(), Unbound: true, BatchInterval: time.Hour, CacheSize: -1, hooks: &hooks{pgPreloadPage: 7, pgPreloadRow: func(n int) {
 				once.Do(func() { close(held); <-release })
 			}}}
 			s, err := Open(pgSpec(t, dir, "cache", tc.cache), o)
@@ -116,7 +137,7 @@ func TestPostgresPreloadKeepsNewerValues(t *testing.T) {
 			}
 			defer s.Close()
 			e := pgEngineOf(s)
-			<-held
+			waitHeld(t, held, e)
 			model := make([]int64, keys)
 			for i := range model {
 				model[i] = int64(i)
@@ -173,6 +194,52 @@ func TestPostgresPreloadKeepsNewerValues(t *testing.T) {
 			if err := s.Flush(context.Background()); err != nil {
 				t.Fatalf("a commit after the preload: %v", err)
 			}
+		})
+	}
+}
+
+// TestPgCacheMemory: the read cache's live heap stays within what it
+// counts, which stays within its limit (half the DSN's cache=, see
+// openPGEngine), whether its entries come from the preload, which stops
+// when the next does not fit, or from commits and reads, after which it
+// drops entries.
+func TestPgCacheMemory(t *testing.T) {
+	live := func() int64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	val := make([]byte, 12) // an int64 and its checksum
+	for _, way := range []string{"preload", "commits"} {
+		t.Run(way, func(t *testing.T) {
+			const limit = 8 << 20
+			h0 := live()
+			c := &pgCache{max: limit}
+			key := []byte("\x01ledger\x00balances\x00account-00000000")
+			var most int64
+			for i := range 300_000 {
+				key = strconv.AppendInt(key[:len(key)-8], 10_000_000+int64(i), 10)[:len(key)]
+				if way == "preload" {
+					if !c.load(key, val) {
+						break
+					}
+				} else {
+					c.commit([]write{{key: key, val: val}})
+				}
+				if i%20_000 == 19_999 {
+					most = max(most, live()-h0)
+				}
+			}
+			most = max(most, live()-h0)
+			if c.bytes > c.max {
+				t.Errorf("counted %d bytes, over the limit %d", c.bytes, c.max)
+			}
+			t.Logf("%s: %d entries, %d bytes counted; live heap at most %d (%.2f of the limit)", way, len(c.m), c.bytes, most, float64(most)/float64(c.max))
+			if most > int64(c.max) {
+				t.Errorf("the cache's live heap reached %d bytes, over its limit of %d", most, c.max)
+			}
+			runtime.KeepAlive(c)
 		})
 	}
 }

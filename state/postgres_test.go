@@ -45,7 +45,7 @@ func TestPostgresSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := pgEngineOf(s)
-	if s.Backend() != Postgres || s.Dir() != "postgres:"+dir || e.lease != 2*time.Second || e.cache.max != 1<<20 {
+	if s.Backend() != Postgres || s.Dir() != "postgres:"+dir || e.lease != 2*time.Second || e.cache.max != 1<<19 {
 		t.Fatalf("backend %s dir %s lease %v cache %d", s.Backend(), s.Dir(), e.lease, e.cache.max)
 	}
 	applyLine(t, s, del("f", 1, 1))

@@ -19,13 +19,17 @@ import (
 
 // Row 20: the ledger rows on the PostgreSQL store (`ledger run --store
 // postgres://…`, its state and output.csv rows of the store) beside
-// `naiveledger -store postgres` (pgx, its output rows too), at 20 and
-// 10,000 accounts, over at most pgMaxLines lines. The server is a throwaway cluster the bench starts at
-// the row's first use (internal/pgtest: initdb, fsync and
+// `naiveledger -store postgres` (pgx, its output rows too), at the numbers
+// of accounts of rows 5 and 6, over at most pgMaxLines lines, and its
+// restart in row 14. The server is a throwaway cluster the bench starts
+// at the row's first use (internal/pgtest: initdb, fsync and
 // synchronous_commit on, shared_buffers 64 MB, a unix socket) and stops
 // when the bench ends, on an error too (main runs through pgtest.Main);
 // $TIDEMARK_PG_DSN names another server instead. Each program's lineage
-// has a schema of its own, emptied before each run from the input's start.
+// has a schema of its own, emptied before each run from the input's start,
+// or, at 1,000,000 accounts and more, before the setup run that gives it
+// every account (made again by each bench: -setups keeps no rows of a
+// server that ends with the bench).
 
 // pgRow is the ledger row of the PostgreSQL store.
 const pgRow = "20"
