@@ -15,7 +15,8 @@ import (
 //
 // Like a Table, a Counter holds no data of its own: make one per key,
 // once (a package-level variable is fine), and use it with the [Tx] of
-// any Apply, of any store, from any goroutine:
+// any Apply, of any store, from any goroutine (a program that makes more
+// than 4,096 counters gets no memo for the later ones, only their Add):
 //
 //	var counters = state.NewTable("", state.String{}, state.Int64{})
 //	var lines = counters.Counter("lines")
@@ -126,9 +127,18 @@ func (c *core) counterAt(id int, tx *Tx) *entry {
 	return e
 }
 
+// maxCounterMemos is the most counters a store keeps memos of (by
+// Counter.id): a program that makes a counter for each line, against the
+// advice of the doc, gets Table.Add's cost for those past it, and a store
+// no slice of millions.
+const maxCounterMemos = 4096
+
 // setCounter records that e is the entry of counter id in the staging
 // batch of tx. The caller holds the token.
 func (c *core) setCounter(id int, tx *Tx, e *entry) {
+	if id >= maxCounterMemos {
+		return
+	}
 	if id >= len(c.ctrs) {
 		c.ctrs = append(c.ctrs, make([]counterSlot, id+1-len(c.ctrs))...)
 	}

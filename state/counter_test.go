@@ -382,3 +382,30 @@ func TestCounterAfterACut(t *testing.T) {
 		checkTable(t, ns, root, want)
 	})
 }
+
+// TestCounterPastTheMemos: counters past the store's memos (a program
+// that made one a line) still add right, and the store keeps no memo of
+// them.
+func TestCounterPastTheMemos(t *testing.T) {
+	root := NewTable("", String{}, Int64{})
+	for counterIDs.Load() <= maxCounterMemos {
+		root.Counter("filler")
+	}
+	c := root.Counter("late")
+	s := mustOpen(t, backends()[0], t.TempDir(), testOpts())
+	ns := s.Namespace("ns")
+	for n := 1; n <= 3; n++ {
+		if _, err := ns.Apply(context.Background(), del("f", 1, n), func(tx *Tx) error {
+			v, err := c.Add(tx, 2)
+			if err == nil && v != int64(2*n) {
+				err = fmt.Errorf("Add = %d, want %d", v, 2*n)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(s.(*nsStore).c.ctrs); n > maxCounterMemos {
+		t.Fatalf("the store keeps %d counter memos, more than %d", n, maxCounterMemos)
+	}
+}
