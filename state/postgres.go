@@ -691,12 +691,14 @@ func (e *pgEngine) close() error {
 // Until it ends the cache is incomplete, and a read it does not hold goes
 // to the server, as with a cache too small for the store.
 //
-// The rows come from the query's snapshot, which a commit made while they
-// come in makes older: the cache notes the keys of each commit meanwhile
+// The rows come from snapshots that a commit made while they come in
+// makes older: the cache notes the keys of each commit meanwhile
 // (pgCache.loading), and the preload puts no key the cache holds or a
-// commit wrote.
+// commit wrote. Each page's query has the store's statement timeout; the
+// whole fill has none (a cache= that holds a store of 10,000,000 keys
+// takes longer than one).
 func (e *pgEngine) startPreload() {
-	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	ctx, cancel := context.WithCancel(context.Background())
 	e.stopPreload, e.preloaded = cancel, make(chan struct{})
 	if e.cache.max <= 0 {
 		close(e.preloaded)
@@ -738,32 +740,45 @@ func (e *pgEngine) preload(ctx context.Context) (fit bool, err error) {
 	}
 	n := 0
 	for {
-		rows, err := e.pool.Query(ctx, `SELECT k, v FROM tidemark_kv WHERE store = $1 AND k > $2 AND (k < $3 OR k >= $4) ORDER BY k LIMIT $5`,
-			e.store, after, []byte{tagOutputData}, []byte{tagOutputData + 1}, limit)
-		if err != nil {
-			return false, fmt.Errorf("open postgres store %q: load its keys: %w", e.store, err)
-		}
-		page := 0
-		for rows.Next() {
-			raw := rows.RawValues()
-			if !e.cache.load(raw[0], raw[1]) {
-				rows.Close() // the rest would not fit: not read
-				return false, nil
-			}
-			after = append(after[:0], raw[0]...)
-			page++
-			if n++; e.hooks != nil && e.hooks.pgPreloadRow != nil {
-				e.hooks.pgPreloadRow(n)
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return false, fmt.Errorf("open postgres store %q: load its keys: %w", e.store, err)
-		}
-		if page < limit {
+		page, full, err := e.preloadPage(ctx, &after, limit, &n)
+		switch {
+		case err != nil:
+			return false, err
+		case full:
+			return false, nil
+		case page < limit:
 			return true, nil
 		}
 	}
+}
+
+// preloadPage reads the page of at most limit keys after *after into the
+// cache, moves *after to its last key and counts them in *n. full says
+// the cache had no room for one (the rest is not read).
+func (e *pgEngine) preloadPage(ctx context.Context, after *[]byte, limit int, n *int) (page int, full bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	rows, err := e.pool.Query(ctx, `SELECT k, v FROM tidemark_kv WHERE store = $1 AND k > $2 AND (k < $3 OR k >= $4) ORDER BY k LIMIT $5`,
+		e.store, *after, []byte{tagOutputData}, []byte{tagOutputData + 1}, limit)
+	if err != nil {
+		return 0, false, fmt.Errorf("open postgres store %q: load its keys: %w", e.store, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		raw := rows.RawValues()
+		if !e.cache.load(raw[0], raw[1]) {
+			return page, true, nil // the rest would not fit: not read
+		}
+		*after = append((*after)[:0], raw[0]...)
+		page++
+		if *n++; e.hooks != nil && e.hooks.pgPreloadRow != nil {
+			e.hooks.pgPreloadRow(*n)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return page, false, fmt.Errorf("open postgres store %q: load its keys: %w", e.store, err)
+	}
+	return page, false, nil
 }
 
 // outputsInEngine says that the engine keeps outputs in its own key space
