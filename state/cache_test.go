@@ -136,18 +136,22 @@ func TestValueCacheModel(t *testing.T) {
 	})
 }
 
+// liveHeap returns the bytes of the Go heap that are live after a
+// collection: what a cache's entries take.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
 // The value cache stays within its budget, in live heap bytes, under
 // churn: keys of a store far larger than the budget go through it, as at
 // 1,000,000 accounts with the default budget. A cache that dropped its
 // entries one by one from the same Go map held 2.9 to 5.1 times its
 // budget (the map keeps the room of deleted entries).
 func TestValueCacheMemory(t *testing.T) {
-	live := func() int64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return int64(m.HeapAlloc)
-	}
+	live := liveHeap
 	val := make([]byte, 12) // an int64 and its checksum
 	for _, budget := range []int64{1 << 20, 8 << 20} {
 		t.Run(fmt.Sprintf("budget=%d", budget), func(t *testing.T) {

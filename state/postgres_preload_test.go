@@ -30,15 +30,32 @@ func pgPreloadStore(t *testing.T, dir string, keys int) {
 	}
 }
 
-// waitHeld waits until the preload of e is held at its first row (by the
-// hook that closes held), and fails t if it ended without one.
-func waitHeld(t *testing.T, held <-chan struct{}, e *pgEngine) {
+// openHeld opens the PostgreSQL store of dir with the DSN parameters
+// params, its fill reading pages of 7 rows and held at its first row until
+// release is called (the store is closed at the end of t), and no value
+// cache in the core: each read the batches do not answer asks the
+// engine, whose read cache is the one tested. It fails t if the fill
+// ended without a row.
+func openHeld(t *testing.T, dir string, params ...string) (s Store, e *pgEngine, release func()) {
 	t.Helper()
+	held, released := make(chan struct{}), make(chan struct{})
+	var once, releasing sync.Once
+	o := &Options{Logger: quietLogger(), Unbound: true, BatchInterval: time.Hour, CacheSize: -1, hooks: &hooks{pgPreloadPage: 7, pgPreloadRow: func(n int) {
+		once.Do(func() { close(held); <-released })
+	}}}
+	s, err := Open(pgSpec(t, dir, params...), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release = func() { releasing.Do(func() { close(released) }) }
+	t.Cleanup(func() { release(); _ = s.Close() })
+	e = pgEngineOf(s)
 	select {
 	case <-held:
 	case <-e.preloaded:
 		t.Fatal("the preload ended without reading a row")
 	}
+	return s, e, release
 }
 
 // TestPostgresPreloadInTheBackground: the open of a PostgreSQL store does
@@ -49,20 +66,7 @@ func TestPostgresPreloadInTheBackground(t *testing.T) {
 	dir := t.TempDir()
 	const keys = 300
 	pgPreloadStore(t, dir, keys)
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	// No value cache in the core: each read the batches do not answer
-	// asks the engine.
-	o := &Options{Logger: quietLogger(), Unbound: true, BatchInterval: time.Hour, CacheSize: -1, hooks: &hooks{pgPreloadPage: 7, pgPreloadRow: func(n int) {
-		once.Do(func() { close(held); <-release })
-	}}}
-	s, err := Open(pgSpec(t, dir), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	e := pgEngineOf(s)
-	waitHeld(t, held, e) // the open returned with the preload at its first row
+	s, e, release := openHeld(t, dir) // the open returned with the fill at its first row
 	apply := func(n int) {
 		t.Helper()
 		if _, err := s.Apply(context.Background(), del("f", 1, n), func(tx *Tx) error {
@@ -80,7 +84,7 @@ func TestPostgresPreloadInTheBackground(t *testing.T) {
 	if e.reads.Load() == r0 {
 		t.Fatal("a read while the preload runs did not go to the server")
 	}
-	close(release)
+	release()
 	<-e.preloaded
 	if !e.cache.complete {
 		t.Fatal("the cache is not complete after a preload that fit")
@@ -124,20 +128,7 @@ func TestPostgresPreloadKeepsNewerValues(t *testing.T) {
 			dir := t.TempDir()
 			const keys = 300
 			pgPreloadStore(t, dir, keys)
-			held, release := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			// No value cache in the core: every read the batches do not
-			// answer asks the engine, whose read cache is the one tested.
-			o := &Options{Logger: quietLogger(), Unbound: true, BatchInterval: time.Hour, CacheSize: -1, hooks: &hooks{pgPreloadPage: 7, pgPreloadRow: func(n int) {
-				once.Do(func() { close(held); <-release })
-			}}}
-			s, err := Open(pgSpec(t, dir, "cache", tc.cache), o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			e := pgEngineOf(s)
-			waitHeld(t, held, e)
+			s, e, release := openHeld(t, dir, "cache", tc.cache)
 			model := make([]int64, keys)
 			for i := range model {
 				model[i] = int64(i)
@@ -179,7 +170,7 @@ func TestPostgresPreloadKeepsNewerValues(t *testing.T) {
 			if err := s.Flush(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			close(release)
+			release()
 			<-e.preloaded
 			if e.cache.complete != tc.complete {
 				t.Fatalf("cache complete %v after the preload, want %v", e.cache.complete, tc.complete)
@@ -204,12 +195,7 @@ func TestPostgresPreloadKeepsNewerValues(t *testing.T) {
 // when the next does not fit, or from commits and reads, after which it
 // drops entries.
 func TestPgCacheMemory(t *testing.T) {
-	live := func() int64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return int64(m.HeapAlloc)
-	}
+	live := liveHeap
 	val := make([]byte, 12) // an int64 and its checksum
 	for _, way := range []string{"preload", "commits"} {
 		t.Run(way, func(t *testing.T) {
