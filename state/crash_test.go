@@ -58,7 +58,15 @@ type crashConfig struct {
 	// spec, if set, is the store's Open spec (a PostgreSQL store on a
 	// server of the test's own) instead of crashSpec's.
 	spec string
+	// each makes the child apply its lines with ApplyEach, in runs of
+	// eachRun, and count them finished a run at a time, as the framework
+	// does for a BatchHandler.
+	each bool
 }
+
+// eachRun is the length of the child's ApplyEach runs: prime, so that
+// runs end everywhere in the batches of 64.
+const eachRun = 37
 
 func (c crashConfig) env(t *testing.T, dir string) []string {
 	env := os.Environ()
@@ -80,6 +88,7 @@ func (c crashConfig) env(t *testing.T, dir string) []string {
 		"CRASH_STOP_AFTER_OUTPUT="+strconv.Itoa(c.stopAfterOutput),
 		"CRASH_HOLD_COMMIT_AT="+strconv.Itoa(c.holdCommitAt),
 		"CRASH_EPOCH="+strconv.FormatUint(max(c.epoch, 1), 10),
+		"CRASH_EACH="+strconv.FormatBool(c.each),
 	)
 }
 
@@ -150,19 +159,48 @@ func TestCrashChild(t *testing.T) {
 	epoch, _ := strconv.ParseUint(os.Getenv("CRASH_EPOCH"), 10, 64)
 	input := &file{data: lines(crashLines, 'a'), ident: tidemark.Identity{Dev: 1, Ino: 42}}
 	origin := input.origin()
-	for n := int(ptr/lineLen) + 1; n <= crashLines; n++ {
+	apply := func(tx *Tx, n int) error {
+		if _, err := tx.AddInt64([]byte("count"), 1); err != nil {
+			return err
+		}
+		if _, err := tx.AddInt64([]byte("sum"), int64(n)); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(tx.Output("out.csv"), "%d\n", n)
+		return err
+	}
+	each, _ := strconv.ParseBool(os.Getenv("CRASH_EACH"))
+	if each {
+		run := make([]tidemark.Delivery, 0, eachRun)
+		for n := int(ptr/lineLen) + 1; n <= crashLines; {
+			run = run[:0]
+			for ; n <= crashLines && len(run) < eachRun; n++ {
+				d := del("f", epoch, n)
+				d.Origin = origin
+				run = append(run, d)
+			}
+			done, err := s.ApplyEach(ctx, len(run), func(i int) *tidemark.Delivery { return &run[i] }, func(tx *Tx, i int) error {
+				return apply(tx, int(run[i].Position/lineLen))
+			})
+			if err == nil && done != len(run) {
+				err = fmt.Errorf("ApplyEach of %d lines did %d", len(run), done)
+			}
+			if err != nil {
+				fmt.Println("error", err)
+				os.Exit(2)
+			}
+			last := int(run[len(run)-1].Position / lineLen)
+			applied.Store(int64(last))
+			p.set(p.n.Load() + uint64(len(run)))
+			if last/50 != (last-len(run))/50 {
+				fmt.Println("progress", last)
+			}
+		}
+	}
+	for n := int(ptr/lineLen) + 1; n <= crashLines && !each; n++ {
 		d := del("f", epoch, n)
 		d.Origin = origin
-		_, err := s.Apply(ctx, d, func(tx *Tx) error {
-			if _, err := tx.AddInt64([]byte("count"), 1); err != nil {
-				return err
-			}
-			if _, err := tx.AddInt64([]byte("sum"), int64(n)); err != nil {
-				return err
-			}
-			_, err := fmt.Fprintf(tx.Output("out.csv"), "%d\n", n)
-			return err
-		})
+		_, err := s.Apply(ctx, d, func(tx *Tx) error { return apply(tx, n) })
 		if err != nil {
 			fmt.Println("error", err)
 			os.Exit(2)
@@ -319,10 +357,14 @@ func TestCrashMidBatch(t *testing.T) {
 	for _, cfg := range []crashConfig{
 		{backend: Bolt}, {backend: Pebble}, {backend: Postgres},
 		{backend: Bolt, sync: true}, {backend: Pebble, sync: true}, {backend: Postgres, sync: true},
+		{backend: Bolt, each: true}, {backend: Pebble, each: true}, {backend: Postgres, each: true},
 	} {
 		name := cfg.backend
 		if cfg.sync {
 			name += "/sync"
+		}
+		if cfg.each {
+			name += "/each"
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

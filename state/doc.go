@@ -280,6 +280,24 @@
 // (epoch, position). Each processor has its own namespace
 // ([Store.Namespace]): its own keys, buckets and positions per feed.
 //
+// ApplyEach ([Namespace].ApplyEach) applies several lines in one call,
+// each as Apply would (its own transaction, skipped when a re-delivery),
+// for a processor that is handed lines in batches (the framework's
+// BatchHandler):
+//
+//	done, err := ledger.ApplyEach(ctx, len(ds), func(i int) *tidemark.Delivery { return &ds[i] },
+//		func(tx *state.Tx, i int) error {
+//			_, err := balances.Add(tx, accounts[i], amounts[i])
+//			return err
+//		})
+//
+// It takes the store once for the lines rather than once a line, and
+// stages most of them without the store's lock (the lines of one feed and
+// epoch in order, while the batch has room): the atomic operations of a
+// line's Apply, each a full barrier, cost about as much as a cheap line's
+// writes. A line whose function fails is not applied and ends the call
+// (done is its index); the lines before it stay staged.
+//
 // # Durability modes
 //
 // Batched (the default). Apply stages the change in memory. A committer
