@@ -11,6 +11,7 @@
 //	                 │ batches, not lines: one channel send per batch per queue
 //	                 ▼
 //	               group goroutine ─► Processor.Handle(ctx, delivery, line)
+//	                 │ (or BatchHandler.HandleBatch(ctx, run of lines))
 //	                 │ failure policy: retry with back-off, then Skip or Quarantine
 //	                 ▼
 //	               finished count + checkpoint holds ─► commit (next duty cycle,
@@ -43,6 +44,24 @@
 // again, so lines finished after the feed stopped are committed too. Sequence
 // numbers start at 1 every run: recognise a line across runs by its epoch
 // and position (package tidemark, the module root), never by its sequence number.
+//
+// # Runs of lines: BatchHandler
+//
+// A processor that pays a cost per call (a hold of its store, say) may
+// also implement [BatchHandler]: on a queue where it is the only processor
+// and the server has no Config.Observer, the group hands it a run of
+// consecutive lines of the feed in one HandleBatch call (a [Batch]: from
+// the next line up to the next status event or the end of the batch the
+// feed read), instead of one Handle call a line. Elsewhere it gets Handle
+// calls. The call's lines count as finished when it returns, so the
+// pointer stays before its first line until then. HandleBatch returns
+// (b.Len(), nil), or (k, err) for a line k that failed: the lines before
+// k are finished, line k goes through the failure policy (its retries call
+// Handle), and a new call goes on after it. Any other result stops the
+// server with an error that names HandleBatch. After a panic in
+// HandleBatch, the call's lines go to Handle one at a time from the
+// call's first: the lines it had handled are handled again (at least
+// once; a store skips what it already applied).
 //
 // # Holds and stalls
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tidemark-go/tidemark"
@@ -105,4 +106,45 @@ func TestCounterIsExactlyOnce(t *testing.T) {
 		h.View("", func(tx *state.Tx) error { n, _ = tx.Bucket("counts").GetInt64([]byte("o-1")); return nil })
 		return n
 	})
+}
+
+// countLinesInRuns is countLines handed the lines in runs, as the README
+// shows it: a BatchHandler that applies a run with ApplyEach, each line
+// its own transaction, skipped if already applied.
+type countLinesInRuns struct {
+	countLines
+	runs *atomic.Int64 // HandleBatch calls of more than one line
+}
+
+func (c *countLinesInRuns) HandleBatch(ctx context.Context, b *framework.Batch) (int, error) {
+	if b.Len() > 1 {
+		c.runs.Add(1)
+	}
+	return c.st.ApplyEach(ctx, b.Len(), b.Delivery, func(tx *state.Tx, i int) error {
+		_, err := counts.Add(tx, b.Line(i), 1)
+		return err
+	})
+}
+
+// The README's HandleBatch, through the test kit's restarts and crashes:
+// the counts are those of one run, and the runs were runs.
+func TestCounterInRunsIsExactlyOnce(t *testing.T) {
+	var runs atomic.Int64
+	cfg := tidemarktest.Config{Feed: "orders", Processors: func() framework.Processors {
+		return framework.Processors{"counter": &countLinesInRuns{runs: &runs}}
+	}}
+	lines := []string{"o-1", "o-2", "o-1", "o-3", "o-1", "o-2", "o-4", "o-1"}
+	tidemarktest.CheckExactlyOnce(t, cfg, lines, nil, func(h *tidemarktest.Harness) any {
+		var n [4]int64
+		h.View("", func(tx *state.Tx) error {
+			for i := range n {
+				n[i], _ = tx.Bucket("counts").GetInt64([]byte(fmt.Sprintf("o-%d", i+1)))
+			}
+			return nil
+		})
+		return n
+	})
+	if runs.Load() == 0 {
+		t.Fatal("HandleBatch was never handed more than one line")
+	}
 }

@@ -61,6 +61,10 @@ type incarnation struct {
 
 	// skips is the log of the lines this incarnation skipped.
 	skips skipLog
+
+	// batch is the view handed to a BatchHandler, reused call after call
+	// by the incarnation's goroutine (no allocation per call).
+	batch Batch
 }
 
 func newIncarnation(base context.Context) *incarnation {
@@ -389,6 +393,10 @@ type cursor struct {
 	inHandle bool         // a processor's Handle is running
 	start    time.Time    // when item i's handling began (with an Observer)
 	ok       bool         // false once the incarnation is stopping
+	// lineEnd: the items before it are handed to Handle one at a time,
+	// not to HandleBatch: they are those of a HandleBatch call that
+	// panicked (see runBatches).
+	lineEnd int
 }
 
 // runItems runs items from c until the batch ends, and returns nil; or it
@@ -510,16 +518,30 @@ func (g *group) runItems(inc *incarnation, q *queue, b *batch, c *cursor) (perr 
 // through it) and process's resume, and the finished count is published
 // at each line. stop reports that the incarnation is stopping (a line
 // failed and deliver gave up): runItems returns at once.
+//
+// The loop itself is runLines. A processor that is a BatchHandler gets
+// runs of lines instead (runBatches): the type assertion is made once a
+// call of runSingle, not once a line.
 func (g *group) runSingle(inc *incarnation, q *queue, b *batch, c *cursor, i int, n uint64) (int, uint64, bool) {
 	pp := q.procs.Load()
 	if len(*pp) != 1 {
 		return i, n, false
 	}
 	p := (*pp)[0]
+	c.procs, c.j, c.handled = *pp, 0, true
+	if bh, ok := p.p.(BatchHandler); ok {
+		return g.runBatches(inc, q, b, c, i, n, pp, p, bh)
+	}
+	return g.runLines(inc, q, b, c, i, n, pp, p, len(b.items))
+}
+
+// runLines is runSingle's loop over the lines from item i to item end
+// (excluded), handed to p's Handle one at a time; pp is the processor list
+// p was read from, and c.procs, c.j and c.handled are set.
+func (g *group) runLines(inc *incarnation, q *queue, b *batch, c *cursor, i int, n uint64, pp *[]*procEntry, p *procEntry, end int) (int, uint64, bool) {
 	h := p.p
 	ctx := inc.ctx
-	items, data := b.items, b.data
-	c.procs, c.j, c.handled = *pp, 0, true
+	items, data := b.items[:end], b.data
 	for ; i < len(items); i++ {
 		it := &items[i]
 		if it.ev != nil || q.removed.Load() || p.removed.Load() || q.procs.Load() != pp {
@@ -538,6 +560,112 @@ func (g *group) runSingle(inc *incarnation, q *queue, b *batch, c *cursor, i int
 		q.finished.Store(n)
 	}
 	return i, n, false
+}
+
+// runBatches is runSingle's loop for a BatchHandler: from item i it hands
+// the lines up to the next status event (or the end of the batch) to
+// HandleBatch in one call, checking before each call what runLines checks
+// before each line, and returns as runLines does. The call's lines count
+// as finished when it returns (one store of the finished count); the line
+// it reports failed goes through deliver, and the next call starts after
+// it. A result out of HandleBatch's contract stops the server; a panic is
+// recovered here (c.inHandle stays false: runItems' recover never sees
+// it) and the call's lines go to Handle, one at a time, through runLines,
+// where a panic of Handle takes the usual way (runItems' recover, the
+// failure policy, process's resume, and back here through runSingle,
+// which c.lineEnd sends on to runLines until the call's lines are done).
+func (g *group) runBatches(inc *incarnation, q *queue, b *batch, c *cursor, i int, n uint64, pp *[]*procEntry, p *procEntry, bh BatchHandler) (int, uint64, bool) {
+	ctx := inc.ctx
+	items, data := b.items, b.data
+	bb := &inc.batch
+	for i < len(items) {
+		if i < c.lineEnd {
+			var stop bool
+			if i, n, stop = g.runLines(inc, q, b, c, i, n, pp, p, c.lineEnd); stop || i < c.lineEnd {
+				return i, n, stop // stopping, or runItems' loop is needed
+			}
+			continue
+		}
+		if q.removed.Load() || p.removed.Load() || q.procs.Load() != pp {
+			break
+		}
+		end := i
+		for end < len(items) && items[end].ev == nil {
+			end++
+		}
+		if end == i {
+			break // a status event: runItems' loop delivers it
+		}
+		c.i, c.n = i, n
+		bb.items, bb.data = items[i:end], data
+		done, perr, err := callHandleBatch(ctx, bh, bb)
+		bb.items, bb.data = nil, nil
+		if perr != nil {
+			q.failures.Add(1)
+			q.f.failed.Add(1)
+			d := &items[i].d
+			g.log.Warn("processor panicked in HandleBatch: its lines go to Handle one at a time, from the call's first, and may be handled twice",
+				"feed", d.Feed, "processor", p.name, "epoch", d.Epoch, "position", d.Position, "seq", d.Seq, "lines", end-i, "panic", perr.Value, "stack", string(perr.Stack))
+			c.lineEnd = end
+			continue
+		}
+		k := end - i
+		if done < 0 || done > k || (err == nil) != (done == k) {
+			g.badBatchResult(p, items[i:end], done, err)
+			c.ok = false
+			return i, n, true
+		}
+		// Every line before done finished: publish them, once for the call.
+		if done > 0 {
+			i += done
+			n += uint64(done)
+			q.finished.Store(n)
+		}
+		if err != nil {
+			// Line i failed: the failure policy decides, as for Handle.
+			it := &items[i]
+			c.i, c.n = i, n
+			if !g.deliver(inc, q, p, it.d, data[it.off:it.end:it.end], err) {
+				c.ok = false
+				return i, n, true
+			}
+			i++
+			n++
+			q.finished.Store(n)
+		}
+	}
+	return i, n, false
+}
+
+// callHandleBatch calls h.HandleBatch, and returns its panic, if any, as a
+// *PanicError.
+func callHandleBatch(ctx context.Context, h BatchHandler, b *Batch) (done int, perr *PanicError, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			perr = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	done, err = h.HandleBatch(ctx, b)
+	return done, nil, err
+}
+
+// badBatchResult stops the server for a HandleBatch call over the lines of
+// run that returned (done, err), a result out of its contract. None of the
+// call's lines counts as finished: the next start reads them again.
+func (g *group) badBatchResult(p *procEntry, run []item, done int, err error) {
+	first, last := &run[0].d, &run[len(run)-1].d
+	want := fmt.Sprintf("(%d, nil) when every line finished, or (k, err) with 0 <= k < %d and err != nil when line k failed", len(run), len(run))
+	var ferr error
+	if err != nil {
+		ferr = fmt.Errorf("framework: processor %q of group %q on feed %q, epoch %d, position %d: HandleBatch of %d lines (positions %d to %d) returned (%d, %v); it must return %s: %w",
+			p.name, g.name, first.Feed, first.Epoch, first.Position, len(run), first.Position, last.Position, done, err, want, err)
+	} else {
+		ferr = fmt.Errorf("framework: processor %q of group %q on feed %q, epoch %d, position %d: HandleBatch of %d lines (positions %d to %d) returned (%d, nil); it must return %s",
+			p.name, g.name, first.Feed, first.Epoch, first.Position, len(run), first.Position, last.Position, done, want)
+	}
+	g.s.fail(ferr,
+		"processor's HandleBatch broke its contract, and the server stops without draining: fix the processor (see err), then start the server again: the call's lines are read again, and those after them",
+		"group", g.name, "processor", p.name, "feed", first.Feed, "epoch", first.Epoch, "position", first.Position, "lines", len(run))
 }
 
 func callHandle(ctx context.Context, p Processor, d tidemark.Delivery, line []byte) (err error) {

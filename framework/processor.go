@@ -26,6 +26,75 @@ type Processor interface {
 	Handle(ctx context.Context, d tidemark.Delivery, line []byte) error
 }
 
+// BatchHandler is implemented by processors that handle a run of lines in
+// one call, at a cost per call rather than per line (a processor that
+// applies its lines to a store with state.Namespace.ApplyEach, say).
+//
+// The group uses it where it runs its fast loop: on a queue with exactly
+// one processor, and no Config.Observer. Elsewhere (several processors on
+// the queue, an Observer) it calls Handle for each line, and so do the
+// failure policy's retries and the fallback after a panic in HandleBatch:
+// a BatchHandler's Handle must work on its own.
+type BatchHandler interface {
+	// HandleBatch handles the lines of b in order and returns how many it
+	// finished. The lines of one call are consecutive lines of one feed,
+	// at most those of one batch the feed read, and never span a status
+	// event (FeedConfig.StatusEvents): an event reaches HandleStatus
+	// between two calls, in its place among the lines.
+	//
+	// It must return (b.Len(), nil) when every line finished, or (k, err)
+	// with 0 <= k < b.Len() and err != nil when line k failed: lines
+	// before k count as finished, line k goes through the group's failure
+	// policy as a Handle error would (its retries call Handle for that
+	// line; an error marked [Fatal] stops the server), and the group goes
+	// on from the line after k with a new call. Any other result ((k, nil)
+	// with k < b.Len(), a k out of [0, b.Len()], (b.Len(), err)) is a bug
+	// of the processor: the server stops with an error that says so, and
+	// none of the call's lines counts as finished.
+	//
+	// A panic in HandleBatch is logged (Warn) and counted as a failure;
+	// then each line of the call, from its first, is handed to Handle, one
+	// at a time, with the failure policy for each: the line that panics
+	// goes through the policy, and the lines the call had already handled
+	// are handled again. Lines are delivered at least once: a processor
+	// whose state is in a tidemark store skips (by epoch and position)
+	// what it already applied; any other must tolerate the repeat.
+	//
+	// No line of the call counts as finished before the call returns: the
+	// feed's pointer stays before the call's first line meanwhile, and a
+	// checkpoint mark taken during the call covers only the lines before
+	// it. ctx is Handle's: cancelled when the group is stopped, restarted
+	// or removed, or its drain times out; return (k, ctx.Err()) then.
+	// b and everything it returns are valid only during the call.
+	HandleBatch(ctx context.Context, b *Batch) (done int, err error)
+}
+
+// Batch is a run of consecutive lines of one feed, in order, handed to
+// [BatchHandler.HandleBatch]. It is valid only during the call: the group
+// reuses it for its next call, and the memory of its lines with it. Copy
+// what you keep.
+type Batch struct {
+	items []item // the run's items: lines only, never a status event
+	data  []byte // the queue batch's data, that items' offsets point into
+}
+
+// Len returns how many lines the batch holds.
+func (b *Batch) Len() int { return len(b.items) }
+
+// Delivery returns line i's delivery (feed, epoch, position, seq), for
+// 0 <= i < Len(). It points into the framework's own record of the line,
+// shared with the other groups on the feed: read it, never write it. It is
+// valid only during the call; copy the value to keep it.
+func (b *Batch) Delivery(i int) *tidemark.Delivery { return &b.items[i].d }
+
+// Line returns line i's payload, without its terminator, for
+// 0 <= i < Len(): as Handle's line, it is valid only during the call and
+// must not be written to (its capacity ends with it, so an append copies).
+func (b *Batch) Line(i int) []byte {
+	it := &b.items[i]
+	return b.data[it.off:it.end:it.end]
+}
+
 // Stopper is implemented by processors that want to know when they stop:
 // at [Server.Stop] after their group has drained, and when they or their
 // group are removed or restarted.
