@@ -200,6 +200,12 @@ type ledger struct {
 	staged  int // reject records applyFn staged
 	applyFn func(tx *state.Tx) error
 
+	// The run HandleBatch applies (batch.go), and the functions it hands
+	// ApplyEach, made once.
+	run    []batchLine
+	eachAt func(i int) *tidemark.Delivery
+	eachFn func(tx *state.Tx, i int) error
+
 	applied, skipped, malformed atomic.Uint64
 	// rej is the ledger's side of the reject log (rejectout.go).
 	rej rejects
