@@ -10,17 +10,17 @@ import (
 )
 
 // batchLine is a line of a run that HandleBatch applies in one
-// state.ApplyEach: parsed, canonical (see parseCanonical), as Handle
-// leaves it in the ledger's fields for applyLine.
+// state.ApplyEach: parsed, canonical (see parseCanonical), its account
+// line[a0:a1]. Its line and delivery are read from the call's Batch: a
+// run is as small as it can be, since each line is written by the parse
+// and read back by its function.
 type batchLine struct {
-	e       Entry
-	account []byte
-	line    []byte
-	d       *tidemark.Delivery
+	id, amount int64
+	a0, a1     int32
 	// Set by the line's function: it ran (the line is applied, not a
 	// re-delivery), and the reject records it staged.
 	applied bool
-	staged  int
+	staged  int32
 }
 
 // HandleBatch applies the lines of b as Handle would one at a time, with
@@ -48,9 +48,11 @@ func (l *ledger) HandleBatch(ctx context.Context, b *framework.Batch) (int, erro
 		return n, nil
 	}
 	if l.eachFn == nil {
-		l.eachAt = func(i int) *tidemark.Delivery { return l.run[i].d }
+		l.eachAt = func(k int) *tidemark.Delivery { return l.batch.Delivery(l.base + k) }
 		l.eachFn = l.applyRunLine
 	}
+	l.batch = b
+	defer func() { l.batch = nil }() // the framework's, valid only during the call
 	for i := 0; i < n; {
 		run := l.run[:0]
 		j := i
@@ -60,15 +62,18 @@ func (l *ledger) HandleBatch(ctx context.Context, b *framework.Batch) (int, erro
 			if !ok {
 				break
 			}
-			run = append(run, batchLine{e: Entry{ID: id, Amount: amount}, account: account, line: line, d: b.Delivery(j)})
+			// account is line[a0:a1], a part of line: its capacity is
+			// line's from a0.
+			a0 := cap(line) - cap(account)
+			run = append(run, batchLine{id: id, amount: amount, a0: int32(a0), a1: int32(a0 + len(account))})
 		}
-		l.run = run
+		l.run, l.base = run, i
 		if len(run) > 0 {
 			done, err := l.st.ApplyEach(ctx, len(run), l.eachAt, l.eachFn)
 			applied := 0
 			for k := range done {
 				r := &run[k]
-				l.rej.done(*r.d, r.applied, r.staged)
+				l.rej.done(*b.Delivery(i + k), r.applied, int(r.staged))
 				if r.applied {
 					applied++
 				}
@@ -76,17 +81,12 @@ func (l *ledger) HandleBatch(ctx context.Context, b *framework.Batch) (int, erro
 			l.applied.Add(uint64(applied))
 			l.skipped.Add(uint64(done - applied))
 			if err != nil {
-				r := &run[done]
 				if errors.Is(err, state.ErrTooLarge) {
-					err = l.reject(ctx, *r.d, framework.ReasonTooLarge, err, r.line)
+					err = l.reject(ctx, *b.Delivery(i + done), framework.ReasonTooLarge, err, b.Line(i+done))
 				}
-				clear(l.run)
 				return i + done, err
 			}
 		}
-		// Let go of the lines' bytes and deliveries: they are the
-		// framework's, valid only during the call.
-		clear(l.run)
 		if j == n {
 			break
 		}
@@ -101,13 +101,16 @@ func (l *ledger) HandleBatch(ctx context.Context, b *framework.Batch) (int, erro
 
 // applyRunLine is the function of line i of the run for ApplyEach:
 // applyLine's, for that line.
-func (l *ledger) applyRunLine(tx *state.Tx, i int) error {
-	r := &l.run[i]
+func (l *ledger) applyRunLine(tx *state.Tx, k int) error {
+	r := &l.run[k]
 	r.applied = true
+	line := l.batch.Line(l.base + k)
 	var err error
-	if l.buf, err = applyLineOf(tx, r.e, r.account, r.line, *r.d, false, l.buf); err != nil {
+	if l.buf, err = applyLineOf(tx, Entry{ID: r.id, Amount: r.amount}, line[r.a0:r.a1], line, nil, false, l.buf); err != nil {
 		return err
 	}
-	r.staged, err = l.rej.stage(tx, *r.d)
+	d := l.batch.Delivery(l.base + k)
+	n, err := l.rej.stage(tx, d)
+	r.staged = int32(n)
 	return err
 }

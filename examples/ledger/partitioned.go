@@ -141,7 +141,7 @@ func (l *partLedger) Handle(ctx context.Context, d tidemark.Delivery, line []byt
 // de-duplicates here), so the ledger does not (own false).
 func (l *partLedger) applyLine(tx *state.Tx) error {
 	var err error
-	l.buf, err = applyLineOf(tx, l.e, l.account, l.line, l.d, false, l.buf)
+	l.buf, err = applyLineOf(tx, l.e, l.account, l.line, &l.d, false, l.buf)
 	return err
 }
 

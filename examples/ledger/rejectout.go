@@ -96,7 +96,7 @@ func (r *rejects) before(p pendingReject, d tidemark.Delivery) bool {
 
 // stage writes into tx the records of the pending rejects before d and
 // returns how many. They stay pending until taken (done).
-func (r *rejects) stage(tx *state.Tx, d tidemark.Delivery) (int, error) {
+func (r *rejects) stage(tx *state.Tx, d *tidemark.Delivery) (int, error) {
 	if r.npending.Load() == 0 {
 		// A reject the source adds meanwhile is of a line after d: the
 		// source reports a skipped line before it delivers the next.
@@ -105,7 +105,7 @@ func (r *rejects) stage(tx *state.Tx, d tidemark.Delivery) (int, error) {
 	r.mu.Lock()
 	var ps []pendingReject
 	for _, p := range r.pending {
-		if r.before(p, d) {
+		if r.before(p, *d) {
 			ps = append(ps, p)
 		}
 	}
@@ -180,7 +180,7 @@ func (l *ledger) reject(ctx context.Context, d tidemark.Delivery, reason string,
 	n := 0
 	applied, aerr := l.st.Apply(ctx, l.applyDelivery(d), func(tx *state.Tx) error {
 		var err2 error
-		if n, err2 = l.rej.stage(tx, d); err2 != nil {
+		if n, err2 = l.rej.stage(tx, &d); err2 != nil {
 			return err2
 		}
 		n++

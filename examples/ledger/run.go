@@ -200,9 +200,12 @@ type ledger struct {
 	staged  int // reject records applyFn staged
 	applyFn func(tx *state.Tx) error
 
-	// The run HandleBatch applies (batch.go), and the functions it hands
-	// ApplyEach, made once.
+	// The run HandleBatch applies (batch.go): its lines, the call's
+	// Batch they are of (nil between calls) from line base; and the
+	// functions it hands ApplyEach, made once.
 	run    []batchLine
+	batch  *framework.Batch
+	base   int
 	eachAt func(i int) *tidemark.Delivery
 	eachFn func(tx *state.Tx, i int) error
 
@@ -279,10 +282,10 @@ func (l *ledger) Handle(ctx context.Context, d tidemark.Delivery, line []byte) e
 // skipped before it.
 func (l *ledger) applyLine(tx *state.Tx) error {
 	var err error
-	if l.buf, err = applyLineOf(tx, l.e, l.account, l.line, l.d, !l.dedupe, l.buf); err != nil {
+	if l.buf, err = applyLineOf(tx, l.e, l.account, l.line, &l.d, !l.dedupe, l.buf); err != nil {
 		return err
 	}
-	l.staged, err = l.rej.stage(tx, l.d)
+	l.staged, err = l.rej.stage(tx, &l.d)
 	return err
 }
 

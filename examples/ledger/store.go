@@ -171,7 +171,7 @@ func readLedgerTx(tx *state.Tx) (st LedgerState, last tidemark.Applied, err erro
 // the output line is that line and the balance, its bytes copied rather
 // than e formatted again. Both are parts of the delivered line: the
 // balance's key is read from it, and no string is made of the account.
-func applyLineOf(tx *state.Tx, e Entry, account, line []byte, d tidemark.Delivery, own bool, buf []byte) ([]byte, error) {
+func applyLineOf(tx *state.Tx, e Entry, account, line []byte, d *tidemark.Delivery, own bool, buf []byte) ([]byte, error) {
 	var bal int64
 	var err error
 	if account != nil {
