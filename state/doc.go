@@ -407,16 +407,23 @@
 // length of each output it appends to, is logged, so that a failure or a
 // panic undoes the line, and a batch is cut only between Apply calls. A
 // line of the same feed as the last enters Apply without the lock when
-// nothing changed meanwhile. The store's own part of a ledger line (its
-// Apply, the commits included) is about 0.45 µs of CPU at batch 10000 and
-// 100 balances (BenchmarkApplyLedger, at a load of 15); `ledger run` as a
-// whole (reading, framing, the group's loop, parsing, the output line)
-// costs about 0.3-0.4 µs of CPU a line at 20 accounts and 1.0-1.3 µs with
+// nothing changed meanwhile; ApplyEach takes the token once for its lines,
+// and the lock about once for them. The store's own part of a ledger line
+// (its Apply, the commits included) is about 0.45 µs of CPU at batch 10000
+// and 100 balances (BenchmarkApplyLedger, at a load of 15); a line of 20
+// accounts with two counters, 136-216 ns through Apply and 119-189 through
+// ApplyEach (BenchmarkTableLine, table-counter and table-counter-each, on
+// a machine whose fsync takes 0.2-0.9 ms, 2026-12-06). `ledger run` as a
+// whole (reading, framing, the group's loop, parsing, the output line),
+// whose processor applies the runs of lines it is handed with ApplyEach,
+// costs about 0.4-0.5 µs of CPU a line at 20 accounts and 1.5-1.8 µs with
 // 10,000 accounts, whose batches change thousands of keys each (bbolt and
 // Pebble, 5,000,000 lines, --max-batch 10000, bench/cmd/benchtable's CPU a
-// line, 2026-12-04 20:04-20:10 UTC, load 1.2-1.4; the program the bench
-// compares it with, which keeps its balances in a map, 0.1-0.2 and
-// 0.6-0.8 µs). At 20 accounts
+// line, 2026-12-06 03:24-03:28 UTC, load 1.5-1.9; the program the bench
+// compares it with, which keeps its balances in a map, 0.1-0.3 and 0.8-1.3
+// µs on that machine; 0.3-0.4 and 1.0-1.3 µs for ledger run one line an
+// Apply on a faster one, 2026-12-04, where the naive program took 0.1-0.2
+// and 0.6-0.8). At 20 accounts
 // the group's goroutine runs 93 % of the time (a runtime trace): the rate
 // is the group's CPU a line. With 10,000 accounts the committer's part
 // (bbolt's Put and commit, the sort of the keys, the fold into the value
