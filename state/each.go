@@ -152,25 +152,27 @@ func (c *core) room(b *batch, p *pending) bool {
 // publish stages the pending lines p in the staging batch, as apply
 // stages one: their count, bytes and keys, and the feed's position, the
 // last line's; then cuts the batch if it is full or a cut is wanted.
-// c.mu held, and the token.
+// c.mu held, and the token. p is emptied first: should anything below
+// panic, applyEach's deferred publish must not take c.mu again.
 func (c *core) publish(p *pending) {
+	q := *p
+	*p = pending{}
 	b := c.cur
 	if b.grown != 0 {
 		b.size, b.grown = b.size+b.grown, 0
 	}
-	b.size += p.bytes
-	if p.bytes > 0 && !c.opts.Sync {
-		c.writeAhead(b, false)
-	}
-	b.count += p.k
+	b.size += q.bytes
+	b.count += q.k
 	b.keys = len(b.writes)
-	fs := p.fs
+	fs := q.fs
 	r := &b.applied[fs.idx]
-	fs.latest.Position, r.lin.Position = p.pos, p.pos
+	fs.latest.Position, r.lin.Position = q.pos, q.pos
 	fs.latest.TailLen, fs.latest.TailHash = 0, 0
 	r.lin.TailLen, r.lin.TailHash = 0, 0
-	c.stats.Applied += uint64(p.k)
-	*p = pending{}
+	c.stats.Applied += uint64(q.k)
+	if q.bytes > 0 && !c.opts.Sync {
+		c.writeAhead(b, false)
+	}
 	if (c.full(b) || c.cutWanted.Load()) && c.sealed == nil {
 		c.cut()
 	} else if c.sealed != nil && c.overfull(b) {

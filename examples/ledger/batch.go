@@ -9,7 +9,7 @@ import (
 	"github.com/tidemark-go/tidemark/state"
 )
 
-// batchLine is a line of a run that HandleBatch applies in one
+// batchLine is a line of a run that a runApplier applies in one
 // state.ApplyEach: parsed, canonical (see parseCanonical), its account
 // line[a0:a1]. Its line and delivery are read from the call's Batch: a
 // run is as small as it can be, since each line is written by the parse
@@ -23,38 +23,53 @@ type batchLine struct {
 	staged  int32
 }
 
-// HandleBatch applies the lines of b as Handle would one at a time, with
-// one state.ApplyEach for each run of canonical lines: the framework
-// hands the ledger a feed's read (up to 1,024 lines) in one call, and the
-// store is taken once for the run instead of once a line. A line that is
-// not canonical (or malformed) goes through Handle, between runs. Where
-// the ledger's per-line work cannot be done for a run at once (a pace, a
-// run without de-duplication, rejects of the source waiting for the next
-// line), every line goes through Handle.
-func (l *ledger) HandleBatch(ctx context.Context, b *framework.Batch) (int, error) {
+// runApplier is a ledger processor's HandleBatch (the file ledger's and a
+// partition's): the lines of a call are applied as Handle would apply them
+// one at a time, with one state.ApplyEach for each run of canonical lines
+// (the framework hands the processor a feed's read, up to 1,024 lines, in
+// one call, and the store is taken once for the run instead of once a
+// line). A line that is not canonical (or malformed) goes through the
+// processor's Handle, between runs.
+type runApplier struct {
+	st state.Namespace
+	// handle is the processor's Handle, for a line that is not canonical.
+	handle func(ctx context.Context, d tidemark.Delivery, line []byte) error
+	// tooLarge returns the processor's error for a line whose account the
+	// store cannot hold (err wraps state.ErrTooLarge): it rejects the
+	// line, as Handle does.
+	tooLarge func(ctx context.Context, d tidemark.Delivery, line []byte, err error) error
+	// stage, if set, stages what the processor records with a line (the
+	// file ledger's reject records of the lines the source skipped before
+	// it) in the line's transaction, and returns how many records.
+	stage func(tx *state.Tx, d *tidemark.Delivery) (int, error)
+	// after is called for each line an ApplyEach went through, in order:
+	// applied, or skipped as a re-delivery; with the records stage
+	// staged.
+	after func(d *tidemark.Delivery, applied bool, staged int)
+
+	// The run being applied: its lines, the call's Batch they are of (nil
+	// between calls) from line base; the output line's buffer; and the
+	// functions handed to ApplyEach, made once.
+	run   []batchLine
+	batch *framework.Batch
+	base  int
+	buf   []byte
+	at    func(i int) *tidemark.Delivery
+	fn    func(tx *state.Tx, i int) error
+}
+
+// handleBatch is HandleBatch: it returns (b.Len(), nil), or the index of
+// the line that failed and its error.
+func (r *runApplier) handleBatch(ctx context.Context, b *framework.Batch) (int, error) {
+	if r.fn == nil {
+		r.at = func(k int) *tidemark.Delivery { return r.batch.Delivery(r.base + k) }
+		r.fn = r.applyRunLine
+	}
+	r.batch = b
+	defer func() { r.batch = nil }() // the framework's, valid only during the call
 	n := b.Len()
-	if l.pace > 0 || !l.dedupe || l.rej.npending.Load() > 0 {
-		// The source's rejects are staged with the line after them, and
-		// let go once that line's Apply ended (rejects.stage, done): in a
-		// run, the next line's function would stage them a second time.
-		// A reject the source adds while the run applies is of a line
-		// after the run (the source reports a skipped line before the
-		// lines after it), so none is staged by the run.
-		for i := range n {
-			if err := l.Handle(ctx, *b.Delivery(i), b.Line(i)); err != nil {
-				return i, err
-			}
-		}
-		return n, nil
-	}
-	if l.eachFn == nil {
-		l.eachAt = func(k int) *tidemark.Delivery { return l.batch.Delivery(l.base + k) }
-		l.eachFn = l.applyRunLine
-	}
-	l.batch = b
-	defer func() { l.batch = nil }() // the framework's, valid only during the call
 	for i := 0; i < n; {
-		run := l.run[:0]
+		run := r.run[:0]
 		j := i
 		for ; j < n; j++ {
 			line := b.Line(j)
@@ -67,22 +82,15 @@ func (l *ledger) HandleBatch(ctx context.Context, b *framework.Batch) (int, erro
 			a0 := cap(line) - cap(account)
 			run = append(run, batchLine{id: id, amount: amount, a0: int32(a0), a1: int32(a0 + len(account))})
 		}
-		l.run, l.base = run, i
+		r.run, r.base = run, i
 		if len(run) > 0 {
-			done, err := l.st.ApplyEach(ctx, len(run), l.eachAt, l.eachFn)
-			applied := 0
+			done, err := r.st.ApplyEach(ctx, len(run), r.at, r.fn)
 			for k := range done {
-				r := &run[k]
-				l.rej.done(*b.Delivery(i + k), r.applied, int(r.staged))
-				if r.applied {
-					applied++
-				}
+				r.after(b.Delivery(i+k), run[k].applied, int(run[k].staged))
 			}
-			l.applied.Add(uint64(applied))
-			l.skipped.Add(uint64(done - applied))
 			if err != nil {
 				if errors.Is(err, state.ErrTooLarge) {
-					err = l.reject(ctx, *b.Delivery(i + done), framework.ReasonTooLarge, err, b.Line(i+done))
+					err = r.tooLarge(ctx, *b.Delivery(i + done), b.Line(i+done), err)
 				}
 				return i + done, err
 			}
@@ -91,7 +99,7 @@ func (l *ledger) HandleBatch(ctx context.Context, b *framework.Batch) (int, erro
 			break
 		}
 		// A line that is not canonical: Handle parses and explains it.
-		if err := l.Handle(ctx, *b.Delivery(j), b.Line(j)); err != nil {
+		if err := r.handle(ctx, *b.Delivery(j), b.Line(j)); err != nil {
 			return j, err
 		}
 		i = j + 1
@@ -99,18 +107,96 @@ func (l *ledger) HandleBatch(ctx context.Context, b *framework.Batch) (int, erro
 	return n, nil
 }
 
-// applyRunLine is the function of line i of the run for ApplyEach:
-// applyLine's, for that line.
-func (l *ledger) applyRunLine(tx *state.Tx, k int) error {
-	r := &l.run[k]
-	r.applied = true
-	line := l.batch.Line(l.base + k)
+// applyRunLine is the function of line k of the run for ApplyEach: the
+// balance, counters and output line of the line, as Handle's function
+// writes them, and what stage records with it.
+func (r *runApplier) applyRunLine(tx *state.Tx, k int) error {
+	l := &r.run[k]
+	l.applied = true
+	line := r.batch.Line(r.base + k)
 	var err error
-	if l.buf, err = applyLineOf(tx, Entry{ID: r.id, Amount: r.amount}, line[r.a0:r.a1], line, nil, false, l.buf); err != nil {
+	if r.buf, err = applyLineOf(tx, Entry{ID: l.id, Amount: l.amount}, line[l.a0:l.a1], line, nil, false, r.buf); err != nil {
 		return err
 	}
-	d := l.batch.Delivery(l.base + k)
-	n, err := l.rej.stage(tx, d)
-	r.staged = int32(n)
+	if r.stage == nil {
+		return nil
+	}
+	n, err := r.stage(tx, r.batch.Delivery(r.base+k))
+	l.staged = int32(n)
 	return err
+}
+
+// HandleBatch applies the lines of b as Handle would one at a time, each
+// run of canonical lines with one state.ApplyEach (see runApplier). Where
+// the ledger's per-line work cannot be done for a run (a pace, a run
+// without de-duplication, rejects of the source waiting for the next
+// line), every line goes through Handle.
+func (l *ledger) HandleBatch(ctx context.Context, b *framework.Batch) (int, error) {
+	if l.pace > 0 || !l.dedupe || l.rej.npending.Load() > 0 {
+		// The source's rejects are staged with the line after them, and
+		// let go once that line's Apply ended (rejects.stage, done): in a
+		// run, the next line's function would stage them a second time.
+		// A reject the source adds while the run applies is of a line
+		// after the run (the source reports a skipped line before the
+		// lines after it), so none is staged by the run.
+		return handleEach(ctx, b, l.Handle)
+	}
+	if l.runs.handle == nil {
+		l.runs = runApplier{
+			handle: l.Handle,
+			tooLarge: func(ctx context.Context, d tidemark.Delivery, line []byte, err error) error {
+				return l.reject(ctx, d, framework.ReasonTooLarge, err, line)
+			},
+			stage: l.rej.stage,
+			after: func(d *tidemark.Delivery, applied bool, staged int) {
+				l.rej.done(*d, applied, staged)
+				if applied {
+					l.applied.Add(1)
+				} else {
+					l.skipped.Add(1)
+				}
+			},
+		}
+	}
+	l.runs.st = l.st // Start's, which a restart of the group sets again
+	return l.runs.handleBatch(ctx, b)
+}
+
+// HandleBatch applies the lines of b as Handle would one at a time, each
+// run of canonical lines with one state.ApplyEach (see runApplier); with a
+// pace, every line goes through Handle.
+func (l *partLedger) HandleBatch(ctx context.Context, b *framework.Batch) (int, error) {
+	if l.pace > 0 {
+		return handleEach(ctx, b, l.Handle)
+	}
+	if l.runs.handle == nil {
+		l.runs = runApplier{
+			handle: l.Handle,
+			tooLarge: func(ctx context.Context, d tidemark.Delivery, line []byte, err error) error {
+				// Nothing of it was staged: the line is rejected instead.
+				return l.reject(ctx, d, err.Error(), line)
+			},
+			after: func(_ *tidemark.Delivery, applied bool, _ int) {
+				if applied {
+					l.applied.Add(1)
+				} else {
+					l.skipped.Add(1)
+				}
+			},
+		}
+	}
+	l.runs.st = l.st // Start's, which a restart of the group sets again
+	return l.runs.handleBatch(ctx, b)
+}
+
+// handleEach hands the lines of b to handle one at a time, as the
+// framework would: a processor's HandleBatch where its lines cannot be
+// applied in runs.
+func handleEach(ctx context.Context, b *framework.Batch, handle func(context.Context, tidemark.Delivery, []byte) error) (int, error) {
+	for i := range b.Len() {
+		if err := handle(ctx, *b.Delivery(i), b.Line(i)); err != nil {
+			return i, err
+		}
+	}
+	return b.Len(), nil
 }

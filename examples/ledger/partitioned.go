@@ -67,6 +67,8 @@ type partLedger struct {
 	line    []byte
 	d       tidemark.Delivery
 	applyFn func(*state.Tx) error
+	// runs applies the lines HandleBatch is handed (batch.go).
+	runs runApplier
 
 	applied, skipped, rejected atomic.Uint64
 	// started is set once Start has set st, root and atOpen, which the

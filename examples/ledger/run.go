@@ -200,14 +200,8 @@ type ledger struct {
 	staged  int // reject records applyFn staged
 	applyFn func(tx *state.Tx) error
 
-	// The run HandleBatch applies (batch.go): its lines, the call's
-	// Batch they are of (nil between calls) from line base; and the
-	// functions it hands ApplyEach, made once.
-	run    []batchLine
-	batch  *framework.Batch
-	base   int
-	eachAt func(i int) *tidemark.Delivery
-	eachFn func(tx *state.Tx, i int) error
+	// runs applies the lines HandleBatch is handed (batch.go).
+	runs runApplier
 
 	applied, skipped, malformed atomic.Uint64
 	// rej is the ledger's side of the reject log (rejectout.go).
