@@ -273,11 +273,20 @@ func TestBatchHandlerErrorGoesThroughThePolicy(t *testing.T) {
 // goes on.
 func TestBatchHandlerPanicFallsBackToHandle(t *testing.T) {
 	const bomb = 25
-	for _, handlePanics := range []bool{true, false} {
-		t.Run(map[bool]string{true: "Handle panics too", false: "Handle succeeds"}[handlePanics], func(t *testing.T) {
+	for _, c := range []struct{ handlePanics, observer bool }{{true, false}, {false, false}, {true, true}, {false, true}} {
+		handlePanics := c.handlePanics
+		name := map[bool]string{true: "Handle panics too", false: "Handle succeeds"}[handlePanics]
+		if c.observer {
+			name += ", with an observer"
+		}
+		t.Run(name, func(t *testing.T) {
 			var logs logBuf
 			src, p, cfg := batchCfg(100, framework.FailurePolicy{Retries: framework.NoRetries})
 			cfg.Logger = logs.logger()
+			obs := &handleCounter{n: map[string]int{}}
+			if c.observer {
+				cfg.Observer = obs
+			}
 			p.line = func(_ context.Context, d tidemark.Delivery, inBatch bool) error {
 				if d.Seq == bomb && (inBatch || handlePanics) {
 					panic(fmt.Sprintf("bad line %d", d.Seq))
@@ -317,6 +326,16 @@ func TestBatchHandlerPanicFallsBackToHandle(t *testing.T) {
 			require.EqualValues(t, 100, st.Groups[0].Processed)
 			require.Contains(t, logs.String(), `level=WARN msg="processor panicked in HandleBatch`)
 			require.Contains(t, logs.String(), fmt.Sprintf("feed=orders processor=p epoch=7 position=%d seq=%d lines=%d panic=\"bad line %d\"", src.pos(int(pc.first)), pc.first, pc.n, bomb))
+			if c.observer {
+				// Every line is timed once: by its HandleBatch call, or,
+				// after the panic, by runItems' loop, as it times a line
+				// of a processor without HandleBatch (the one whose Handle
+				// panicked too, through the failure policy); the call that
+				// panicked times none.
+				obs.mu.Lock()
+				defer obs.mu.Unlock()
+				require.Equal(t, 100, obs.n["g"], "lines timed")
+			}
 		})
 	}
 }
@@ -465,8 +484,9 @@ func TestBatchHandlerPointerWaitsForTheCall(t *testing.T) {
 	require.Empty(t, handles)
 }
 
-// With two processors on the queue (or an Observer), a BatchHandler gets
-// Handle calls, one a line, and never a HandleBatch call.
+// With two processors on the queue, a BatchHandler gets Handle, once a
+// line; with an Observer, it gets HandleBatch still, and the observer
+// hears of every line once (each a share of its call's time).
 func TestBatchHandlerSharingItsQueueGetsHandle(t *testing.T) {
 	for _, observer := range []bool{false, true} {
 		t.Run(map[bool]string{false: "two processors", true: "an observer"}[observer], func(t *testing.T) {
@@ -476,9 +496,10 @@ func TestBatchHandlerSharingItsQueueGetsHandle(t *testing.T) {
 			r := &recProc{feeds: []string{"orders"}}
 			cfg := oneFeed(src, grp("g", "b", "r"))
 			procs := framework.Processors{"b": b, "r": r}
+			obs := &handleCounter{n: map[string]int{}}
 			if observer {
 				cfg = oneFeed(src, grp("g", "b"))
-				cfg.Observer = &handleCounter{n: map[string]int{}}
+				cfg.Observer = obs
 				procs = framework.Processors{"b": b}
 			}
 			cfg.Feeds[0].BatchSize = 50
@@ -487,12 +508,18 @@ func TestBatchHandlerSharingItsQueueGetsHandle(t *testing.T) {
 			waitFor(t, "commit of the last line", func() bool { return src.committedPos() == src.pos(n) })
 			done, handles, calls, _, bad := b.snapshot()
 			require.Empty(t, bad)
+			require.Equal(t, seqRange(1, n), done)
+			if observer {
+				require.Empty(t, handles, "no Handle call")
+				require.True(t, slices.ContainsFunc(calls, func(c batchCall) bool { return c.n > 1 }), "HandleBatch with several lines: %v", calls)
+				obs.mu.Lock()
+				defer obs.mu.Unlock()
+				require.Equal(t, n, obs.n["g"], "lines timed")
+				return
+			}
 			require.Empty(t, calls, "no HandleBatch call")
 			require.Equal(t, seqRange(1, n), handles, "Handle, once a line, in order")
-			require.Equal(t, seqRange(1, n), done)
-			if !observer {
-				require.Equal(t, seqRange(1, n), seqsOf(r))
-			}
+			require.Equal(t, seqRange(1, n), seqsOf(r))
 		})
 	}
 }

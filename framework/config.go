@@ -451,6 +451,8 @@ type Rejection struct {
 }
 
 // HandleObserver is told how long a processor group took to handle a line.
+// A line of a [BatchHandler]'s call is told its share of the call's time
+// (the call's time divided by the lines it finished).
 type HandleObserver interface {
 	ObserveHandle(group string, d time.Duration)
 }

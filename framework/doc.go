@@ -49,7 +49,7 @@
 //
 // A processor that pays a cost per call (a hold of its store, say) may
 // also implement [BatchHandler]: on a queue where it is the only processor
-// and the server has no Config.Observer, the group hands it a run of
+// (with a Config.Observer too), the group hands it a run of
 // consecutive lines of the feed in one HandleBatch call (a [Batch]: from
 // the next line up to the next status event or the end of the batch the
 // feed read), instead of one Handle call a line. Elsewhere it gets Handle

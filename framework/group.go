@@ -431,9 +431,9 @@ func (g *group) runItems(inc *incarnation, q *queue, b *batch, c *cursor) (perr 
 	// next item reads the list again).
 	var pp *[]*procEntry
 	for ; i < len(items); i, j, handled = i+1, 0, false {
-		if j == 0 && obs == nil && len(*q.procs.Load()) == 1 {
+		if one := q.procs.Load(); j == 0 && len(*one) == 1 && (obs == nil || batches(*one, c, i)) {
 			var stop bool
-			i, n, stop = g.runSingle(inc, q, b, c, i, n)
+			i, n, stop = g.runSingle(inc, q, b, c, i, n, obs)
 			if stop {
 				return nil
 			}
@@ -521,8 +521,10 @@ func (g *group) runItems(inc *incarnation, q *queue, b *batch, c *cursor) (perr 
 //
 // The loop itself is runLines. A processor that is a BatchHandler gets
 // runs of lines instead (runBatches): the type assertion is made once a
-// call of runSingle, not once a line.
-func (g *group) runSingle(inc *incarnation, q *queue, b *batch, c *cursor, i int, n uint64) (int, uint64, bool) {
+// call of runSingle, not once a line. With an Observer (obs), runItems
+// calls runSingle only for a BatchHandler (see batches): runBatches times
+// its calls, runLines does not time its lines.
+func (g *group) runSingle(inc *incarnation, q *queue, b *batch, c *cursor, i int, n uint64, obs HandleObserver) (int, uint64, bool) {
 	pp := q.procs.Load()
 	if len(*pp) != 1 {
 		return i, n, false
@@ -530,9 +532,21 @@ func (g *group) runSingle(inc *incarnation, q *queue, b *batch, c *cursor, i int
 	p := (*pp)[0]
 	c.procs, c.j, c.handled = *pp, 0, true
 	if bh, ok := p.p.(BatchHandler); ok {
-		return g.runBatches(inc, q, b, c, i, n, pp, p, bh)
+		return g.runBatches(inc, q, b, c, i, n, pp, p, bh, obs)
+	}
+	if obs != nil {
+		return i, n, false // runLines does not time its lines: runItems' loop does
 	}
 	return g.runLines(inc, q, b, c, i, n, pp, p, len(b.items))
+}
+
+// batches reports whether runSingle hands item i to a BatchHandler, which
+// it does with an Observer too (runBatches times each call): procs is one
+// BatchHandler, and item i is not one of the lines of a call that
+// panicked (those go to Handle, in runItems' loop, which times them).
+func batches(procs []*procEntry, c *cursor, i int) bool {
+	_, ok := procs[0].p.(BatchHandler)
+	return ok && i >= c.lineEnd
 }
 
 // runLines is runSingle's loop over the lines from item i to item end
@@ -574,12 +588,16 @@ func (g *group) runLines(inc *incarnation, q *queue, b *batch, c *cursor, i int,
 // where a panic of Handle takes the usual way (runItems' recover, the
 // failure policy, process's resume, and back here through runSingle,
 // which c.lineEnd sends on to runLines until the call's lines are done).
-func (g *group) runBatches(inc *incarnation, q *queue, b *batch, c *cursor, i int, n uint64, pp *[]*procEntry, p *procEntry, bh BatchHandler) (int, uint64, bool) {
+func (g *group) runBatches(inc *incarnation, q *queue, b *batch, c *cursor, i int, n uint64, pp *[]*procEntry, p *procEntry, bh BatchHandler, obs HandleObserver) (int, uint64, bool) {
 	ctx := inc.ctx
 	items, data := b.items, b.data
 	bb := &inc.batch
+	var start time.Time
 	for i < len(items) {
 		if i < c.lineEnd {
+			if obs != nil {
+				return i, n, false // runItems' loop hands them to Handle, and times them
+			}
 			var stop bool
 			if i, n, stop = g.runLines(inc, q, b, c, i, n, pp, p, c.lineEnd); stop || i < c.lineEnd {
 				return i, n, stop // stopping, or runItems' loop is needed
@@ -598,8 +616,18 @@ func (g *group) runBatches(inc *incarnation, q *queue, b *batch, c *cursor, i in
 		}
 		c.i, c.n = i, n
 		bb.items, bb.data = items[i:end], data
+		if obs != nil {
+			start = time.Now()
+		}
 		done, perr, err := callHandleBatch(ctx, bh, bb)
 		bb.items, bb.data = nil, nil
+		if obs != nil && perr == nil && done > 0 && done <= end-i {
+			// A line's time is its share of the call's.
+			per := time.Since(start) / time.Duration(done)
+			for range done {
+				obs.ObserveHandle(g.name, per)
+			}
+		}
 		if perr != nil {
 			q.failures.Add(1)
 			q.f.failed.Add(1)
@@ -625,9 +653,15 @@ func (g *group) runBatches(inc *incarnation, q *queue, b *batch, c *cursor, i in
 			// Line i failed: the failure policy decides, as for Handle.
 			it := &items[i]
 			c.i, c.n = i, n
+			if obs != nil {
+				start = time.Now()
+			}
 			if !g.deliver(inc, q, p, it.d, data[it.off:it.end:it.end], err) {
 				c.ok = false
 				return i, n, true
+			}
+			if obs != nil {
+				obs.ObserveHandle(g.name, time.Since(start))
 			}
 			i++
 			n++

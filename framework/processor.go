@@ -30,11 +30,12 @@ type Processor interface {
 // one call, at a cost per call rather than per line (a processor that
 // applies its lines to a store with state.Namespace.ApplyEach, say).
 //
-// The group uses it where it runs its fast loop: on a queue with exactly
-// one processor, and no Config.Observer. Elsewhere (several processors on
-// the queue, an Observer) it calls Handle for each line, and so do the
-// failure policy's retries and the fallback after a panic in HandleBatch:
-// a BatchHandler's Handle must work on its own.
+// The group uses it on a queue where it is the only processor. With a
+// Config.Observer, each line of a call is timed as its share of the
+// call's time. On a queue of several processors the group calls Handle for
+// each line, and so do the failure policy's retries and the fallback
+// after a panic in HandleBatch: a BatchHandler's Handle must work on its
+// own.
 type BatchHandler interface {
 	// HandleBatch handles the lines of b in order and returns how many it
 	// finished. The lines of one call are consecutive lines of one feed,
