@@ -63,7 +63,7 @@ type Namespace interface {
 	// returns how many lines it went through, n when every line was
 	// applied or skipped; when line i fails (its function's error, or the
 	// store's) it returns i and the error, and line i and those after it
-	// are not applied. at is called once for each line, in order, and the
+	// are not applied. at is called for each line, in order, and the
 	// Delivery it returns is read only during the call of ApplyEach.
 	// Other Apply, ApplyEach and View calls wait while it runs. fn must
 	// not call the store.
