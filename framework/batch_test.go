@@ -203,28 +203,35 @@ func TestBatchHandlerErrorGoesThroughThePolicy(t *testing.T) {
 			return nil
 		}
 	}
-	t.Run("skip", func(t *testing.T) {
-		var mu sync.Mutex
-		var rejected []uint64
-		src, p, cfg := batchCfg(100, framework.FailurePolicy{Retries: framework.NoRetries, OnReject: func(r framework.Rejection) {
-			mu.Lock()
-			rejected = append(rejected, r.Delivery.Seq)
-			mu.Unlock()
-		}})
-		p.line = failOn(true)
+	// run runs 100 lines under pol, the failing lines' Handle failing
+	// too (handleFails) or not, and returns what the processor recorded
+	// and the feed's status once the last line is committed.
+	run := func(t *testing.T, pol framework.FailurePolicy, handleFails bool) (done, handles []uint64, calls []batchCall, st framework.FeedStatus) {
+		src, p, cfg := batchCfg(100, pol)
+		p.line = failOn(handleFails)
 		s := startServer(t, cfg, framework.Processors{"p": p})
 		settle(t, s, "orders")
 		waitFor(t, "commit of the last line", func() bool { return src.committedPos() == src.pos(100) })
 		done, handles, calls, _, bad := p.snapshot()
 		require.Empty(t, bad)
+		return done, handles, calls, status(t, s, "orders")
+	}
+	retries := framework.FailurePolicy{Retries: 2, Backoff: time.Millisecond}
+	t.Run("skip", func(t *testing.T) {
+		var mu sync.Mutex
+		var rejected []uint64
+		done, handles, calls, st := run(t, framework.FailurePolicy{Retries: framework.NoRetries, OnReject: func(r framework.Rejection) {
+			mu.Lock()
+			rejected = append(rejected, r.Delivery.Seq)
+			mu.Unlock()
+		}}, true)
 		require.Equal(t, seqRange(1, 100, failing...), done, "every other line once, in order")
 		require.Empty(t, handles, "no retry: no Handle call")
 		for _, seq := range failing[:len(failing)-1] {
 			require.True(t, slices.ContainsFunc(calls, func(c batchCall) bool { return c.first == seq+1 }),
 				"a new call starts after the failed line %d: %v", seq, calls)
 		}
-		st := status(t, s, "orders")
-		require.EqualValues(t, len(failing), st.Skipped)
+		require.EqualValues(t, len(failing), st.Skipped, "the failing lines skipped by the policy")
 		require.EqualValues(t, len(failing), st.Groups[0].Skipped)
 		require.EqualValues(t, len(failing), st.Failed)
 		require.EqualValues(t, 100, st.Groups[0].Processed)
@@ -233,37 +240,22 @@ func TestBatchHandlerErrorGoesThroughThePolicy(t *testing.T) {
 		require.Equal(t, failing, rejected)
 	})
 	t.Run("retries fail", func(t *testing.T) {
-		src, p, cfg := batchCfg(100, framework.FailurePolicy{Retries: 2, Backoff: time.Millisecond})
-		p.line = failOn(true)
-		s := startServer(t, cfg, framework.Processors{"p": p})
-		settle(t, s, "orders")
-		waitFor(t, "commit of the last line", func() bool { return src.committedPos() == src.pos(100) })
-		done, handles, _, _, bad := p.snapshot()
-		require.Empty(t, bad)
+		done, handles, _, st := run(t, retries, true)
 		require.Equal(t, seqRange(1, 100, failing...), done)
 		var want []uint64
 		for _, seq := range failing {
 			want = append(want, seq, seq)
 		}
 		require.Equal(t, want, handles, "two retries each, with Handle")
-		st := status(t, s, "orders")
-		require.EqualValues(t, len(failing), st.Skipped)
+		require.EqualValues(t, len(failing), st.Skipped, "the failing lines skipped by the policy")
 		require.EqualValues(t, 3*len(failing), st.Failed)
 	})
 	t.Run("retry succeeds", func(t *testing.T) {
-		src, p, cfg := batchCfg(100, framework.FailurePolicy{Retries: 2, Backoff: time.Millisecond})
-		p.line = failOn(false)
-		s := startServer(t, cfg, framework.Processors{"p": p})
-		settle(t, s, "orders")
-		waitFor(t, "commit of the last line", func() bool { return src.committedPos() == src.pos(100) })
-		done, handles, _, _, bad := p.snapshot()
-		require.Empty(t, bad)
+		done, handles, _, st := run(t, retries, false)
 		require.Equal(t, seqRange(1, 100), done, "every line once, in order: the failed ones by their retry")
 		require.Equal(t, failing, handles, "one retry each, with Handle")
-		st := status(t, s, "orders")
-		require.EqualValues(t, 0, st.Skipped)
+		require.EqualValues(t, 0, st.Skipped, "no line skipped by the policy")
 		require.EqualValues(t, len(failing), st.Failed)
-		require.EqualValues(t, 100, st.Groups[0].Processed)
 	})
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"github.com/tidemark-go/tidemark"
 	"github.com/tidemark-go/tidemark/framework"
@@ -150,11 +151,7 @@ func (l *ledger) HandleBatch(ctx context.Context, b *framework.Batch) (int, erro
 			stage: l.rej.stage,
 			after: func(d *tidemark.Delivery, applied bool, staged int) {
 				l.rej.done(*d, applied, staged)
-				if applied {
-					l.applied.Add(1)
-				} else {
-					l.skipped.Add(1)
-				}
+				count(&l.applied, &l.skipped, applied)
 			},
 		}
 	}
@@ -176,13 +173,7 @@ func (l *partLedger) HandleBatch(ctx context.Context, b *framework.Batch) (int, 
 				// Nothing of it was staged: the line is rejected instead.
 				return l.reject(ctx, d, err.Error(), line)
 			},
-			after: func(_ *tidemark.Delivery, applied bool, _ int) {
-				if applied {
-					l.applied.Add(1)
-				} else {
-					l.skipped.Add(1)
-				}
-			},
+			after: func(_ *tidemark.Delivery, applied bool, _ int) { count(&l.applied, &l.skipped, applied) },
 		}
 	}
 	l.runs.st = l.st // Start's, which a restart of the group sets again
@@ -199,4 +190,14 @@ func handleEach(ctx context.Context, b *framework.Batch, handle func(context.Con
 		}
 	}
 	return b.Len(), nil
+}
+
+// count counts a line a runApplier went through: in applied, or in
+// skipped when the store skipped it as a re-delivery.
+func count(applied, skipped *atomic.Uint64, wasApplied bool) {
+	if wasApplied {
+		applied.Add(1)
+	} else {
+		skipped.Add(1)
+	}
 }
