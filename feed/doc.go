@@ -419,15 +419,21 @@
 // content in the old epoch); it is read again from 0 under a new epoch
 // (it holds the lines written since), and then the file at the path.
 //
-// When the stat shows that the file has grown since the source found its
-// end (the return from idle), the source first reads the (up to 64) bytes
-// just before the offset it has read and compares them with the bytes it
-// read there: one 64-byte read per return from idle, none per line. If they
-// differ, the file was truncated and rewritten in place, to at least the
-// length read, between two reads: it is treated as truncated
-// ([ReasonRewritten]: nothing more is read from the old offset; read from 0
-// under a new epoch, a warning is logged, an unterminated line read from
-// the old content is dropped and reported).
+// Each read of new bytes (at most 64 KiB, at the return from idle or where
+// a Poll goes on in the middle of the file) is followed by a read of the (up
+// to 64) bytes just before them, compared with the bytes the source read
+// there: one 64-byte read per read of the file, none per line. The look
+// comes after the read, not before it, because a writer that truncates the
+// file and fills it again past the offset (copytruncate, or a rewrite in
+// place) may act between any look and the read; since a writer appends in
+// order, new bytes at the offset mean new bytes before it too. If they
+// differ, the bytes just read are taken back unframed and the file is
+// treated as truncated ([ReasonRewritten]: nothing more is read from the old
+// offset; with Rotated, the unread lines are read from the copy
+// copytruncate made, in the same epoch; then the file is read from 0 under a
+// new epoch, a warning is logged, and an unterminated line read from the old
+// content is dropped and reported). When that look itself fails, the bytes
+// are taken back and the next Poll reads them again.
 //
 // When it reopens:
 //
@@ -694,14 +700,7 @@
 //   - While the file is open, a rewrite in place (or a truncation followed by
 //     growth) to at least the length already read that keeps the 64 bytes
 //     before the offset read: only those bytes, the size and the identity
-//     are checked on the return from idle.
-//   - A rewrite in place that races a read in progress: the source checks
-//     the 64 bytes before the offset at the first read of each Poll and on
-//     the return from idle, and reads in chunks of up to 64 KiB, so a
-//     rewrite that lands during one Poll's reads (microseconds) can mix old
-//     and new bytes in what it reads. A feed paused between two Polls (a
-//     full queue) is checked when it resumes. A restart compares the
-//     fingerprint and the tail hash.
+//     are checked at each read.
 //   - A rewrite in place to exactly the length read is seen only when the
 //     file grows again (nothing is read meanwhile).
 //   - A file deleted, or moved out of its folder, while the source was

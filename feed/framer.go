@@ -203,6 +203,13 @@ func (f *framer) fill(rd io.Reader, compact bool) (int, error) {
 	return n, err
 }
 
+// unfill takes back the last n bytes fill read (not framed yet): the
+// input is read again from fr.off once it has been sought there.
+func (f *framer) unfill(n int) {
+	f.w -= n
+	f.off -= int64(n)
+}
+
 // makeRoom compacts, grows or shrinks the buffer so that a read has room.
 func (f *framer) makeRoom() {
 	if f.r == f.w {

@@ -196,18 +196,46 @@ func (r *reader) noteRead(b []byte) {
 // unchanged reports whether the open file still holds, just before the
 // offset read, the bytes read there (one read of up to 64 bytes).
 func (r *reader) unchanged() (bool, error) {
+	return r.unchangedBefore(r.fr.off)
+}
+
+// unchangedBefore reports whether the open file holds, just before off,
+// the bytes seen holds (one read of up to 64 bytes): seen must be the
+// bytes read before off (noteRead not yet told of any read after it).
+func (r *reader) unchangedBefore(off int64) (bool, error) {
 	if r.seenLen == 0 {
 		return true, nil
 	}
 	b := r.scratch[:r.seenLen]
-	n, err := r.in.f.ReadAt(b, r.fr.off-int64(len(b)))
+	n, err := r.in.f.ReadAt(b, off-int64(len(b)))
 	if n < len(b) {
 		if err == nil || errors.Is(err, io.EOF) {
 			return false, nil // shorter than what was read
 		}
-		return false, fmt.Errorf("feed: read the %d bytes of input %s before offset %d: %w; the next poll retries", len(b), r.in.name, r.fr.off, err)
+		return false, fmt.Errorf("feed: read the %d bytes of input %s before offset %d: %w; the next poll retries", len(b), r.in.name, off, err)
 	}
 	return bytes.Equal(b, r.seen[:r.seenLen]), nil
+}
+
+// readVerified reports whether the got bytes the framer's last fill read
+// at the end of its buffer were read from the content the reader had been
+// reading: the bytes just before them, looked at again after the read,
+// are still those read there before it. A writer that truncates the file
+// and fills it again past the offset read (copytruncate, a rewrite in
+// place) between any look at the file and the read would otherwise lend
+// the new content's bytes to old offsets in the old epoch: a fragment of
+// a line, then lines at the wrong positions, and the new content's first
+// lines never read. Looking before the read cannot close that window;
+// looking after it does, because a writer appends in order: bytes of the
+// new content at the offset read mean that the bytes before it were
+// rewritten first. One read of up to 64 bytes per read of the file (up to
+// 64 KiB), none per line. A compressed file is not checked: it is read
+// complete, and a change of it is a new file (see check).
+func (r *reader) readVerified(got int) (bool, error) {
+	if _, gz := r.in.f.(*gzFile); gz {
+		return true, nil
+	}
+	return r.unchangedBefore(r.fr.off - int64(got))
 }
 
 // readBytes returns the n bytes at input offset off when the framer's

@@ -414,7 +414,7 @@ func (s *stream) read(items []Item) (int, error) {
 		return 0, nil
 	}
 	n := 0
-	checked, reopened, verified := false, false, false
+	checked, reopened := false, false
 	for {
 		n += s.fr.frame(items[n:])
 		if n == len(items) {
@@ -447,27 +447,6 @@ func (s *stream) read(items []Item) (int, error) {
 				return n, nil
 			}
 		}
-		if !verified && !checked && !s.atEOF && s.reopenReason == "" {
-			// The first read of a Poll that goes on from the middle of the
-			// file (the last one stopped at a full batch, or the consumer
-			// paused the feed there for as long as its queue was full):
-			// the file may have been truncated and filled again past the
-			// offset meanwhile, and reading on would hand out new lines
-			// at old positions in the old epoch. One read of the (up to
-			// 64) bytes before the offset tells (at the end of the file,
-			// check does it).
-			verified = true
-			same, err := s.unchanged()
-			if err != nil {
-				if n > 0 {
-					return n, nil
-				}
-				return 0, err
-			}
-			if !same {
-				s.startReopen(ReasonRewritten)
-			}
-		}
 		var got int
 		var err error
 		if s.reopenReason == ReasonRewritten || s.reopenReason == ReasonTruncated {
@@ -475,7 +454,26 @@ func (s *stream) read(items []Item) (int, error) {
 			err = io.EOF
 		} else {
 			got, err = s.fr.fill(s.in.f, n == 0)
-			verified = true // the bytes read now were read after any check
+		}
+		if got > 0 {
+			same, verr := s.readVerified(got)
+			if verr != nil || !same {
+				// Not the content read so far: the bytes are taken back,
+				// unframed. On an error the file is read again from the
+				// offset by the next poll.
+				s.fr.unfill(got)
+				if verr != nil {
+					if _, serr := s.in.f.Seek(s.fr.off, io.SeekStart); serr != nil {
+						verr = errors.Join(verr, fmt.Errorf("feed: seek input %s back to %d: %w", s.in.name, s.fr.off, serr))
+					}
+					if n > 0 {
+						return n, nil // the next poll meets the error again
+					}
+					return 0, verr
+				}
+				s.startReopen(ReasonRewritten)
+				continue
+			}
 		}
 		s.bytes += uint64(got)
 		if got > 0 {

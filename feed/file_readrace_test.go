@@ -1,0 +1,218 @@
+package feed
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tidemark-go/tidemark/vfs"
+)
+
+// This file holds the race found by the rotation model (torture): the
+// input truncated and written again past the offset read after the source
+// last looked at the bytes before that offset and before its next read of
+// the file. The read then returns the new content's bytes at old offsets.
+
+// beforeRead runs a function once, just before the next sequential read
+// (the source's reads of new bytes, not its ReadAt checks) of the file at
+// a path: a writer that acts in the window between a source's check and
+// its read.
+type beforeRead struct {
+	vfs.FS
+	path string
+	mu   sync.Mutex
+	hook func()
+	// failCheck fails the first ReadAt after the next Read: the look at
+	// the bytes before what the read returned.
+	failCheck, failing bool
+}
+
+// arm makes fn run before the next Read of the input.
+func (b *beforeRead) arm(fn func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.hook = fn
+}
+
+// fired reports whether the armed function has run.
+func (b *beforeRead) fired() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.hook == nil
+}
+
+func (b *beforeRead) Open(name string) (vfs.File, error) {
+	return b.OpenFile(name, os.O_RDONLY, 0)
+}
+
+func (b *beforeRead) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
+	f, err := b.FS.OpenFile(name, flag, perm)
+	if err != nil || name != b.path || flag&(os.O_WRONLY|os.O_RDWR) != 0 {
+		return f, err
+	}
+	return &beforeReadFile{File: f, b: b}, nil
+}
+
+type beforeReadFile struct {
+	vfs.File
+	b *beforeRead
+}
+
+func (f *beforeReadFile) Read(p []byte) (int, error) {
+	f.b.mu.Lock()
+	fn := f.b.hook
+	f.b.hook = nil
+	if f.b.failCheck {
+		f.b.failCheck, f.b.failing = false, true
+	}
+	f.b.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	return f.File.Read(p)
+}
+
+func (f *beforeReadFile) ReadAt(p []byte, off int64) (int, error) {
+	f.b.mu.Lock()
+	fail := f.b.failing
+	f.b.failing = false
+	f.b.mu.Unlock()
+	if fail {
+		return 0, vfs.ErrInjected
+	}
+	return f.File.ReadAt(p, off)
+}
+
+// TestRewrittenBetweenCheckAndRead: the input truncated (by copytruncate,
+// or in place) and filled again past the offset read, in the window
+// between the source's look at the bytes before its offset and its read
+// of the bytes after it: mid-file, where a poll goes on after a full
+// batch, and at the end of the file, where the source has found new bytes.
+// No line of the new content may be delivered at an old position in the
+// old epoch: the new content is read from 0 under a new epoch, after,
+// with Rotated and a copy, the old content's unread lines in the old
+// epoch. Before the fix, the read handed out the new content from the old
+// offset: a fragment, and the new content's first lines never delivered.
+func TestRewrittenBetweenCheckAndRead(t *testing.T) {
+	old := genLines("a", 0, 4000)   // 128,000 bytes: twice the read buffer
+	fresh := genLines("b", 0, 5000) // 160,000 bytes: past any offset read
+	more := genLines("a", 4000, 20) // appended to the old content at its end
+	for _, tc := range []struct {
+		name   string
+		atEnd  bool // the source has read the old content to its end
+		copied bool // copytruncate with Rotated (else a rewrite in place)
+	}{
+		{"mid-file, copytruncate", false, true},
+		{"mid-file, in place", false, false},
+		{"at the end, copytruncate", true, true},
+		{"at the end, in place", true, false},
+	} {
+		for _, group := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, group commit %v", tc.name, group), func(t *testing.T) {
+				p := input(t, old)
+				hook := &beforeRead{FS: vfs.Default(), path: p}
+				cfg := Config{FS: hook, GroupCommit: group}
+				if tc.copied {
+					cfg = rotatedConfig()
+					cfg.FS, cfg.GroupCommit = hook, group
+				}
+				s := open(t, p, cfg)
+				var first []got
+				if tc.atEnd {
+					first = s.collect()
+					appendTo(t, p, more)
+				} else {
+					first = s.takeCommit(64) // mid-file: the buffer runs out later
+				}
+				rotate := func() {
+					if tc.copied {
+						copyTruncate(t, p, p+".1")
+						appendTo(t, p, fresh)
+					} else {
+						rewriteInPlace(t, p, fresh)
+					}
+				}
+				hook.arm(rotate)
+				all := append(first, s.collect()...)
+				if !hook.fired() {
+					t.Fatal("the source never read the input again")
+				}
+				switch {
+				case tc.copied && tc.atEnd:
+					wantGenerations(t, all, 0, old+more, fresh)
+				case tc.copied:
+					wantGenerations(t, all, 0, old, fresh)
+				default:
+					// In place, the old content's unread lines are gone:
+					// the old epoch's lines are a prefix of it, then the
+					// new content whole, from 0, in a new epoch.
+					i := 0
+					for i < len(all) && all[i].Epoch == all[0].Epoch {
+						i++
+					}
+					whole := old
+					if tc.atEnd {
+						whole += more
+					}
+					if end := all[i-1].Position; end > int64(len(whole)) {
+						t.Fatalf("the old epoch delivered lines up to %d, past the old content's %d bytes: the new content's lines at old positions", end, len(whole))
+					}
+					wantLines(t, "the old content", all[:i], whole[:all[i-1].Position], 0)
+					if i == len(all) {
+						t.Fatal("the new content was not read")
+					}
+					wantLines(t, "the new content", all[i:], fresh, 0)
+				}
+			})
+		}
+	}
+}
+
+// TestReadCheckFails: the look at the bytes before a read's bytes fails
+// (an I/O error): the bytes read are taken back, not framed, and the next
+// poll reads them again. Every line comes once, in order, in one epoch.
+func TestReadCheckFails(t *testing.T) {
+	old := genLines("a", 0, 4000) // twice the read buffer: a second read
+	for _, group := range []bool{false, true} {
+		t.Run(fmt.Sprintf("group commit %v", group), func(t *testing.T) {
+			p := input(t, old)
+			hook := &beforeRead{FS: vfs.Default(), path: p}
+			s := open(t, p, Config{FS: hook, GroupCommit: group})
+			all := s.takeCommit(64)
+			hook.mu.Lock()
+			hook.failCheck = true
+			hook.mu.Unlock()
+			errs := 0
+			for range 10000 {
+				g, err := s.poll()
+				if err != nil {
+					if !errors.Is(err, vfs.ErrInjected) || !strings.Contains(err.Error(), "before offset") {
+						t.Fatalf("poll: %v", err)
+					}
+					errs++
+					continue
+				}
+				all = append(all, g...)
+				if len(g) > 0 {
+					if err := s.Commit(g[len(g)-1].Epoch, g[len(g)-1].Position); err != nil {
+						t.Fatal(err)
+					}
+				} else if st := s.Status(); st.State == StateCaughtUp {
+					break
+				}
+			}
+			hook.mu.Lock()
+			armed := hook.failCheck || hook.failing
+			hook.mu.Unlock()
+			if armed {
+				t.Fatal("the source never looked at the bytes before a read")
+			}
+			wantGenerations(t, all, 0, old)
+			t.Logf("%d polls failed", errs)
+		})
+	}
+}
