@@ -142,6 +142,7 @@ func (s *stream) begin(h *inputFile, size int64, fp tidemark.Fingerprint, d deci
 	s.atEOF = false
 	s.fr.reset(d.start, d.resync)
 	s.fp = fp
+	s.headCheck = true
 	s.seenLen = 0
 	if n := min(int64(maxTailLen), d.start); n > 0 {
 		// The bytes before the start, as they are now: a rewrite in place
@@ -183,6 +184,8 @@ func (s *stream) begin(h *inputFile, size int64, fp tidemark.Fingerprint, d deci
 		s.ef.set(h)
 	}
 	s.migrate = d.migrate
+	s.log.Debug("feed: reading a file", "path", s.path, "file", h.name, "dev", h.id.Dev, "ino", h.id.Ino, "size", size,
+		"start", d.start, "new_epoch", d.newEpoch, "epoch", s.epoch, "committed", s.committed, "reason", s.reopenReason)
 	if d.store {
 		// Failures are counted and logged; the next commit retries.
 		_ = s.store(d.start)
@@ -264,6 +267,8 @@ func (s *stream) decidePointer(h *inputFile, size int64, fp tidemark.Fingerprint
 	}
 	p := res.Record
 	fresh.prev = p.Epoch
+	s.log.Debug("feed: the pointer at the start", "path", s.path, "pointer", pfPath, "epoch", p.Epoch, "position", p.Position,
+		"dev", p.Identity.Dev, "ino", p.Identity.Ino, "fingerprint_len", p.Fingerprint.Len, "tail_len", p.TailLen, "file", h.name, "file_dev", h.id.Dev, "file_ino", h.id.Ino, "size", size)
 	why := sameContent(h, size, s.head[:fp.Len], p.Position, p.Fingerprint, p.TailLen, p.TailHash)
 	if (h.hasID && p.Identity != (tidemark.Identity{}) && p.Identity != h.id) || (s.rotated != "" && why != "") {
 		// The path names another file (or, with Rotated, a file that is

@@ -432,8 +432,13 @@
 // offset; with Rotated, the unread lines are read from the copy
 // copytruncate made, in the same epoch; then the file is read from 0 under a
 // new epoch, a warning is logged, and an unterminated line read from the old
-// content is dropped and reported). When that look itself fails, the bytes
-// are taken back and the next Poll reads them again.
+// content is dropped and reported). The first read of a file after it was
+// opened, which may be at 0 with no bytes before it, also reads the file's
+// first bytes (up to 4096) and compares them with the fingerprint taken at
+// the open, where the source decided where to read it and in which epoch:
+// a file truncated and filled again between that open and its first read
+// is treated the same way. When that look itself fails, the bytes are
+// taken back and the next Poll reads them again.
 //
 // When it reopens:
 //

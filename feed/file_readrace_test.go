@@ -216,3 +216,72 @@ func TestReadCheckFails(t *testing.T) {
 		})
 	}
 }
+
+// TestRewrittenBetweenOpenAndFirstRead: the input truncated (by
+// copytruncate, or in place) and filled again after the source opened it
+// and decided where to read (its first bytes fingerprinted, compared with
+// the pointer) and before its first read, at 0: there are no bytes before
+// the offset to look at, so the first read is checked against the first
+// bytes fingerprinted at the open. The rotation model found this one: a
+// consumer restarted after a kill, its pointer at 0 (the lines it had
+// delivered not committed), read the new content at 0 in the old epoch,
+// where a store that had applied the old lines would skip the new ones,
+// and the copy's lines were never read.
+func TestRewrittenBetweenOpenAndFirstRead(t *testing.T) {
+	old := genLines("a", 0, 300)   // 9,600 bytes: a fingerprint of 4,096
+	fresh := genLines("b", 0, 200) // 6,400 bytes
+	for _, tc := range []struct {
+		name    string
+		resumed bool // a pointer at 0 in the old epoch (else none)
+		copied  bool // copytruncate with Rotated (else a rewrite in place)
+	}{
+		{"resumed, copytruncate", true, true},
+		{"resumed, in place", true, false},
+		{"first start, copytruncate", false, true},
+		{"first start, in place", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := input(t, old)
+			var epoch uint64
+			if tc.resumed {
+				// Delivered, never committed: the pointer stays at 0.
+				s := open(t, p, Config{})
+				g := s.waitLines(64)
+				epoch = g[0].Epoch
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hook := &beforeRead{FS: vfs.Default(), path: p}
+			cfg := Config{FS: hook}
+			if tc.copied {
+				cfg = rotatedConfig()
+				cfg.FS = hook
+			}
+			hook.arm(func() {
+				if tc.copied {
+					copyTruncate(t, p, p+".1")
+					appendTo(t, p, fresh)
+				} else {
+					rewriteInPlace(t, p, fresh)
+				}
+			})
+			s := open(t, p, cfg)
+			all := s.collect()
+			if !hook.fired() {
+				t.Fatal("the source never read the input")
+			}
+			if tc.copied {
+				wantGenerations(t, all, 0, old, fresh)
+				if tc.resumed && all[0].Epoch != epoch {
+					t.Fatalf("the copy read in epoch %d, not the pointer's %d", all[0].Epoch, epoch)
+				}
+				return
+			}
+			wantLines(t, "the new content", all, fresh, 0)
+			if all[0].Epoch == epoch {
+				t.Fatalf("the new content read in the pointer's epoch %d, at the old content's positions", epoch)
+			}
+		})
+	}
+}

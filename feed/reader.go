@@ -42,6 +42,10 @@ type reader struct {
 	seen    [maxTailLen]byte
 	seenLen int
 	scratch [maxTailLen]byte
+	// headCheck: the first read since the open file was begun must find
+	// its first bytes still those fingerprinted when it was opened (fp):
+	// a read at 0 has no bytes before it to look at.
+	headCheck bool
 }
 
 // inputFile is the open input. Its Origin's TailHash reads it concurrently
@@ -231,10 +235,31 @@ func (r *reader) unchangedBefore(off int64) (bool, error) {
 // rewritten first. One read of up to 64 bytes per read of the file (up to
 // 64 KiB), none per line. A compressed file is not checked: it is read
 // complete, and a change of it is a new file (see check).
-func (r *reader) readVerified(got int) (bool, error) {
+//
+// The first read after the file was opened (or read again from 0) also
+// reads the file's first bytes, and compares them with the fingerprint
+// taken when it was opened (fp, up to 4096 bytes): a read at 0 has no
+// bytes before it, and the file may have been truncated and filled again
+// between the open, which decided where to read it and in which epoch,
+// and that read. One read of up to 4 KiB per file opened.
+func (r *reader) readVerified(got int, fp tidemark.Fingerprint) (bool, error) {
 	if _, gz := r.in.f.(*gzFile); gz {
 		return true, nil
 	}
+	if r.headCheck && fp.Len > 0 {
+		b := r.head[:fp.Len]
+		n, err := r.in.f.ReadAt(b, 0)
+		if n < len(b) {
+			if err == nil || errors.Is(err, io.EOF) {
+				return false, nil // shorter than its first bytes were
+			}
+			return false, fmt.Errorf("feed: read the first %d bytes of input %s: %w; the next poll retries", len(b), r.in.name, err)
+		}
+		if pointer.HashBytes(b) != fp.Hash {
+			return false, nil
+		}
+	}
+	r.headCheck = false
 	return r.unchangedBefore(r.fr.off - int64(got))
 }
 

@@ -304,6 +304,9 @@ func (s *stream) findGenerationOnce(p pointer.Record) (r *renamedInput, moved bo
 	if err != nil {
 		return nil, false, err
 	}
+	s.log.Debug("feed: looking for the file the pointer names among the rotated files",
+		"path", s.path, "files", len(list), "epoch", p.Epoch, "position", p.Position, "dev", p.Identity.Dev, "ino", p.Identity.Ino,
+		"fingerprint_len", p.Fingerprint.Len, "tail_len", p.TailLen)
 	var byContent *renamedInput
 	var rewritten *sibling // p's identity, not p's content
 	for _, sb := range list {
@@ -315,6 +318,8 @@ func (s *stream) findGenerationOnce(p pointer.Record) (r *renamedInput, moved bo
 			continue // an older file with p's content was found already
 		}
 		r, why, err := s.openGeneration(sb, p, idMatch)
+		s.log.Debug("feed: looking for the file the pointer names: a rotated file",
+			"path", s.path, "file", sb.name, "dev", sb.id.Dev, "ino", sb.id.Ino, "size", sb.size, "identity_matches", idMatch, "content_matches", r != nil, "why", why, "err", err)
 		if err != nil {
 			if byContent != nil {
 				closeQuietly(s, byContent.in)
@@ -396,6 +401,8 @@ func (s *stream) findCopy(c *continuation) (*renamedInput, error) {
 			continue
 		}
 		r, why, err := s.openGeneration(sb, p, false)
+		s.log.Debug("feed: looking for a copy of the truncated input: a rotated file",
+			"path", s.path, "file", sb.name, "size", sb.size, "content_matches", r != nil, "why", why, "err", err)
 		if err != nil {
 			s.log.Warn("feed: cannot read a rotated file to compare it with the truncated input", "path", s.path, "file", sb.name, "err", err)
 			continue

@@ -456,7 +456,7 @@ func (s *stream) read(items []Item) (int, error) {
 			got, err = s.fr.fill(s.in.f, n == 0)
 		}
 		if got > 0 {
-			same, verr := s.readVerified(got)
+			same, verr := s.readVerified(got, s.fp)
 			if verr != nil || !same {
 				// Not the content read so far: the bytes are taken back,
 				// unframed. On an error the file is read again from the

@@ -79,7 +79,7 @@ func feedChild(spec string) int {
 	}
 	level := slog.LevelWarn
 	if os.Getenv("TIDEMARK_MODEL_DEBUG") == "1" {
-		level = slog.LevelInfo // every move between files, in the failure's log
+		level = slog.LevelDebug // every move between files and what decided it, in the failure's log
 	}
 	cfg := feed.Config{Path: input, Rotated: filepath.Base(input) + ".*", RotateWait: 20 * time.Millisecond,
 		GroupCommit: group, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))}
