@@ -20,6 +20,11 @@ type decision struct {
 	committed int64  // the committed position when the epoch is kept
 	store     bool   // store the pointer at start at once
 	migrate   bool   // store the pointer when the resync completes
+	// tailLen and tailHash, when tailLen > 0, are the bytes before start
+	// as the decision found them (the pointer's tail hash): begin takes
+	// the bytes before start from the file again, and they must be these.
+	tailLen  int
+	tailHash uint64
 	// renamed, when set, is the file the pointer names, renamed away: it
 	// is read instead of the file at the path, which is closed.
 	renamed *renamedInput
@@ -35,6 +40,15 @@ type renamedInput struct {
 	// (truncated or rewritten, then rotated away): read from 0 under a
 	// new epoch.
 	fromStart bool
+}
+
+// knownTail records in d the pointer p's tail hash, which the decision
+// compared with the file, when d starts at p's position (a floor below it
+// does not).
+func (d *decision) knownTail(p pointer.Record) {
+	if d.start == p.Position && p.TailLen > 0 {
+		d.tailLen, d.tailHash = p.TailLen, p.TailHash
+	}
 }
 
 // open opens the input at the path and decides where to read it. When the
@@ -150,6 +164,17 @@ func (s *stream) begin(h *inputFile, size int64, fp tidemark.Fingerprint, d deci
 		if m, rerr := f.ReadAt(s.seen[:n], d.start-n); m == int(n) && (rerr == nil || errors.Is(rerr, io.EOF)) {
 			s.seenLen = m
 		}
+	}
+	if d.tailLen > 0 && (s.seenLen != d.tailLen || pointer.HashBytes(s.seen[:s.seenLen]) != d.tailHash) {
+		// The file was truncated and filled again (copytruncate, or a
+		// rewrite in place) since the decision compared it with the
+		// pointer: the bytes before the start are another content's, and
+		// nothing is read after them. The file is treated as rewritten at
+		// once; a copy of it is looked for by its first bytes.
+		s.seenLen = 0
+		s.reopenReason = ReasonRewritten
+		s.log.Info("feed: input rewritten in place since it was opened: reading it again from 0 under a new epoch, after a copy of it if a rotated file holds one",
+			"path", s.path, "file", h.name, "position", d.start)
 	}
 	s.setState(StateBehind, s.reopenReason)
 	if !s.strat.Commits() {
@@ -301,6 +326,7 @@ func (s *stream) decidePointer(h *inputFile, size int64, fp tidemark.Fingerprint
 	if err := s.applyFloor(&d, p.Epoch, p.Position, h, size); err != nil {
 		return decision{}, err
 	}
+	d.knownTail(p)
 	s.epoch = p.Epoch
 	s.storedFP = p.Fingerprint.Len
 	s.storedID = p.Identity
@@ -355,6 +381,7 @@ func (s *stream) decideRenamed(p pointer.Record, why string, missing bool) (deci
 	if err := s.applyFloor(&d, p.Epoch, p.Position, r.in, r.size); err != nil {
 		return decision{}, false, errors.Join(err, r.in.close())
 	}
+	d.knownTail(p)
 	// A rotation while the source was stopped, found: nothing is lost, so
 	// these are notes, not warnings.
 	kind := rotationRename

@@ -29,6 +29,16 @@ type beforeRead struct {
 	// failCheck fails the first ReadAt after the next Read: the look at
 	// the bytes before what the read returned.
 	failCheck, failing bool
+	// readAts counts ReadAt calls down to the one atReadAt runs before.
+	readAts  int
+	atReadAt func()
+}
+
+// armReadAt makes fn run before the n-th ReadAt of the input from now.
+func (b *beforeRead) armReadAt(n int, fn func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.readAts, b.atReadAt = n, fn
 }
 
 // arm makes fn run before the next Read of the input.
@@ -80,7 +90,16 @@ func (f *beforeReadFile) ReadAt(p []byte, off int64) (int, error) {
 	f.b.mu.Lock()
 	fail := f.b.failing
 	f.b.failing = false
+	var fn func()
+	if f.b.atReadAt != nil {
+		if f.b.readAts--; f.b.readAts == 0 {
+			fn, f.b.atReadAt = f.b.atReadAt, nil
+		}
+	}
 	f.b.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
 	if fail {
 		return 0, vfs.ErrInjected
 	}
@@ -283,5 +302,46 @@ func TestRewrittenBetweenOpenAndFirstRead(t *testing.T) {
 				t.Fatalf("the new content read in the pointer's epoch %d, at the old content's positions", epoch)
 			}
 		})
+	}
+}
+
+// TestRewrittenBetweenDecisionAndStart: a source resumed at its pointer,
+// past 0, the input truncated and filled again (copytruncate) after the
+// open compared it with the pointer (its first bytes, and the bytes before
+// the pointer's position) and before the source took the bytes before its
+// start as the ones it reads on from: those are the new content's, so
+// neither the look after each read nor the copy's search (which compares
+// them) could tell. The rest of the old content is in the copy: it must be
+// read from the pointer in the pointer's epoch, then the new content.
+//
+// Both contents start with the same 4,096 bytes (a header): the first
+// bytes fingerprinted at the open cannot tell them apart, only the bytes
+// before the start can.
+func TestRewrittenBetweenDecisionAndStart(t *testing.T) {
+	header := genLines("h", 0, 128)         // 4,096 bytes: the fingerprint
+	old := header + genLines("a", 0, 300)   // 13,696 bytes
+	fresh := header + genLines("b", 0, 200) // 10,496 bytes: past the pointer
+	p := input(t, old)
+	epoch := stopAfter(t, p, 128+64)
+	hook := &beforeRead{FS: vfs.Default(), path: p}
+	cfg := rotatedConfig()
+	cfg.FS = hook
+	// The open's reads: its first bytes, then the bytes before the
+	// pointer's position; the third is the start's.
+	hook.armReadAt(3, func() {
+		copyTruncate(t, p, p+".1")
+		appendTo(t, p, fresh)
+	})
+	s := open(t, p, cfg)
+	all := s.collect()
+	hook.mu.Lock()
+	fired := hook.atReadAt == nil
+	hook.mu.Unlock()
+	if !fired {
+		t.Fatal("the source made fewer than three reads at its open")
+	}
+	wantGenerations(t, all, (128+64)*32, old, fresh)
+	if all[0].Epoch != epoch {
+		t.Fatalf("the copy read in epoch %d, not the pointer's %d", all[0].Epoch, epoch)
 	}
 }
