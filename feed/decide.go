@@ -156,7 +156,8 @@ func (s *stream) begin(h *inputFile, size int64, fp tidemark.Fingerprint, d deci
 	s.atEOF = false
 	s.fr.reset(d.start, d.resync)
 	s.fp = fp
-	s.headCheck = true
+	_, gz := f.(*gzFile) // read complete: a change is a new file (see check)
+	s.headCheck = !gz
 	s.seenLen = 0
 	if n := min(int64(maxTailLen), d.start); n > 0 {
 		// The bytes before the start, as they are now: a rewrite in place

@@ -437,8 +437,11 @@
 // first bytes (up to 4096) and compares them with the fingerprint taken at
 // the open, where the source decided where to read it and in which epoch:
 // a file truncated and filled again between that open and its first read
-// is treated the same way. When that look itself fails, the bytes are
-// taken back and the next Poll reads them again.
+// is treated the same way, and so is a file that, before anything was
+// read from it, became shorter than the bytes fingerprinted at its open (a
+// truncation to 0 leaves no offset past the size to tell it by). When that
+// look itself fails, the bytes are taken back and the next Poll reads them
+// again.
 //
 // When it reopens:
 //

@@ -253,11 +253,16 @@ func TestRewrittenBetweenOpenAndFirstRead(t *testing.T) {
 		name    string
 		resumed bool // a pointer at 0 in the old epoch (else none)
 		copied  bool // copytruncate with Rotated (else a rewrite in place)
+		empty   bool // nothing written after the copytruncate
 	}{
-		{"resumed, copytruncate", true, true},
-		{"resumed, in place", true, false},
-		{"first start, copytruncate", false, true},
-		{"first start, in place", false, false},
+		{"resumed, copytruncate", true, true, false},
+		{"resumed, in place", true, false, false},
+		{"first start, copytruncate", false, true, false},
+		{"first start, in place", false, false, false},
+		// The first read finds the end at 0, where a truncation leaves no
+		// offset past the size to tell it by.
+		{"resumed, copytruncate, nothing after", true, true, true},
+		{"first start, copytruncate, nothing after", false, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := input(t, old)
@@ -277,12 +282,16 @@ func TestRewrittenBetweenOpenAndFirstRead(t *testing.T) {
 				cfg = rotatedConfig()
 				cfg.FS = hook
 			}
+			after := fresh
+			if tc.empty {
+				after = ""
+			}
 			hook.arm(func() {
 				if tc.copied {
 					copyTruncate(t, p, p+".1")
-					appendTo(t, p, fresh)
+					appendTo(t, p, after)
 				} else {
-					rewriteInPlace(t, p, fresh)
+					rewriteInPlace(t, p, after)
 				}
 			})
 			s := open(t, p, cfg)
@@ -291,7 +300,7 @@ func TestRewrittenBetweenOpenAndFirstRead(t *testing.T) {
 				t.Fatal("the source never read the input")
 			}
 			if tc.copied {
-				wantGenerations(t, all, 0, old, fresh)
+				wantGenerations(t, all, 0, old, after)
 				if tc.resumed && all[0].Epoch != epoch {
 					t.Fatalf("the copy read in epoch %d, not the pointer's %d", all[0].Epoch, epoch)
 				}

@@ -118,7 +118,7 @@ func (s *stream) check() (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("feed: stat the open input %s (epoch %d, read to %d), which the path no longer names: %w; the next poll retries", s.path, s.epoch, s.fr.off, err)
 		}
-		if ofi.Size() < s.fr.off {
+		if s.shrunk(ofi.Size()) {
 			s.startReopen(ReasonTruncated)
 			return true, nil
 		}
@@ -152,7 +152,7 @@ func (s *stream) check() (bool, error) {
 	}
 	size := fi.Size()
 	s.size = size
-	if size < s.fr.off {
+	if s.shrunk(size) {
 		s.startReopen(ReasonTruncated)
 		return true, nil
 	}
@@ -165,6 +165,14 @@ func (s *stream) check() (bool, error) {
 	// again once it has them (see readVerified). A look here, before the
 	// read, would leave the writer a window between the two.
 	return true, nil
+}
+
+// shrunk reports whether the open file, now size bytes, was truncated: it
+// is shorter than what was read from it, or, before anything was read
+// since it was opened (a truncation to the offset read, 0, leaves no
+// offset past the size), than its first bytes fingerprinted at the open.
+func (s *stream) shrunk(size int64) bool {
+	return size < s.fr.off || (s.headCheck && size < int64(s.fp.Len))
 }
 
 // rotatedSince reports whether, with Rotated, a rotated file follows the
