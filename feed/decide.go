@@ -435,5 +435,11 @@ func (s *stream) decideReopen(h *inputFile, size int64, fp tidemark.Fingerprint)
 	}
 	s.log.Info("feed: the file at the path is another file with the same bytes up to the position read: reading on under the same epoch",
 		"kind", rotationCopyRename, "path", s.path, "epoch", s.epoch, "position", c.pos)
-	return decision{start: c.pos, resync: c.resync, committed: s.committed, migrate: s.migrate}, nil
+	d := decision{start: c.pos, resync: c.resync, committed: s.committed, migrate: s.migrate}
+	if c.end == c.pos {
+		// The bytes before the start, compared just now: begin reads them
+		// again, and they must still be these.
+		d.tailLen, d.tailHash = c.tailLen, c.tailHash
+	}
+	return d, nil
 }

@@ -29,16 +29,23 @@ type beforeRead struct {
 	// failCheck fails the first ReadAt after the next Read: the look at
 	// the bytes before what the read returned.
 	failCheck, failing bool
-	// readAts counts ReadAt calls down to the one atReadAt runs before.
+	// readAts counts ReadAt calls down to the one atReadAt runs before,
+	// of files opened from open number fromOpen on.
 	readAts  int
 	atReadAt func()
+	opens    int
+	fromOpen int
 }
 
-// armReadAt makes fn run before the n-th ReadAt of the input from now.
-func (b *beforeRead) armReadAt(n int, fn func()) {
+// armReadAt makes fn run before the n-th ReadAt of the input from now; of
+// a file opened from now on only, with newOnly.
+func (b *beforeRead) armReadAt(n int, newOnly bool, fn func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.readAts, b.atReadAt = n, fn
+	b.readAts, b.atReadAt, b.fromOpen = n, fn, 0
+	if newOnly {
+		b.fromOpen = b.opens + 1
+	}
 }
 
 // arm makes fn run before the next Read of the input.
@@ -64,12 +71,16 @@ func (b *beforeRead) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File
 	if err != nil || name != b.path || flag&(os.O_WRONLY|os.O_RDWR) != 0 {
 		return f, err
 	}
-	return &beforeReadFile{File: f, b: b}, nil
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.opens++
+	return &beforeReadFile{File: f, b: b, open: b.opens}, nil
 }
 
 type beforeReadFile struct {
 	vfs.File
-	b *beforeRead
+	b    *beforeRead
+	open int // the file's open number
 }
 
 func (f *beforeReadFile) Read(p []byte) (int, error) {
@@ -91,7 +102,7 @@ func (f *beforeReadFile) ReadAt(p []byte, off int64) (int, error) {
 	fail := f.b.failing
 	f.b.failing = false
 	var fn func()
-	if f.b.atReadAt != nil {
+	if f.b.atReadAt != nil && f.open >= f.b.fromOpen {
 		if f.b.readAts--; f.b.readAts == 0 {
 			fn, f.b.atReadAt = f.b.atReadAt, nil
 		}
@@ -337,7 +348,7 @@ func TestRewrittenBetweenDecisionAndStart(t *testing.T) {
 	cfg.FS = hook
 	// The open's reads: its first bytes, then the bytes before the
 	// pointer's position; the third is the start's.
-	hook.armReadAt(3, func() {
+	hook.armReadAt(3, false, func() {
 		copyTruncate(t, p, p+".1")
 		appendTo(t, p, fresh)
 	})
@@ -353,4 +364,41 @@ func TestRewrittenBetweenDecisionAndStart(t *testing.T) {
 	if all[0].Epoch != epoch {
 		t.Fatalf("the copy read in epoch %d, not the pointer's %d", all[0].Epoch, epoch)
 	}
+}
+
+// TestRewrittenBetweenReopenAndStart: a writer that appends by writing a
+// copy and renaming it over the path, the source at the end of the file
+// left: the reopen compares the new file with it (its first bytes, and the
+// bytes before the end read) and goes on in the epoch; the file is
+// rewritten in place before begin takes the bytes before its start. Both
+// contents share a 4,096-byte header, so only those bytes can tell. The
+// rewritten content must be read from 0 under a new epoch, not from the
+// old offset in the old epoch.
+func TestRewrittenBetweenReopenAndStart(t *testing.T) {
+	header := genLines("h", 0, 128)         // 4,096 bytes: the fingerprint
+	old := header + genLines("a", 0, 100)   // read to its end first
+	copied := old + genLines("a", 100, 50)  // the copy renamed over the path
+	fresh := header + genLines("c", 0, 300) // the rewrite: past the offset read
+	p := input(t, old)
+	hook := &beforeRead{FS: vfs.Default(), path: p}
+	s := open(t, p, Config{FS: hook})
+	first := s.collect()
+	replaceByRename(t, p, copied)
+	// The new file's reads: its first bytes, the bytes before the end of
+	// the file left; the third is begin's.
+	hook.armReadAt(3, true, func() { rewriteInPlace(t, p, fresh) })
+	rest := s.collect()
+	hook.mu.Lock()
+	fired := hook.atReadAt == nil
+	hook.mu.Unlock()
+	if !fired {
+		t.Fatal("the source made fewer than three reads of the new file")
+	}
+	wantLines(t, "the file left", first, old, 0)
+	for i, g := range rest {
+		if g.Epoch == first[0].Epoch {
+			t.Fatalf("line %d after the rename, %+v, in the old epoch", i, g)
+		}
+	}
+	wantLines(t, "the rewritten file", rest, fresh, 0)
 }
