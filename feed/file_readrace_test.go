@@ -55,6 +55,13 @@ func (b *beforeRead) arm(fn func()) {
 	b.hook = fn
 }
 
+// readAtFired reports whether the function armReadAt armed has run.
+func (b *beforeRead) readAtFired() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.atReadAt == nil
+}
+
 // fired reports whether the armed function has run.
 func (b *beforeRead) fired() bool {
 	b.mu.Lock()
@@ -354,10 +361,7 @@ func TestRewrittenBetweenDecisionAndStart(t *testing.T) {
 	})
 	s := open(t, p, cfg)
 	all := s.collect()
-	hook.mu.Lock()
-	fired := hook.atReadAt == nil
-	hook.mu.Unlock()
-	if !fired {
+	if !hook.readAtFired() {
 		t.Fatal("the source made fewer than three reads at its open")
 	}
 	wantGenerations(t, all, (128+64)*32, old, fresh)
@@ -388,10 +392,7 @@ func TestRewrittenBetweenReopenAndStart(t *testing.T) {
 	// the file left; the third is begin's.
 	hook.armReadAt(3, true, func() { rewriteInPlace(t, p, fresh) })
 	rest := s.collect()
-	hook.mu.Lock()
-	fired := hook.atReadAt == nil
-	hook.mu.Unlock()
-	if !fired {
+	if !hook.readAtFired() {
 		t.Fatal("the source made fewer than three reads of the new file")
 	}
 	wantLines(t, "the file left", first, old, 0)
