@@ -72,7 +72,11 @@ type Config struct {
 	// Logger receives the source's warnings and notes; nil means
 	// slog.Default(), as in every tidemark package. To silence a source,
 	// pass a logger with slog.DiscardHandler (Status and OnReject still
-	// report everything).
+	// report everything). At slog.LevelDebug it also says how each file
+	// was chosen: the pointer found at the start, each rotated file
+	// compared with it and why it is not the pointer's, and each file the
+	// source begins to read (its identity, size, start and epoch), for
+	// the investigation of a line an operator believes lost.
 	Logger *slog.Logger
 	// OnReject, when set, is called for every line that is not delivered:
 	// an oversize line, or the unterminated last line of a file that was
