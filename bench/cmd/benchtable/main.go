@@ -34,7 +34,7 @@ func main() {
 	flag.StringVar(&cfg.rows, "rows", "", "comma-separated rows to run (default all), e.g. 1,2,5")
 	flag.StringVar(&cfg.accounts, "accounts", "", "comma-separated numbers of accounts of the ledger rows to run (default all of the mode), e.g. 20,10000")
 	flag.StringVar(&cfg.out, "out", "", "write the report here (default bench/RESULTS.md; with -short, $TMPDIR/tidemark-bench-short/RESULTS.md)")
-	flag.StringVar(&cfg.chart, "chart", "", "write the chart here (default bench/throughput.svg; with -short, beside the short report)")
+	flag.StringVar(&cfg.chart, "chart", "", "write the chart here (default beside the report: bench/throughput.svg for bench/RESULTS.md)")
 	flag.StringVar(&cfg.work, "work", "", "work directory (default a new temporary directory, removed at the end)")
 	flag.StringVar(&cfg.peers, "peers", "bench/peers", "directory of the peer module (row 13)")
 	flag.StringVar(&cfg.setups, "setups", "", "keep the set-up stores of the ledger rows (1,000,000 accounts and more) in this `directory` and reuse them in later runs; empty the directory after a change of the store's format")

@@ -123,13 +123,7 @@ func run(cfg config) error {
 			return err
 		}
 	}
-	out, chart := cfg.out, cfg.chart
-	if out == "" {
-		out = filepath.Join(outDir, "RESULTS.md")
-	}
-	if chart == "" {
-		chart = filepath.Join(outDir, "throughput.svg")
-	}
+	out, chart := reportPaths(cfg.out, cfg.chart, outDir)
 	if !cfg.short && cfg.out == "" {
 		if _, err := os.Stat("bench"); err != nil {
 			return fmt.Errorf("run from the repository's root (bench/ not found): %w", err)
@@ -912,4 +906,18 @@ func keptSection(path string) string {
 		return ""
 	}
 	return string(old[i:])
+}
+
+// reportPaths returns where the report and the chart are written: out and
+// chart as given, else the report in outDir and the chart beside the
+// report (a report written elsewhere, of some rows only, does not draw
+// over the repository's chart).
+func reportPaths(out, chart, outDir string) (string, string) {
+	if out == "" {
+		out = filepath.Join(outDir, "RESULTS.md")
+	}
+	if chart == "" {
+		chart = filepath.Join(filepath.Dir(out), "throughput.svg")
+	}
+	return out, chart
 }

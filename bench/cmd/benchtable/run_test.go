@@ -18,3 +18,21 @@ func TestFanoutCPU(t *testing.T) {
 		t.Fatalf("fanoutCPU:\n got %s\nwant %s", got, want)
 	}
 }
+
+// TestReportPaths: the chart goes beside the report unless it is named, so
+// that a report of some rows written elsewhere (-out /tmp/x.md) does not
+// draw over bench/throughput.svg.
+func TestReportPaths(t *testing.T) {
+	for _, tc := range []struct{ out, chart, outDir, wantOut, wantChart string }{
+		{"", "", "bench", "bench/RESULTS.md", "bench/throughput.svg"},
+		{"", "", "/tmp/short", "/tmp/short/RESULTS.md", "/tmp/short/throughput.svg"},
+		{"/tmp/x.md", "", "bench", "/tmp/x.md", "/tmp/throughput.svg"},
+		{"bench/RESULTS.md", "bench/throughput.svg", "/tmp/short", "bench/RESULTS.md", "bench/throughput.svg"},
+		{"/tmp/x.md", "/tmp/y.svg", "bench", "/tmp/x.md", "/tmp/y.svg"},
+	} {
+		out, chart := reportPaths(tc.out, tc.chart, tc.outDir)
+		if out != tc.wantOut || chart != tc.wantChart {
+			t.Errorf("reportPaths(%q, %q, %q) = %q, %q; want %q, %q", tc.out, tc.chart, tc.outDir, out, chart, tc.wantOut, tc.wantChart)
+		}
+	}
+}
