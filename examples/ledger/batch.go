@@ -43,10 +43,15 @@ type runApplier struct {
 	// file ledger's reject records of the lines the source skipped before
 	// it) in the line's transaction, and returns how many records.
 	stage func(tx *state.Tx, d *tidemark.Delivery) (int, error)
-	// after is called for each line an ApplyEach went through, in order:
-	// applied, or skipped as a re-delivery; with the records stage
-	// staged.
+	// after, if set, is called for each line an ApplyEach went through,
+	// in order: applied, or skipped as a re-delivery; with the records
+	// stage staged.
 	after func(d *tidemark.Delivery, applied bool, staged int)
+	// applied and skipped count the lines the ApplyEach calls applied
+	// and skipped as re-deliveries: each is added to once per call, not
+	// once a line (an atomic add a line costs as much as a counter's
+	// write in the store).
+	applied, skipped *atomic.Uint64
 
 	// The run being applied: its lines, the call's Batch they are of (nil
 	// between calls) from line base; the output line's buffer; and the
@@ -86,9 +91,7 @@ func (r *runApplier) handleBatch(ctx context.Context, b *framework.Batch) (int, 
 		r.run, r.base = run, i
 		if len(run) > 0 {
 			done, err := r.st.ApplyEach(ctx, len(run), r.at, r.fn)
-			for k := range done {
-				r.after(b.Delivery(i+k), run[k].applied, int(run[k].staged))
-			}
+			r.count(b, i, run[:done])
 			if err != nil {
 				if errors.Is(err, state.ErrTooLarge) {
 					err = r.tooLarge(ctx, *b.Delivery(i + done), b.Line(i+done), err)
@@ -106,6 +109,26 @@ func (r *runApplier) handleBatch(ctx context.Context, b *framework.Batch) (int, 
 		i = j + 1
 	}
 	return n, nil
+}
+
+// count counts the lines of run, from line base of b, that ApplyEach went
+// through: in r.applied and r.skipped, and one by one to r.after.
+func (r *runApplier) count(b *framework.Batch, base int, run []batchLine) {
+	applied := 0
+	for k := range run {
+		if run[k].applied {
+			applied++
+		}
+		if r.after != nil {
+			r.after(b.Delivery(base+k), run[k].applied, int(run[k].staged))
+		}
+	}
+	if applied > 0 {
+		r.applied.Add(uint64(applied))
+	}
+	if skipped := len(run) - applied; skipped > 0 {
+		r.skipped.Add(uint64(skipped))
+	}
 }
 
 // applyRunLine is the function of line k of the run for ApplyEach: the
@@ -148,11 +171,10 @@ func (l *ledger) HandleBatch(ctx context.Context, b *framework.Batch) (int, erro
 			tooLarge: func(ctx context.Context, d tidemark.Delivery, line []byte, err error) error {
 				return l.reject(ctx, d, framework.ReasonTooLarge, err, line)
 			},
-			stage: l.rej.stage,
-			after: func(d *tidemark.Delivery, applied bool, staged int) {
-				l.rej.done(*d, applied, staged)
-				count(&l.applied, &l.skipped, applied)
-			},
+			stage:   l.rej.stage,
+			after:   func(d *tidemark.Delivery, applied bool, staged int) { l.rej.done(d, applied, staged) },
+			applied: &l.applied,
+			skipped: &l.skipped,
 		}
 	}
 	l.runs.st = l.st // Start's, which a restart of the group sets again
@@ -173,7 +195,8 @@ func (l *partLedger) HandleBatch(ctx context.Context, b *framework.Batch) (int, 
 				// Nothing of it was staged: the line is rejected instead.
 				return l.reject(ctx, d, err.Error(), line)
 			},
-			after: func(_ *tidemark.Delivery, applied bool, _ int) { count(&l.applied, &l.skipped, applied) },
+			applied: &l.applied,
+			skipped: &l.skipped,
 		}
 	}
 	l.runs.st = l.st // Start's, which a restart of the group sets again
@@ -190,14 +213,4 @@ func handleEach(ctx context.Context, b *framework.Batch, handle func(context.Con
 		}
 	}
 	return b.Len(), nil
-}
-
-// count counts a line a runApplier went through: in applied, or in
-// skipped when the store skipped it as a re-delivery.
-func count(applied, skipped *atomic.Uint64, wasApplied bool) {
-	if wasApplied {
-		applied.Add(1)
-	} else {
-		skipped.Add(1)
-	}
 }

@@ -46,7 +46,7 @@ func parseFields(line []byte) (id int64, account []byte, amount int64, err error
 
 // parseCanonical parses a line as AppendLine writes one, in one pass: an
 // id and an amount of at most 18 digits (so that neither overflows), no
-// leading zeros, no '+', an ASCII account. It reports false for any other
+// leading zeros, no '+', a valid UTF-8 account. It reports false for any other
 // line, well-formed or not, which parseChecked then parses and explains.
 // A line it takes is the one AppendLine writes for its entry, byte for
 // byte: the ledger's output line starts with it (see applyLine).
@@ -69,19 +69,23 @@ func parseCanonical(line []byte) (id int64, account []byte, amount int64, ok boo
 	}
 	i++
 	a0 := i
+	ascii := true
 	for ; i < n; i++ {
 		c := line[i]
 		if c == ',' {
 			break
 		}
 		if c >= utf8.RuneSelf {
-			return 0, nil, 0, false // parseChecked checks its UTF-8
+			ascii = false
 		}
 	}
 	if i == a0 || i == n {
 		return 0, nil, 0, false
 	}
 	account = line[a0:i]
+	if !ascii && !utf8.Valid(account) {
+		return 0, nil, 0, false // parseChecked explains it
+	}
 	i++
 	neg := i < n && line[i] == '-'
 	if neg {

@@ -174,7 +174,8 @@ func TestParseCanonical(t *testing.T) {
 		{"1,alice,100", true}, {"42,bob,-7", true}, {"1,a,0", true},
 		{"123456789012345678,a,-123456789012345678", true},
 		{"1,a,+5", false}, {"1,a,007", false}, {"1,a,-0", false}, {"1,a,-", false}, {"1,a,", false},
-		{"01,a,1", false}, {"1,zoë,1", false}, {"1,,1", false}, {"1,a,1,1", false}, {"1,a", false}, {"", false},
+		{"1,zoë,1", true}, {"7,ünïcödé,-3", true},
+		{"01,a,1", false}, {"1,\xff,1", false}, {"1,zo\xc3,1", false}, {"1,,1", false}, {"1,a,1,1", false}, {"1,a", false}, {"", false},
 		{"1234567890123456789,a,1", false}, {"1,a,1234567890123456789", false}, {"1,a,1x", false},
 	} {
 		_, _, _, ok := parseCanonical([]byte(tc.line))

@@ -121,8 +121,8 @@ func (r *rejects) stage(tx *state.Tx, d *tidemark.Delivery) (int, error) {
 // done ends the Apply of d that staged n records: it drops the pending
 // rejects before d (recorded now, or, when the store skipped d as a
 // re-delivery, recorded with the line after them the first time).
-func (r *rejects) done(d tidemark.Delivery, applied bool, n int) {
-	if applied {
+func (r *rejects) done(d *tidemark.Delivery, applied bool, n int) {
+	if applied && n > 0 {
 		r.written.Add(uint64(n))
 	}
 	if r.npending.Load() == 0 {
@@ -132,7 +132,7 @@ func (r *rejects) done(d tidemark.Delivery, applied bool, n int) {
 	r.mu.Lock()
 	kept := r.pending[:0]
 	for _, p := range r.pending {
-		if !r.before(p, d) {
+		if !r.before(p, *d) {
 			kept = append(kept, p)
 		}
 	}
@@ -189,7 +189,7 @@ func (l *ledger) reject(ctx context.Context, d tidemark.Delivery, reason string,
 	if aerr != nil {
 		return fmt.Errorf("record the rejected line at position %d (%v): %w", d.Position, err, aerr)
 	}
-	l.rej.done(d, applied, n)
+	l.rej.done(&d, applied, n)
 	return &lineRejected{reason: reason, err: err}
 }
 
@@ -210,7 +210,7 @@ func (l *ledger) Drained(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("record the skipped line ending at position %d: %w", p.pos, err))
 			continue
 		}
-		l.rej.done(d, applied, 1)
+		l.rej.done(&d, applied, 1)
 	}
 	return errors.Join(errs...)
 }

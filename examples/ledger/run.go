@@ -262,7 +262,7 @@ func (l *ledger) Handle(ctx context.Context, d tidemark.Delivery, line []byte) e
 	if err != nil {
 		return err
 	}
-	l.rej.done(d, applied, l.staged)
+	l.rej.done(&d, applied, l.staged)
 	if applied {
 		l.applied.Add(1)
 	} else {
