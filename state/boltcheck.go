@@ -507,9 +507,9 @@ func (ck *boltCheck) freelist(id uint64) error {
 }
 
 // read returns n bytes of the file at off, read ahead in windows of at
-// most checkWindow bytes (exactly that outside the walk of the tree: the
-// meta and freelist pages): the pages of a chunk of a level are read in
-// file order.
+// most checkWindow bytes (exactly that outside the walk of the tree, the
+// meta and freelist pages, unless the file's pages end before): the pages
+// of a chunk of a level are read in file order.
 func (ck *boltCheck) read(off, n uint64) ([]byte, error) {
 	if off >= ck.winOff && off+n <= ck.winOff+uint64(len(ck.win)) {
 		return ck.win[off-ck.winOff : off-ck.winOff+n], nil
@@ -529,11 +529,19 @@ func (ck *boltCheck) read(off, n uint64) ([]byte, error) {
 		}
 		size = max(size, at+ck.ps-off)
 	}
+	// No window reaches past the file's pages (its page count, from the
+	// meta page; the two meta pages before it is known): a store's file
+	// is often far larger than its pages (bbolt grows it ahead), and a
+	// new store's check would read and hold a megabyte for a few pages.
+	window := uint64(checkWindow)
+	if end := max(ck.hwm, 2) * ck.ps; end > off {
+		window = min(window, end-off)
+	}
 	if ck.ahead == nil {
-		size = max(n, checkWindow)
+		size = max(n, window)
 	}
 	if uint64(cap(ck.win)) < size {
-		ck.win = make([]byte, max(size, checkWindow))
+		ck.win = make([]byte, max(size, min(checkWindow, max(ck.hwm, 2)*ck.ps)))
 	}
 	ck.win = ck.win[:size]
 	got, err := ck.f.ReadAt(ck.win, int64(off))
