@@ -45,6 +45,22 @@ func FuzzBoltCheck(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
+		// bbolt grows its file ahead of its pages (to 16 MiB at once): a
+		// seed of the whole file would be past maxFuzzFile, and return
+		// before the check. The pages past the meta page's count are
+		// never read.
+		_, pages, ok := bboltMeta(data, 4096)
+		if !ok || pages*4096 > maxFuzzFile {
+			f.Fatalf("the seed store's file (%d bytes) has no valid meta page, or more than %d bytes of pages (%d pages)", len(data), maxFuzzFile, pages)
+		}
+		data = data[:pages*4096]
+		// The undamaged seed passes the check, so that the fuzzing
+		// starts from files that reach bbolt's reading below.
+		txid, _, _ := bboltMeta(data, 4096)
+		ck := &boltCheck{e: &boltEngine{dir: "seed", path: "seed/" + boltFile}, f: bytes.NewReader(data), ps: 4096, value: func(k, v []byte) error { return nil }}
+		if err := ck.run(txid); err != nil {
+			f.Fatalf("the seed store's file, %d keys, cut to its %d pages: %v", keys, pages, err)
+		}
 		f.Add(data)
 		for _, at := range []int{2*4096 + 10, 3*4096 + 10, 3*4096 + 20} {
 			if at < len(data) {
@@ -56,10 +72,10 @@ func FuzzBoltCheck(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const ps = 4096
-		if len(data) < 2*ps || len(data) > 1<<20 {
+		if len(data) < 2*ps || len(data) > maxFuzzFile {
 			return
 		}
-		txid, ok := bboltMeta(data, ps)
+		txid, _, ok := bboltMeta(data, ps)
 		if !ok {
 			return
 		}
@@ -87,7 +103,13 @@ func FuzzBoltCheck(f *testing.F) {
 		err = db.View(func(tx *bolt.Tx) error {
 			b := tx.Bucket(boltBucket)
 			if b == nil {
-				return fmt.Errorf("the check passed the file, and bbolt finds no bucket %q", boltBucket)
+				if walked > 0 {
+					return fmt.Errorf("the check passed the file walking %d values, and bbolt finds no bucket %q", walked, boltBucket)
+				}
+				// A store without its bucket is refused by openBolt (the
+				// folder's STORE file says it was made): named, not
+				// silent.
+				return nil
 			}
 			scanned := 0
 			c := b.Cursor()
@@ -108,11 +130,14 @@ func FuzzBoltCheck(f *testing.F) {
 	})
 }
 
-// bboltMeta returns the transaction bbolt opens a file at: that of its
-// valid meta page with the highest id.
-func bboltMeta(data []byte, ps int) (uint64, bool) {
+// maxFuzzFile is the largest file FuzzBoltCheck checks.
+const maxFuzzFile = 1 << 20
+
+// bboltMeta returns the transaction bbolt opens a file at, that of its
+// valid meta page with the highest id, and the page count that meta page
+// gives.
+func bboltMeta(data []byte, ps int) (txid uint64, pages int, found bool) {
 	var best uint64
-	found := false
 	for id := range 2 {
 		m := data[id*ps+bbHeader:]
 		if binary.NativeEndian.Uint32(m) != bbMagic || binary.NativeEndian.Uint32(m[4:]) != bbVersion || binary.NativeEndian.Uint32(m[8:]) != uint32(ps) {
@@ -125,7 +150,8 @@ func bboltMeta(data []byte, ps int) (uint64, bool) {
 		}
 		if tx := binary.NativeEndian.Uint64(m[48:]); !found || tx > best {
 			best, found = tx, true
+			pages = int(min(binary.NativeEndian.Uint64(m[40:]), uint64(len(data)/ps)))
 		}
 	}
-	return best, found
+	return best, pages, found
 }
