@@ -1263,17 +1263,21 @@ func (c *core) newTx(ns *nsStore, d *tidemark.Delivery, readOnly bool) *Tx {
 		// The first transaction, or a Tx of the ring was used after its
 		// function returned: whoever kept it may use it again, so the
 		// ring is left to it (every Tx of it stays done) and a new one
-		// serves. Their pointers are set once per ring, not once per
-		// line.
+		// serves.
 		c.txs, c.txi = make([]Tx, txRing), 0
-		for i := range c.txs {
-			c.txs[i].txState = &c.ts
-			c.txs[i].bk.tx = &c.txs[i]
-			c.txs[i].ow.tx = &c.txs[i]
-		}
 	}
 	tx := &c.txs[c.txi]
 	c.txi++
+	if tx.txState == nil {
+		// Its pointers are set the first time it serves, once per ring,
+		// not once per line; and not all at once when the ring is made,
+		// which wrote to every page of it at the store's first Apply
+		// (with the garbage collector's write barrier on, as it often is
+		// while a program starts: 2 ms of a start).
+		tx.txState = &c.ts
+		tx.bk.tx = tx
+		tx.ow.tx = tx
+	}
 	tx.done = false
 	// The handles of the line that used tx before are not this line's.
 	if tx.bk.bucketInfo != nil {
