@@ -81,6 +81,7 @@ fuzz:
 	$(GO) test ./feed/natsfeed -run '^$$' -fuzz '^FuzzParseAck$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./feed/pointer -run '^$$' -fuzz '^FuzzParseRegistry$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./state -run '^$$' -fuzz '^FuzzBoltCheck$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./state -run '^$$' -fuzz '^FuzzStoreRecords$$' -fuzztime $(FUZZTIME)
 
 # The long versions of the reliability scenarios (see RELIABILITY.md).
 torture:

@@ -241,8 +241,8 @@ func describeKey(k []byte) (record, ns, bucket string) {
 
 // cutName splits a uvarint-prefixed name off b.
 func cutName(b []byte) (name string, rest []byte, ok bool) {
-	n, w := binary.Uvarint(b)
-	if w <= 0 || uint64(len(b)-w) < n {
+	n, w := nameLen(b)
+	if w <= 0 {
 		return "", nil, false
 	}
 	return string(b[w : w+int(n)]), b[w+int(n):], true

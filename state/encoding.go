@@ -59,6 +59,20 @@ func appendName(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+// nameLen reads the length appendName put before a name at the start of
+// b: the length n and the bytes w of its uvarint, w <= 0 when b does not
+// start with one that appendName writes (cut short, longer than the
+// value needs, which a damaged key may be and no store writes) or when
+// the name would run past the end of b. The name is b[w:w+int(n)].
+func nameLen(b []byte) (n uint64, w int) {
+	n, w = binary.Uvarint(b)
+	var buf [binary.MaxVarintLen64]byte
+	if w <= 0 || w != len(binary.AppendUvarint(buf[:0], n)) || n > uint64(len(b)-w) {
+		return 0, -1
+	}
+	return n, w
+}
+
 // dataPrefix is the prefix of every key of bucket b in namespace ns.
 func dataPrefix(ns, b string) []byte {
 	p := make([]byte, 0, 3+len(ns)+len(b))
@@ -91,8 +105,8 @@ func parseAppliedKey(k []byte) (ns, feed, file string, ok bool) {
 	if len(k) == 0 || k[0] != tagApplied {
 		return "", "", "", false
 	}
-	n, w := binary.Uvarint(k[1:])
-	if w <= 0 || uint64(len(k)-1-w) < n {
+	n, w := nameLen(k[1:])
+	if w <= 0 {
 		return "", "", "", false
 	}
 	rest := k[1+w:]

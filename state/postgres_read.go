@@ -266,7 +266,7 @@ const backupBatch = 16 << 20
 // in dir, checking that the chunks follow each other up to the committed
 // length, and adds v to the output's CRC-32C in sums.
 func writeChunk(dir string, files map[string]*os.File, written map[string]int64, sums map[string]uint32, outs map[string]int64, k, v []byte) error {
-	n, w := binary.Uvarint(k[1:])
+	n, w := nameLen(k[1:])
 	if w <= 0 || len(k) != 1+w+int(n)+8 {
 		return fmt.Errorf("output chunk key %q: %w", k, ErrCorrupt)
 	}

@@ -2,7 +2,6 @@ package state
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -164,9 +163,9 @@ func (tx *Tx) names(prefix []byte) ([]string, error) {
 		if k == nil {
 			break
 		}
-		n, w := binary.Uvarint(k[len(prefix):])
+		n, w := nameLen(k[len(prefix):])
 		at := len(prefix) + w
-		if w <= 0 || uint64(len(k)-at) < n {
+		if w <= 0 {
 			return nil, fmt.Errorf("key %q in store %s: %w", k, tx.c.dir, ErrCorrupt)
 		}
 		out = append(out, string(k[at:at+int(n)]))
