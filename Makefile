@@ -72,6 +72,7 @@ fuzz:
 	$(GO) test ./framework -run '^$$' -fuzz '^FuzzLoadConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./examples/ledger -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./examples/ledger -run '^$$' -fuzz '^FuzzParseAmount$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./examples/ledger -run '^$$' -fuzz '^FuzzParseOutput$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./examples/ledger -run '^$$' -fuzz '^FuzzReadRejects$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./examples/ledger -run '^$$' -fuzz '^FuzzReadPGFolder$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./state -run '^$$' -fuzz '^FuzzScanTail$$' -fuzztime $(FUZZTIME)

@@ -136,6 +136,31 @@ func FuzzParseLine(f *testing.F) {
 	})
 }
 
+// FuzzParseOutput checks the parser of output.csv's lines (ledger check and
+// the demonstration read the file back from disk): it never panics, every
+// error is malformed, and a line it accepts is one AppendOutput writes for
+// what it read, up to the spellings of the numbers the line format allows
+// (a '+' sign, leading zeros), which parse to the same line again.
+func FuzzParseOutput(f *testing.F) {
+	for _, s := range []string{"1,alice,100,100", "2,zoë,-5,95", "3,a,+0,007", "1,alice,100", "1,alice,100,", "1,,1,1", "1,a,1,99999999999999999999", "1,\xff,1,1", ",,,", ""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		o, err := ParseOutput(line)
+		if err != nil {
+			if !errors.Is(err, errMalformed) {
+				t.Fatalf("ParseOutput(%q): error %v does not wrap errMalformed", line, err)
+			}
+			return
+		}
+		out := AppendOutput(nil, o)
+		again, err := ParseOutput(out[:len(out)-1])
+		if err != nil || again != o {
+			t.Fatalf("ParseOutput(%q) = %+v; written back as %q it parses to %+v, %v", line, o, out, again, err)
+		}
+	})
+}
+
 // FuzzParseAmount checks the ledger's amount parser against strconv: a
 // field of an optional sign and decimal digits is accepted exactly when
 // strconv.ParseInt takes it, with the same value; anything else is
