@@ -83,6 +83,7 @@ fuzz:
 	$(GO) test ./feed/pointer -run '^$$' -fuzz '^FuzzParseRegistry$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./state -run '^$$' -fuzz '^FuzzBoltCheck$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./state -run '^$$' -fuzz '^FuzzStoreRecords$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./state -run '^$$' -fuzz '^FuzzCheckManifest$$' -fuzztime $(FUZZTIME)
 
 # The long versions of the reliability scenarios (see RELIABILITY.md).
 torture:
