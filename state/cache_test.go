@@ -1,11 +1,13 @@
 package state
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -231,6 +233,119 @@ func TestCommitDoesNotWaitForTheFold(t *testing.T) {
 		}
 		if got := getInt(t, s, "k"); got != 15 {
 			t.Fatalf("k = %d durable, want 15", got)
+		}
+	})
+}
+
+// A store that held no data when it opened knows, while its value cache
+// holds every value committed since, that a key the cache and the batches
+// do not hold is absent: the first line of each new key (each account of a
+// new ledger) reads nothing from the backend. A store that held data
+// reads it there; and a cache that dropped an entry, or refused one too
+// large for it, knows nothing of the keys it does not hold any more.
+func TestNewStoreReadsNoAbsentKey(t *testing.T) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		var reads atomic.Int64
+		opts := func(cache int64) *Options {
+			o := testOpts()
+			o.CacheSize = cache
+			o.hooks = &hooks{engineRead: func([]byte) { reads.Add(1) }}
+			return o
+		}
+		// addLines adds n to key k-(n%keys) for each line n in [from, to),
+		// checks each sum against want, and commits every 7 lines.
+		want := map[string]int64{}
+		addLines := func(s Store, from, to, keys int) {
+			t.Helper()
+			for n := from; n < to; n++ {
+				k := fmt.Sprintf("k-%03d", n%keys)
+				var got int64
+				if _, err := s.Apply(ctx, del("f", 1, n), func(tx *Tx) error {
+					var err error
+					got, err = tx.AddInt64([]byte(k), int64(n))
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+				want[k] += int64(n)
+				if got != want[k] {
+					t.Fatalf("line %d: %s = %d, want %d", n, k, got, want[k])
+				}
+				if n%7 == 0 {
+					if err := s.Flush(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+
+		dir := t.TempDir()
+		s := mustOpen(t, be, dir, opts(0))
+		addLines(s, 1, 400, 100)
+		if n := reads.Load(); n != 0 {
+			t.Errorf("a new store read %d keys from its backend for 100 new keys, want none", n)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		// Reopened, it holds data: the cache does not know every key.
+		reads.Store(0)
+		s = mustOpen(t, be, dir, opts(0))
+		addLines(s, 400, 600, 120) // 100 keys it holds, 20 new ones
+		if n := reads.Load(); n != 120 {
+			t.Errorf("a reopened store read %d keys from its backend, want 120 (each key once)", n)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		// A new store whose cache drops entries (a budget of 8 KiB holds
+		// about 25): keys it dropped are read from the backend again.
+		reads.Store(0)
+		clear(want)
+		s = mustOpen(t, be, t.TempDir(), opts(8<<10))
+		addLines(s, 1, 800, 100)
+		if reads.Load() == 0 {
+			t.Errorf("a new store whose cache dropped entries read no key from its backend")
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		// A new store whose cache refuses a value too large for it: the
+		// value is read back from the backend, not taken as absent.
+		reads.Store(0)
+		s = mustOpen(t, be, t.TempDir(), opts(8<<10))
+		big := bytes.Repeat([]byte("v"), 4<<10)
+		if _, err := s.Apply(ctx, del("f", 1, 1), func(tx *Tx) error { return tx.Put([]byte("big"), big) }); err != nil {
+			t.Fatal(err)
+		}
+		// Two more batches: the one of "big" is neither sealed nor the
+		// last committed one when it is read.
+		for n := 2; n <= 3; n++ {
+			if err := s.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Apply(ctx, del("f", 1, n), func(tx *Tx) error { return tx.Put([]byte("small"), []byte{byte(n)}) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Apply(ctx, del("f", 1, 4), func(tx *Tx) error {
+			v, ok, err := tx.Get([]byte("big"))
+			if err != nil {
+				return err
+			}
+			if !ok || !bytes.Equal(v, big) {
+				return fmt.Errorf("big: %d bytes, found %v; want the %d bytes written", len(v), ok, len(big))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

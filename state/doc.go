@@ -334,7 +334,11 @@
 // durable values (and absent keys) read or committed, and the committer
 // folds every batch it commits into it (on its own goroutine) before any
 // transaction stops finding the batch's values in the batch itself, so it
-// never serves a value older than the backend's. [Options].CacheSize is its budget (default
+// never serves a value older than the backend's. A bbolt or Pebble store
+// that held no data when it opened knows every key it holds while its cache
+// has dropped none: a key new to it (an account's first line in a new
+// ledger) is known to be absent without a read of the backend.
+// [Options].CacheSize is its budget (default
 // [DefaultCacheSize], 32 MiB; about 350 bytes a key of 20 bytes with an
 // int64, plus bbolt's commit share, or 700 with Pebble); above it, random
 // entries are dropped. A Pebble store gives

@@ -188,6 +188,9 @@ type hooks struct {
 	// afterOutput runs after the batch's output bytes are synced and
 	// before the backend transaction.
 	afterOutput func()
+	// engineRead runs before a transaction reads a key from the backend
+	// (one that no batch and the value cache hold), on its goroutine.
+	engineRead func(key []byte)
 	// beforeFold runs before a committed batch is folded into the value
 	// cache, on the fold's goroutine.
 	beforeFold func()

@@ -672,7 +672,35 @@ func (c *core) load() error {
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", c.dir, err)
 	}
+	if err := c.knowEmpty(); err != nil {
+		return err
+	}
 	return c.loadOutputs()
+}
+
+// errFound stops a scan at its first key.
+var errFound = errors.New("found")
+
+// knowEmpty marks the value cache of a bbolt or Pebble store complete
+// when the backend holds no data key (see valueCache.complete): a new
+// store, or one whose data was all deleted. Their folder's lock keeps
+// any other process from writing the backend while the store is open. A
+// PostgreSQL store's database is shared, and its own read cache keeps
+// what it knows.
+func (c *core) knowEmpty() error {
+	if c.vc == nil || (c.kind != Bolt && c.kind != Pebble) {
+		return nil
+	}
+	// Through the raw engine: whether a key exists is all it asks, and a
+	// damaged value is reported by whatever reads it.
+	err := c.rawEngine().scan([]byte{tagData}, func(k, v []byte) error { return errFound })
+	switch {
+	case err == nil:
+		c.vc.setComplete(true)
+	case !errors.Is(err, errFound):
+		return fmt.Errorf("open store %s: look for data: %w", c.dir, err)
+	}
+	return nil
 }
 
 // full reports whether b is as big as a batch gets: BatchSize deliveries,
@@ -1591,6 +1619,10 @@ func (c *core) commit(b *batch) {
 	if c.failed != nil {
 		b.err = c.failed
 		c.recent = nil
+		if c.vc != nil {
+			// What the backend holds of b is not known.
+			c.vc.setComplete(false)
+		}
 	} else if !b.empty() {
 		c.stats.Commits++
 		for _, r := range b.applied {

@@ -548,8 +548,15 @@ func (tx *Tx) getOlder(q *bkey) ([]byte, bool, error) {
 	}
 	c.kbuf = q.appendTo(c.kbuf[:0])
 	if c.vc != nil {
-		if v, ok := c.vc.get(c.kbuf); ok {
+		v, ok, complete := c.vc.lookup(c.kbuf)
+		if ok {
 			return v.val, v.ok, nil
+		}
+		if complete {
+			// The cache holds every key the backend holds, but for
+			// those of r, which were looked for above if the fold of r
+			// has not ended (and are in the cache if it has).
+			return nil, false, nil
 		}
 	}
 	if r != nil {
@@ -559,6 +566,9 @@ func (tx *Tx) getOlder(q *bkey) ([]byte, bool, error) {
 	}
 	// Not staged: the durable state holds the latest value. A batch that
 	// commits meanwhile held no change of the key, so cannot change it.
+	if h := c.opts.hooks; h != nil && h.engineRead != nil {
+		h.engineRead(c.kbuf)
+	}
 	v, ok, err := c.eng.get(c.kbuf)
 	if err != nil {
 		return nil, false, fmt.Errorf("read %s store %s: %w", c.kind, c.dir, err)
