@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/tidemark-go/tidemark"
 )
 
 // failingKey is a key codec that encodes no key.
@@ -408,4 +412,189 @@ func TestCounterPastTheMemos(t *testing.T) {
 	if n := len(s.(*nsStore).c.ctrs); n > maxCounterMemos {
 		t.Fatalf("the store keeps %d counter memos, more than %d", n, maxCounterMemos)
 	}
+}
+
+// TestCounterInRuns drives counters through ApplyEach, whose lines are
+// staged together without the store's lock (see applyEach), with the same
+// keys read, put, deleted and added to through their tables and buckets in
+// the same lines, iterated, lines that fail and panic in the middle of a
+// run, batches small enough to be cut inside a run, flushes and reopens;
+// and checks every value read, and the durable values, against a model.
+func TestCounterInRuns(t *testing.T) {
+	root := NewTable("", String{}, Int64{})
+	sums := NewTable("sums", String{}, Uint64{})
+	a, b, x := root.Counter("a"), root.Counter("b"), sums.Counter("x")
+	type ctr struct {
+		key   string
+		add   func(tx *Tx, d int64) (int64, error)
+		table func(tx *Tx, d int64) (int64, error)
+		get   func(tx *Tx) (int64, error)
+		put   func(tx *Tx, v int64) error
+		del   func(tx *Tx) error
+	}
+	ctrs := []ctr{
+		{key: "a", add: a.Add, get: a.Get,
+			table: func(tx *Tx, d int64) (int64, error) { return root.Add(tx, "a", d) },
+			put:   func(tx *Tx, v int64) error { return root.Put(tx, "a", v) },
+			del:   func(tx *Tx) error { return root.Delete(tx, "a") }},
+		{key: "b", add: b.Add, get: b.Get,
+			table: func(tx *Tx, d int64) (int64, error) { return root.Add(tx, "b", d) },
+			put:   func(tx *Tx, v int64) error { return root.Put(tx, "b", v) },
+			del:   func(tx *Tx) error { return root.Delete(tx, "b") }},
+		{key: "x",
+			add:   func(tx *Tx, d int64) (int64, error) { n, err := x.Add(tx, uint64(d)); return int64(n), err },
+			get:   func(tx *Tx) (int64, error) { n, err := x.Get(tx); return int64(n), err },
+			table: func(tx *Tx, d int64) (int64, error) { n, err := sums.Add(tx, "x", uint64(d)); return int64(n), err },
+			put:   func(tx *Tx, v int64) error { return sums.Put(tx, "x", uint64(v)) },
+			del:   func(tx *Tx) error { return sums.Delete(tx, "x") }},
+	}
+	forEachBackend(t, func(t *testing.T, be backend) {
+		dir := t.TempDir()
+		rng := rand.New(rand.NewPCG(3, 4))
+		opts := func() *Options {
+			o := testOpts()
+			o.BatchSize = 1 + rng.IntN(12)
+			o.MaxBatchSize = o.BatchSize + rng.IntN(12)
+			o.BatchInterval = time.Millisecond
+			return o
+		}
+		s := mustOpen(t, be, dir, opts())
+		ctx := context.Background()
+		nss := []string{"n1", "n2"}
+		model := map[string]map[string]int64{"n1": {}, "n2": {}}
+		boom := errors.New("boom")
+		line := 0
+		for step := 0; step < 600; step++ {
+			switch r := rng.IntN(100); {
+			case r < 5:
+				if err := s.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			case r < 7:
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				s = mustOpen(t, be, dir, opts())
+				continue
+			}
+			ns := nss[rng.IntN(len(nss))]
+			n := 1 + rng.IntN(20)
+			ds := make([]tidemark.Delivery, n)
+			for i := range ds {
+				line++
+				ds[i] = del("f-"+ns, 1, line)
+			}
+			// The model of each line, made as the line runs; a line that
+			// fails or panics is not kept.
+			vals := model[ns]
+			cur := maps.Clone(vals)
+			failAt, panicAt := -1, -1
+			switch rng.IntN(6) {
+			case 0:
+				failAt = rng.IntN(n)
+			case 1:
+				panicAt = rng.IntN(n)
+			}
+			var kept map[string]int64
+			lineFn := func(tx *Tx, i int) error {
+				next := maps.Clone(cur)
+				for range 1 + rng.IntN(4) {
+					c := ctrs[rng.IntN(len(ctrs))]
+					d := rng.Int64N(1000) - 300
+					switch op := rng.IntN(100); {
+					case op < 70:
+						add := c.add
+						if op >= 60 {
+							add = c.table
+						}
+						got, err := add(tx, d)
+						if err != nil {
+							return err
+						}
+						if want := next[c.key] + d; got != want {
+							return fmt.Errorf("step %d line %d: %s: Add(%d) = %d, want %d", step, i, c.key, d, got, want)
+						}
+						next[c.key] += d
+					case op < 78:
+						if err := c.put(tx, d); err != nil {
+							return err
+						}
+						next[c.key] = d
+					case op < 82:
+						if err := c.del(tx); err != nil {
+							return err
+						}
+						delete(next, c.key)
+					case op < 86:
+						got, err := c.get(tx)
+						if err != nil || got != next[c.key] {
+							return fmt.Errorf("step %d line %d: %s: Get = %d, %v, want %d", step, i, c.key, got, err, next[c.key])
+						}
+					case op < 90:
+						bucket := ""
+						if c.key == "x" {
+							bucket = "sums"
+						}
+						got, err := tx.Bucket(bucket).GetInt64([]byte(c.key))
+						if err != nil || got != next[c.key] {
+							return fmt.Errorf("step %d line %d: %s: the bucket's GetInt64 = %d, %v, want %d", step, i, c.key, got, err, next[c.key])
+						}
+					default:
+						for k, v := range root.All(tx) {
+							if v != next[k] {
+								return fmt.Errorf("step %d line %d: All: %s = %d, want %d", step, i, k, v, next[k])
+							}
+						}
+						if err := tx.Err(); err != nil {
+							return err
+						}
+					}
+				}
+				switch i {
+				case failAt:
+					return boom
+				case panicAt:
+					panic(boom)
+				}
+				cur = next
+				kept = next
+				return nil
+			}
+			var done int
+			var err error
+			func() {
+				defer func() {
+					if r := recover(); r != nil && r != boom {
+						panic(r)
+					}
+				}()
+				done, err = s.Namespace(ns).ApplyEach(ctx, n, func(i int) *tidemark.Delivery { return &ds[i] }, lineFn)
+			}()
+			if err != nil && !errors.Is(err, boom) {
+				t.Fatal(err)
+			}
+			if kept != nil {
+				model[ns] = kept
+			}
+			_ = done
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s = mustOpen(t, be, dir, testOpts())
+		for _, ns := range nss {
+			if err := s.Namespace(ns).View(func(tx *Tx) error {
+				for _, c := range ctrs {
+					got, err := c.get(tx)
+					if err != nil || got != model[ns][c.key] {
+						return fmt.Errorf("%s/%s = %d, %v durable, want %d", ns, c.key, got, err, model[ns][c.key])
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
