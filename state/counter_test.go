@@ -79,17 +79,8 @@ func TestCounterMatchesTableAdd(t *testing.T) {
 		line := 0
 		boom := errors.New("boom")
 		for step := 0; step < 3000; step++ {
-			switch r := rng.IntN(100); {
-			case r < 4:
-				if err := s.Flush(ctx); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			case r < 5:
-				if err := s.Close(); err != nil {
-					t.Fatal(err)
-				}
-				s = mustOpen(t, be, dir, testOpts())
+			var acted bool
+			if s, acted = flushOrReopen(t, be, dir, s, rng.IntN(100), 4, 5, testOpts); acted {
 				continue
 			}
 			ns := nss[rng.IntN(len(nss))]
@@ -465,17 +456,8 @@ func TestCounterInRuns(t *testing.T) {
 		boom := errors.New("boom")
 		line := 0
 		for step := 0; step < 600; step++ {
-			switch r := rng.IntN(100); {
-			case r < 5:
-				if err := s.Flush(ctx); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			case r < 7:
-				if err := s.Close(); err != nil {
-					t.Fatal(err)
-				}
-				s = mustOpen(t, be, dir, opts())
+			var acted bool
+			if s, acted = flushOrReopen(t, be, dir, s, rng.IntN(100), 5, 7, opts); acted {
 				continue
 			}
 			ns := nss[rng.IntN(len(nss))]
@@ -597,4 +579,25 @@ func TestCounterInRuns(t *testing.T) {
 			}
 		}
 	})
+}
+
+// flushOrReopen is a step of a model test that may act on the store
+// instead of applying a line: with r below flush it flushes s, below
+// reopen it closes s and opens it again with opts(). It returns the store
+// and whether it acted.
+func flushOrReopen(t *testing.T, be backend, dir string, s Store, r, flush, reopen int, opts func() *Options) (Store, bool) {
+	t.Helper()
+	switch {
+	case r < flush:
+		if err := s.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return s, true
+	case r < reopen:
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return mustOpen(t, be, dir, opts()), true
+	}
+	return s, false
 }
