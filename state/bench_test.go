@@ -168,6 +168,10 @@ func BenchmarkApplyLedger(b *testing.B) {
 func openFormat(b *testing.B, be backend, dir string, o *Options, sums bool) Store {
 	o.Logger = quietLogger()
 	o.Unbound = true
+	if !sums {
+		// A store of format 1 keeps its keys as before format 4.
+		o.hooks = &hooks{boltFormat3: true}
+	}
 	s, err := be.open(dir, o)
 	if err != nil {
 		b.Fatal(err)

@@ -52,7 +52,15 @@ type boltEngine struct {
 	lastWritten, lastKeys int64
 	hooks                 *hooks
 	verifyMax             int64 // Options.VerifyMaxBytes as opened
+	// tables is set for a store of format 4, whose tables' keys are in
+	// buckets of their own (see bolt_tables.go), by the store's open
+	// before it reads or writes a data key.
+	tables bool
 }
+
+// useTables makes e read and write the keys of a store of format 4 (see
+// bolt_tables.go).
+func (e *boltEngine) useTables() { e.tables = true }
 
 // minRatioKeys is the least keys a commit changes for the pages it wrote a
 // key to be taken as the workload's (a commit of a few keys writes the
@@ -250,7 +258,7 @@ func (e *boltEngine) get(key []byte) (val []byte, ok bool, err error) {
 	}
 	defer func(old bool) { e.guard(old, recover(), &err) }(debug.SetPanicOnFault(true))
 	err = e.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(boltBucket).Get(key)
+		v := tableGet(tx.Bucket(boltBucket), key, e.tables)
 		if v != nil {
 			val, ok = append([]byte{}, v...), true
 		}
@@ -265,7 +273,7 @@ func (e *boltEngine) scan(prefix []byte, fn func(k, v []byte) error) (err error)
 	}
 	defer func(old bool) { e.guard(old, recover(), &err) }(debug.SetPanicOnFault(true))
 	return e.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(boltBucket).Cursor()
+		c := newBoltCursor(tx.Bucket(boltBucket), e.tables)
 		for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
 			if err := fn(k, v); err != nil {
 				return err
@@ -293,14 +301,11 @@ func (e *boltEngine) commit(ws []write) (err error) {
 	written := e.pagesWritten()
 	err = e.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(boltBucket)
+		if e.tables {
+			return tableWrites(b, ws)
+		}
 		for _, w := range ws {
-			var err error
-			if w.del {
-				err = b.Delete(w.key)
-			} else {
-				err = b.Put(w.key, w.val)
-			}
-			if err != nil {
+			if err := writeTo(b, w.key, w); err != nil {
 				return err
 			}
 		}

@@ -44,7 +44,7 @@ func (e *boltEngine) fill(p *pager) (err error) {
 	}
 	defer func(old bool) { e.guard(old, recover(), &err) }(debug.SetPanicOnFault(true))
 	return e.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(boltBucket).Cursor()
+		c := newBoltCursor(tx.Bucket(boltBucket), e.tables)
 		k, v := p.position(c)
 		for ; k != nil && p.inRange(k); k, v = p.step(c) {
 			if p.add(k, v) {
@@ -79,7 +79,7 @@ type pager struct {
 }
 
 // position moves c to the first key of the next page.
-func (p *pager) position(c *bolt.Cursor) (k, v []byte) {
+func (p *pager) position(c boltCursor) (k, v []byte) {
 	switch {
 	case !p.started && !p.rev:
 		return c.Seek(p.lo)
@@ -103,7 +103,7 @@ func (p *pager) position(c *bolt.Cursor) (k, v []byte) {
 	return c.Prev()
 }
 
-func (p *pager) step(c *bolt.Cursor) ([]byte, []byte) {
+func (p *pager) step(c boltCursor) ([]byte, []byte) {
 	if p.rev {
 		return c.Prev()
 	}
@@ -184,14 +184,14 @@ func (s *boltSnap) get(key []byte) (val []byte, ok bool, err error) {
 		return nil, false, err
 	}
 	defer func(old bool) { s.e.guard(old, recover(), &err) }(debug.SetPanicOnFault(true))
-	if v := s.b.Get(key); v != nil {
+	if v := tableGet(s.b, key, s.e.tables); v != nil {
 		return bytes.Clone(v), true, nil
 	}
 	return nil, false, nil
 }
 
 func (s *boltSnap) cursor(lo, hi []byte, reverse bool) cursor {
-	return &txCursor{e: s.e, c: s.b.Cursor(), p: pager{lo: lo, hi: hi, rev: reverse}}
+	return &txCursor{e: s.e, c: newBoltCursor(s.b, s.e.tables), p: pager{lo: lo, hi: hi, rev: reverse}}
 }
 
 func (s *boltSnap) close() (err error) {
@@ -205,7 +205,7 @@ func (s *boltSnap) close() (err error) {
 // until the next step.
 type txCursor struct {
 	e      *boltEngine
-	c      *bolt.Cursor
+	c      boltCursor
 	p      pager // its bounds and positioning only
 	k, v   []byte
 	ok     bool

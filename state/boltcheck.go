@@ -85,6 +85,7 @@ type boltCheck struct {
 	winOff uint64
 	pages  int // pages read, for the note
 	els    []bbElement
+	key    []byte // a table's key, for value
 	// chunk is the most references of a level walked at a time
 	// (walkChunk; tests make it smaller).
 	chunk int
@@ -103,6 +104,10 @@ type bbRef struct {
 	data, root bool
 	// inline says the page is an inline bucket's, inside its parent's.
 	inline bool
+	// table is the prefix of the table whose bucket the page is in (a
+	// store of format 4, see bolt_tables.go), nil for a page of another
+	// bucket.
+	table []byte
 }
 
 // checkFile checks the file of e as committed by its latest meta page. It
@@ -423,7 +428,7 @@ func (ck *boltCheck) node(r bbRef, p []byte, next []bbRef) ([]bbRef, error) {
 			if lo == nil {
 				lo = bytes.Clone(e.k)
 			}
-			c := bbRef{id: e.child, lo: lo, hi: r.hi, data: r.data}
+			c := bbRef{id: e.child, lo: lo, hi: r.hi, data: r.data, table: r.table}
 			if i+1 < len(els) {
 				lo = bytes.Clone(els[i+1].k)
 				c.hi = lo
@@ -432,8 +437,27 @@ func (ck *boltCheck) node(r bbRef, p []byte, next []bbRef) ([]bbRef, error) {
 			continue
 		}
 		switch {
+		case r.data && e.bucket && ck.e.tables && r.table == nil && tablePrefixLen(e.k) == len(e.k):
+			// A table's bucket (format 4).
+			var err error
+			if next, err = ck.bucket(id, e, bbRef{data: true, root: true, table: bytes.Clone(e.k)}, next); err != nil {
+				return nil, err
+			}
 		case r.data && e.bucket:
 			return nil, ck.damaged(id, fmt.Sprintf("its key %s holds a nested bucket, which the store never writes", quoteKey(e.k)))
+		case r.data && r.table != nil:
+			k, ok := appendOuter(append(ck.key[:0], r.table...), e.k)
+			ck.key = k
+			if !ok {
+				return nil, ck.damaged(id, fmt.Sprintf("its key %s in the bucket of table %s is not one the store writes", quoteKey(e.k), quoteKey(r.table)))
+			}
+			if ck.value != nil {
+				if err := ck.value(k, e.v); err != nil {
+					return nil, err
+				}
+			}
+		case r.data && ck.e.tables && tablePrefixLen(e.k) > 0:
+			return nil, ck.damaged(id, fmt.Sprintf("it holds the data key %s outside its table's bucket, where a store of format 4 never writes it", quoteKey(e.k)))
 		case r.data:
 			if ck.value != nil {
 				if err := ck.value(e.k, e.v); err != nil {
@@ -444,19 +468,30 @@ func (ck *boltCheck) node(r bbRef, p []byte, next []bbRef) ([]bbRef, error) {
 			return nil, ck.damaged(id, fmt.Sprintf("bbolt's root holds %s, not a bucket", quoteKey(e.k)))
 		case !bytes.Equal(e.k, boltBucket):
 			return nil, ck.damaged(id, fmt.Sprintf("bbolt's root holds a bucket %s, which the store never makes", quoteKey(e.k)))
-		case bbOrder.Uint64(e.v) == 0:
-			// An inline bucket: its page follows its header, in this page.
-			v := e.v
-			ck.els = nil // this loop holds them
+		default:
 			var err error
-			if next, err = ck.node(bbRef{id: id, data: true, root: true, inline: true}, v[bbBucketHdr:], next); err != nil {
+			if next, err = ck.bucket(id, e, bbRef{data: true, root: true}, next); err != nil {
 				return nil, err
 			}
-		default:
-			next = append(next, bbRef{id: bbOrder.Uint64(e.v), data: true, root: true})
 		}
 	}
 	return next, nil
+}
+
+// bucket checks the bucket of element e of page id, whose root is r (its
+// id aside): an inline bucket's page at once, another's root with the
+// next level.
+func (ck *boltCheck) bucket(id uint64, e bbElement, r bbRef, next []bbRef) ([]bbRef, error) {
+	if len(e.v) < bbBucketHdr {
+		return nil, ck.damaged(id, fmt.Sprintf("the bucket of its key %s has a header of %d bytes, short of %d", quoteKey(e.k), len(e.v), bbBucketHdr))
+	}
+	if r.id = bbOrder.Uint64(e.v); r.id != 0 {
+		return append(next, r), nil
+	}
+	// An inline bucket: its page follows its header, in this page.
+	r.id, r.inline = id, true
+	ck.els = nil // the caller's loop holds them
+	return ck.node(r, e.v[bbBucketHdr:], next)
 }
 
 // freelist checks the freelist page id: each page it holds is inside the

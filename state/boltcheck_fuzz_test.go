@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,19 +20,36 @@ import (
 // the check saw it: every key a scan of the store's bucket finds is found
 // again by a lookup, with the same value, and the scan finds as many keys
 // as the check walked. A file the check passes but bbolt reads otherwise
-// is the silent wrong answer the check is there to prevent.
+// is the silent wrong answer the check is there to prevent. Each file is
+// checked as a store of format 3 (its data keys in the store's bucket)
+// and as one of format 4 (each table's keys in a bucket of their own,
+// read through the engine's tableCursor and tableGet); the seeds are
+// stores of both.
 func FuzzBoltCheck(f *testing.F) {
-	for _, keys := range []int{3, 400} {
+	for _, seed := range []struct {
+		keys   int
+		format int
+	}{{3, 3}, {400, 3}, {3, 4}, {400, 4}} {
 		dir := f.TempDir()
-		s, err := OpenBolt(dir, testOpts())
+		o := testOpts()
+		if seed.format == 3 {
+			o = format3Opts()
+		}
+		s, err := OpenBolt(dir, o)
 		if err != nil {
 			f.Fatal(err)
 		}
 		e := s.(*nsStore).c.rawEngine()
 		var ws []write
-		for i := range keys {
-			ws = append(ws, write{key: append(dataPrefix("", "b"), fmt.Sprintf("key-%05d", i)...), val: []byte(fmt.Sprint(i * i))})
+		for i := range seed.keys {
+			// Keys of three tables (one empty key among them), in order.
+			k := append(dataPrefix("", []string{"", "a", "b"}[i%3]), fmt.Sprintf("key-%05d", i)...)
+			if i == 1 {
+				k = dataPrefix("", "a")
+			}
+			ws = append(ws, write{key: k, val: []byte(fmt.Sprint(i * i))})
 		}
+		slices.SortFunc(ws, func(a, b write) int { return bytes.Compare(a.key, b.key) })
 		if err := e.commit(ws); err != nil {
 			f.Fatal(err)
 		}
@@ -54,12 +72,12 @@ func FuzzBoltCheck(f *testing.F) {
 			f.Fatalf("the seed store's file (%d bytes) has no valid meta page, or more than %d bytes of pages (%d pages)", len(data), maxFuzzFile, pages)
 		}
 		data = data[:pages*4096]
-		// The undamaged seed passes the check, so that the fuzzing
-		// starts from files that reach bbolt's reading below.
+		// The undamaged seed passes the check of its format, so that the
+		// fuzzing starts from files that reach bbolt's reading below.
 		txid, _, _ := bboltMeta(data, 4096)
-		ck := &boltCheck{e: &boltEngine{dir: "seed", path: "seed/" + boltFile}, f: bytes.NewReader(data), ps: 4096, value: func(k, v []byte) error { return nil }}
+		ck := &boltCheck{e: &boltEngine{dir: "seed", path: "seed/" + boltFile, tables: seed.format == 4}, f: bytes.NewReader(data), ps: 4096, value: func(k, v []byte) error { return nil }}
 		if err := ck.run(txid); err != nil {
-			f.Fatalf("the seed store's file, %d keys, cut to its %d pages: %v", keys, pages, err)
+			f.Fatalf("the seed store's file, format %d, %d keys, cut to its %d pages: %v", seed.format, seed.keys, pages, err)
 		}
 		f.Add(data)
 		for _, at := range []int{2*4096 + 10, 3*4096 + 10, 3*4096 + 20} {
@@ -79,54 +97,62 @@ func FuzzBoltCheck(f *testing.F) {
 		if !ok {
 			return
 		}
-		walked := 0
-		ck := &boltCheck{e: &boltEngine{dir: "fuzz", path: "fuzz/" + boltFile}, f: bytes.NewReader(data), ps: ps,
-			value: func(k, v []byte) error { walked++; return nil }}
-		if ck.run(txid) != nil {
-			return
+		for _, tables := range []bool{false, true} {
+			walked := 0
+			ck := &boltCheck{e: &boltEngine{dir: "fuzz", path: "fuzz/" + boltFile, tables: tables}, f: bytes.NewReader(data), ps: ps,
+				value: func(k, v []byte) error { walked++; return nil }}
+			if ck.run(txid) != nil {
+				continue
+			}
+			if err := readsAsChecked(t, data, tables, walked); err != nil {
+				t.Fatalf("format 4 (tables) %v: %v", tables, err)
+			}
 		}
-		path := filepath.Join(t.TempDir(), boltFile)
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			t.Fatal(err)
+	})
+}
+
+// readsAsChecked reads the bbolt file data, which the check passed walking
+// walked values, as a store of format 4 (tables) or 3 does: a scan finds
+// as many keys, and a lookup of each finds the value the scan found.
+func readsAsChecked(t *testing.T, data []byte, tables bool, walked int) (err error) {
+	path := filepath.Join(t.TempDir(), boltFile)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the check passed the file, and bbolt panicked reading it: %v", r)
 		}
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer func() {
-			if r := recover(); r != nil {
-				t.Fatalf("the check passed the file, and bbolt panicked reading it: %v", r)
+	}()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return nil // refused: named, not silent
+	}
+	defer db.Close()
+	return db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(boltBucket)
+		if b == nil {
+			if walked > 0 {
+				return fmt.Errorf("the check passed the file walking %d values, and bbolt finds no bucket %q", walked, boltBucket)
 			}
-		}()
-		db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-		if err != nil {
-			return // refused: named, not silent
-		}
-		defer db.Close()
-		err = db.View(func(tx *bolt.Tx) error {
-			b := tx.Bucket(boltBucket)
-			if b == nil {
-				if walked > 0 {
-					return fmt.Errorf("the check passed the file walking %d values, and bbolt finds no bucket %q", walked, boltBucket)
-				}
-				// A store without its bucket is refused by openBolt (the
-				// folder's STORE file says it was made): named, not
-				// silent.
-				return nil
-			}
-			scanned := 0
-			c := b.Cursor()
-			for k, v := c.First(); k != nil; k, v = c.Next() {
-				scanned++
-				if got := b.Get(k); !bytes.Equal(got, v) {
-					return fmt.Errorf("the check passed the file, and a lookup of key %q finds %q where the scan found %q", k, got, v)
-				}
-			}
-			if scanned != walked {
-				return fmt.Errorf("the check passed the file walking %d values, and bbolt's scan finds %d", walked, scanned)
-			}
+			// A store without its bucket is refused by openBolt (the
+			// folder's STORE file says it was made): named, not
+			// silent.
 			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
+		scanned := 0
+		c := newBoltCursor(b, tables)
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			scanned++
+			if got := tableGet(b, k, tables); !bytes.Equal(got, v) {
+				return fmt.Errorf("the check passed the file, and a lookup of key %q finds %q where the scan found %q", k, got, v)
+			}
+		}
+		if scanned != walked {
+			return fmt.Errorf("the check passed the file walking %d values, and bbolt's scan finds %d", walked, scanned)
+		}
+		return nil
 	})
 }
 

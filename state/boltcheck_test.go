@@ -73,13 +73,15 @@ func boltKeys(path string) (scanned, found int, err error) {
 		}
 	}()
 	err = db.View(func(tx *bolt.Tx) error {
+		// The damage store is of format 4: its keys are in their table's
+		// bucket, read as the store reads them.
 		b := tx.Bucket(boltBucket)
-		c := b.Cursor()
+		c := newBoltCursor(b, true)
 		for k, _ := c.Seek(dataPrefix("", "acct")); k != nil && bytes.HasPrefix(k, dataPrefix("", "acct")); k, _ = c.Next() {
 			scanned++
 		}
 		for i := range boltDamageKeys {
-			if b.Get(append(dataPrefix("", "acct"), fmt.Sprintf("account-%05d", i)...)) != nil {
+			if tableGet(b, append(dataPrefix("", "acct"), fmt.Sprintf("account-%05d", i)...), true) != nil {
 				found++
 			}
 		}
@@ -105,6 +107,9 @@ func TestBoltPageDamageIsNeverCommitted(t *testing.T) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if scanned, found, err := boltKeys(path); err != nil || scanned != boltDamageKeys || found != boltDamageKeys {
+		t.Fatalf("bbolt alone, before any damage: %d keys scanned, %d found, %v; want %d", scanned, found, err, boltDamageKeys)
 	}
 	bp := listBoltPages(t, path)
 	if len(bp.leaves) < 4 || len(bp.branches) < 1 || bp.freelist == 0 {

@@ -146,7 +146,7 @@ func checkCorrupt(t *testing.T, err error, s Store, ns, bucket, key string) {
 func TestFormat1StoreOpens(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		dir := t.TempDir()
-		s := mustOpen(t, be, dir, testOpts())
+		s := mustOpen(t, be, dir, format3Opts())
 		c := s.(*nsStore).c
 		raw := c.rawEngine()
 		if v, _, _ := raw.get([]byte{tagVersion}); string(v) != formatVersion {

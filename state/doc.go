@@ -126,8 +126,11 @@
 //   - A store says its format in its format record, read before anything
 //     else: 1 (no checksums), 2 (checksums), 3 (as 2; a file output's
 //     record also holds where its last batch starts, so that an open
-//     checks only that batch's bytes). A new store is of format 3; one of
-//     format 2 becomes one of format 3 in the transaction of its first
+//     checks only that batch's bytes), 4 (bbolt stores only: as 3, each
+//     table's keys in a bbolt bucket of their own, without the table's
+//     prefix). A new bbolt store is of format 4, a new Pebble or
+//     PostgreSQL store of format 3; a bbolt store of format 3 or before
+//     keeps its keys where they are. One of format 2 becomes one of format 3 in the transaction of its first
 //     output record of that kind, so that a version of tidemark that knows
 //     only format 2 refuses the store on its format record ("format
 //     "tidemark-state 3"") rather than take the new record for damage

@@ -40,16 +40,19 @@ const (
 	// files (see outputsInEngine).
 	tagOutputData = 'O'
 
-	// formatVersion is the format of a new store (format 3, see
-	// formats in upgrade.go): every value carries a checksum (see
+	// formatVersion is the format of a new Pebble or PostgreSQL store
+	// (format 3, see formats in upgrade.go): every value carries a checksum (see
 	// sumEngine), and a file output's record may hold its last batch's
 	// tail. formatV2 (checksums, no tails) and formatV1 (no checksums)
 	// are the formats before, still read and written.
 	formatVersion = "tidemark-state 3"
 	formatV2      = "tidemark-state 2"
 	formatV1      = "tidemark-state 1"
-	lineageV1     = 1
-	lineageLen    = 1 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 8 + 4
+	// formatV4 is the format of a new bbolt store: format 3, each table's
+	// keys in a bucket of their own (see bolt_tables.go).
+	formatV4   = "tidemark-state 4"
+	lineageV1  = 1
+	lineageLen = 1 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 8 + 4
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)

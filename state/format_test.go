@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -52,7 +53,7 @@ func checkFormatTrue(t *testing.T, s Store) {
 	t.Helper()
 	v := formatRecord(t, s)
 	for name, n := range outputRecords(t, s) {
-		if n == outputRecTailLen && (acceptedByFormat2([]byte(v)) || v != formatVersion) {
+		if n == outputRecTailLen && (acceptedByFormat2([]byte(v)) || (v != formatVersion && v != formatV4)) {
 			t.Fatalf("output %q has a record with a tail (%d bytes) in a store of format record %q: a version that knows only format 2 reads on and refuses the record as corrupt", name, n, v)
 		}
 	}
@@ -105,7 +106,7 @@ func makeFormat2(t *testing.T, s Store, tails bool) {
 // makeFormat2), closes it and opens it again.
 func openFormat2(t *testing.T, be backend, dir string, tails bool) Store {
 	t.Helper()
-	s := mustOpen(t, be, dir, testOpts())
+	s := mustOpen(t, be, dir, format3Opts())
 	writeOutputLine(t, s, 1)
 	makeFormat2(t, s, tails)
 	if err := s.Close(); err != nil {
@@ -114,15 +115,16 @@ func openFormat2(t *testing.T, be backend, dir string, tails bool) Store {
 	return mustOpen(t, be, dir, testOpts())
 }
 
-// TestNewStoreIsOfFormat3: a new store says format 3 from its first
-// commit, and its output records have tails; a version that knows only
-// format 2 refuses its format record.
+// TestNewStoreIsOfFormat3: a new store says format 3 (4 for bbolt) from
+// its first commit, and its output records have tails; a version that
+// knows only format 2 refuses its format record.
 func TestNewStoreIsOfFormat3(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		dir := t.TempDir()
 		s := mustOpen(t, be, dir, testOpts())
-		if v := formatRecord(t, s); v != formatVersion || acceptedByFormat2([]byte(v)) {
-			t.Fatalf("new store of format record %q, want %q", v, formatVersion)
+		want := newFormatRecord(be)
+		if v := formatRecord(t, s); v != want || acceptedByFormat2([]byte(v)) {
+			t.Fatalf("new store of format record %q, want %q", v, want)
 		}
 		writeOutputLine(t, s, 1)
 		if n := outputRecords(t, s)["out.csv"]; !be.remote && n != outputRecTailLen {
@@ -300,7 +302,7 @@ func TestFormat3RecordedOnlyWithItsRecord(t *testing.T) {
 func TestFormat1StoreGetsNoTails(t *testing.T) {
 	forEachLocalBackend(t, func(t *testing.T, be backend) {
 		dir := t.TempDir()
-		s := mustOpen(t, be, dir, testOpts())
+		s := mustOpen(t, be, dir, format3Opts())
 		c := s.(*nsStore).c
 		if err := c.rawEngine().commit([]write{{key: []byte{tagVersion}, val: []byte(formatV1)}}); err != nil {
 			t.Fatal(err)
@@ -340,9 +342,12 @@ func TestNewerFormatIsRefusedFirst(t *testing.T) {
 			newest       int
 			format       string
 		}{
-			{"format 4", "tidemark-state 4", 0, "format 4"},
-			{"upgrade to 4 under way", "tidemark-state 3 to 4, through k", 0, "format 4"},
+			{"format 5", "tidemark-state 5", 0, "format 5"},
+			{"upgrade to 5 under way", "tidemark-state 4 to 5, through k", 0, "format 5"},
 			{"format 12", "tidemark-state 12", 0, "format 12"},
+			// The store's own format record (4 for bbolt, 3 for the
+			// others), opened as a version of the format before.
+			{"its format opened as a version of the one before", "", -1, ""},
 			{"format 3 opened as a version of format 2", formatVersion, 2, "format 3"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -350,6 +355,22 @@ func TestNewerFormatIsRefusedFirst(t *testing.T) {
 				s := mustOpen(t, be, dir, testOpts())
 				writeOutputLine(t, s, 1)
 				c := s.(*nsStore).c
+				if tc.record == "" {
+					tc.record = formatRecord(t, s)
+					n, _ := formatNumber([]byte(tc.record))
+					tc.newest, tc.format = n-1, fmt.Sprintf("format %d", n)
+				}
+				if tc.record == formatVersion && be.name == Bolt {
+					// A bbolt store of format 3 keeps its data keys in the
+					// store's bucket: made so.
+					if err := s.Close(); err != nil {
+						t.Fatal(err)
+					}
+					s = mustOpen(t, be, t.TempDir(), format3Opts())
+					dir = s.(*nsStore).c.dir
+					writeOutputLine(t, s, 1)
+					c = s.(*nsStore).c
+				}
 				ws := []write{{key: []byte{tagVersion}, val: []byte(tc.record)}}
 				if tc.newest == 0 {
 					// A record of the newer format that this one would refuse.
@@ -387,6 +408,51 @@ func TestNewerFormatIsRefusedFirst(t *testing.T) {
 	})
 }
 
+// newFormatRecord is the format record of a new store of be: format 4
+// for bbolt, 3 for the others.
+func newFormatRecord(be backend) string {
+	if be.name == Bolt {
+		return formatV4
+	}
+	return formatVersion
+}
+
+// TestFormat4IsBboltsOnly: a bbolt store of format 4 (a new one, see
+// TestNewStoreIsOfFormat3) opens again as one; a format record of format
+// 4 in a Pebble or PostgreSQL store is damage, refused at the open.
+func TestFormat4IsBboltsOnly(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		dir := t.TempDir()
+		s := mustOpen(t, be, dir, testOpts())
+		if be.name == Bolt {
+			writeLine(t, s, 1, false)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = mustOpen(t, be, dir, testOpts())
+			defer s.Close()
+			if v, n := formatRecord(t, s), getInt(t, s, "count"); v != formatV4 || n != 1 {
+				t.Fatalf("reopened: format record %q, count %d; want %q, 1", v, n, formatV4)
+			}
+			return
+		}
+		if err := s.(*nsStore).c.rawEngine().commit([]write{{key: []byte{tagVersion}, val: []byte(formatV4)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s, err := be.open(dir, testOpts())
+		if err == nil {
+			s.Close()
+			t.Fatalf("a %s store of format 4 opened", be.name)
+		}
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "a format only bbolt stores have") {
+			t.Fatalf("open: %v; want ErrCorrupt, saying only bbolt stores have format 4", err)
+		}
+	})
+}
+
 // TestFormatNumber reads the format of a format record.
 func TestFormatNumber(t *testing.T) {
 	for _, tc := range []struct {
@@ -398,7 +464,7 @@ func TestFormatNumber(t *testing.T) {
 		{formatV2, 2, true},
 		{formatVersion, 3, true},
 		{formatUpgrading + "dxyz", 2, true},
-		{"tidemark-state 4", 4, true},
+		{formatV4, 4, true},
 		{"tidemark-state 3 to 4, through \x00k", 4, true},
 		{"tidemark-state 9", 9, true},
 		{"tidemark-state", 0, false},

@@ -109,6 +109,15 @@ func testOpts() *Options {
 	return &Options{Logger: quietLogger(), BatchSize: 1 << 20, BatchInterval: time.Hour, Unbound: true}
 }
 
+// format3Opts are testOpts that make a new bbolt store of format 3, as
+// versions before format 4 made it (hooks.boltFormat3): the tests of
+// older formats make their stores from one.
+func format3Opts() *Options {
+	o := testOpts()
+	o.hooks = &hooks{boltFormat3: true}
+	return o
+}
+
 func mustOpen(t testing.TB, be backend, dir string, o *Options) Store {
 	t.Helper()
 	if o.Logger == nil {

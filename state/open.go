@@ -228,6 +228,10 @@ type hooks struct {
 	// newestFormat, when positive, replaces newestFormat: the open acts
 	// as a version that knows formats up to it.
 	newestFormat int
+	// boltFormat3 makes a new bbolt store of format 3, its data keys in
+	// the store's bucket, as versions before format 4 made it: the tests
+	// of older formats start from one.
+	boltFormat3 bool
 }
 
 func (o *Options) logger() *slog.Logger {

@@ -617,14 +617,35 @@ func (c *core) load() error {
 		return &CorruptError{Backend: c.kind, Dir: c.dir, File: sums.file, Record: "the store's format record",
 			Detail: "it is missing, though the folder's STORE file says the store was made: the backend lost its data (a damaged or replaced file)"}
 	case !ok:
-		if err := c.eng.commit([]write{{key: []byte{tagVersion}, val: []byte(formatVersion)}}); err != nil {
+		// A new bbolt store keeps its tables in buckets (format 4); the
+		// others have nothing of it.
+		format := formatVersion
+		tables, _ := c.rawEngine().(tabledEngine)
+		if h := c.opts.hooks; h != nil && h.boltFormat3 {
+			tables = nil
+		}
+		if tables != nil {
+			format = formatV4
+		}
+		if err := c.eng.commit([]write{{key: []byte{tagVersion}, val: []byte(format)}}); err != nil {
 			return fmt.Errorf("open store %s: write version: %w", c.dir, err)
+		}
+		if tables != nil {
+			tables.useTables()
 		}
 		sums.setFormat(3)
 	case named && n > newest:
 		// Before anything else is read: a newer version's records may
 		// not be this one's (see formats).
 		return newerFormat(c.dir, v, n, newest)
+	case string(v) == formatV4:
+		tables, ok := c.rawEngine().(tabledEngine)
+		if !ok {
+			return &CorruptError{Backend: c.kind, Dir: c.dir, File: sums.file, Record: "the store's format record",
+				Detail: fmt.Sprintf("it says %q, a format only bbolt stores have: the record is damaged, or the folder's backend files were replaced", v)}
+		}
+		tables.useTables()
+		sums.setFormat(3)
 	case string(v) == formatVersion:
 		sums.setFormat(3)
 	case string(v) == formatV2:
@@ -649,7 +670,7 @@ func (c *core) load() error {
 		c.log.Info("state: the store was created before values carried checksums (format 1): it is read and written as it is, and damage to its values cannot be detected; stop the program and run \"tidemark store upgrade DIR\" (state.Upgrade) to give them checksums in place",
 			"store", c.dir, "backend", c.kind)
 	default:
-		return fmt.Errorf("open store %s: format %q, want %q, %q or %q: %w", c.dir, v, formatVersion, formatV2, formatV1, ErrCorrupt)
+		return fmt.Errorf("open store %s: format %q, want %q, %q, %q or %q: %w", c.dir, v, formatV4, formatVersion, formatV2, formatV1, ErrCorrupt)
 	}
 	if !checked {
 		if err := c.checkStore(sums); err != nil {
@@ -677,6 +698,11 @@ func (c *core) load() error {
 	}
 	return c.loadOutputs()
 }
+
+// tabledEngine is a backend whose stores of format 4 keep each table's
+// keys apart (bbolt, see bolt_tables.go): the open calls useTables before
+// it reads or writes a data key of such a store, or of a new one.
+type tabledEngine interface{ useTables() }
 
 // errFound stops a scan at its first key.
 var errFound = errors.New("found")

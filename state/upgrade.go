@@ -9,7 +9,7 @@ import (
 )
 
 // The formats a store's format record ('v') names, each a superset of the
-// one before, so that this version reads and writes all three:
+// one before, so that this version reads and writes all four:
 //
 //	1  "tidemark-state 1"  values without checksums
 //	2  "tidemark-state 2"  every value but the format record carries its
@@ -19,9 +19,18 @@ import (
 //	                       the bytes before them (24 bytes, see outputRec),
 //	                       which a version that knows only format 2 refuses
 //	                       as a corrupt record
+//	4  "tidemark-state 4"  bbolt stores only: as 3, and each table's keys
+//	                       are in a bucket of their own, named by the
+//	                       table, without the table's prefix
+//	                       (bolt_tables.go); a version that knows only
+//	                       format 3 refuses it at its format record
 //
-// A new store is of format 3. A store of format 2 becomes one of format 3
-// with the first commit that writes a record with a tail: the format
+// A new bbolt store is of format 4, a new Pebble or PostgreSQL store of
+// format 3 (format 4 would change nothing in them). A bbolt store of an
+// earlier format keeps its keys where they are (in the store's bucket,
+// each with its table's prefix). A store of format 2 becomes one of
+// format 3 with the first commit that writes a record with a tail: the
+// format
 // record goes in the same transaction (sumEngine.commit), so that a
 // version that knows only format 2 fails on the format record, before it
 // reads anything else, and never tells its user to remove a sound store.
@@ -29,7 +38,7 @@ import (
 // each open) until it is upgraded ([Upgrade]), which makes it one of
 // format 3. A format record of a newer format than newestFormat fails the
 // open with [ErrNewerFormat].
-const newestFormat = 3
+const newestFormat = 4
 
 // formatNumber returns the format a format record names: N of
 // "tidemark-state N", or B of an upgrade under way, "tidemark-state A to
@@ -76,11 +85,12 @@ const (
 )
 
 // Upgrade converts the store named by config (see [Open]) from format 1,
-// written before values carried checksums, to the current format (3), in
-// place: every value gets the CRC-32C of its key and bytes that the store
-// checks on every read. It returns whether the store needed it: a store
-// of format 2 or 3 does not (one of format 2 becomes one of format 3 by
-// itself, see formats). The store must not be open elsewhere (Upgrade
+// written before values carried checksums, to format 3, in place: every
+// value gets the CRC-32C of its key and bytes that the store checks on
+// every read. It returns whether the store needed it: a store of format
+// 2, 3 or 4 does not (one of format 2 becomes one of format 3 by itself,
+// see formats). A bbolt store keeps its keys where they are: it does not
+// become one of format 4, whose tables are in buckets of their own. The store must not be open elsewhere (Upgrade
 // holds its lock). A bbolt file is
 // checked first (see [Options].VerifyMaxBytes): a damaged file is not
 // given checksums that would vouch for it. The upgrade commits in chunks,

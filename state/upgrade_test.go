@@ -22,7 +22,7 @@ func upgradeVal(i int) []byte { return []byte(fmt.Sprint("value ", i*7)) }
 // checksums wrote it: upgradeKeys values, and three lines of feed "f".
 func makeFormat1(t *testing.T, be backend, dir string) {
 	t.Helper()
-	s := mustOpen(t, be, dir, testOpts())
+	s := mustOpen(t, be, dir, format3Opts())
 	for n := 1; n <= 3; n++ {
 		applyLine(t, s, del("f", 1, n))
 	}

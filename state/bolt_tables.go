@@ -1,0 +1,292 @@
+package state
+
+import (
+	"bytes"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// A bbolt store of format 4 keeps each table's keys in a bucket of its own,
+// nested in the store's bucket and named by the table's prefix (dataPrefix:
+// 'd', the namespace's and the table's names): a key of the table is
+// stored there without the prefix. The other records stay in the store's
+// bucket, as in a store of format 3, whose data keys are there too, each
+// with its prefix.
+//
+// bbolt compresses no prefix: with the prefix in every key (17 bytes for
+// the ledger's table) a tree of 10,000 accounts took 195 leaf pages and
+// three levels where the keys alone take 103 and two, and every commit
+// searched, copied and wrote the longer keys.
+//
+// Everything above the engine sees the keys of format 3 (the key space of
+// encoding.go): the engine splits a data key into its table and the rest
+// on a write or a read, and a cursor (tableCursor) joins them again. The
+// order is the same: a table's prefix says its own length, so no key of
+// another record or table starts with it, and in the store's bucket the
+// table's bucket sorts where its keys would.
+//
+// bbolt refuses an empty key, which a table may hold: a key of a table is
+// stored as innerKey gives it (unchanged unless it is empty or starts
+// with a zero byte, which gets one in front), an encoding that keeps the
+// order.
+
+// splitTable splits a data key into its table's prefix and the key within
+// the table; ok is false for a key that is not a data key.
+func splitTable(k []byte) (table, key []byte, ok bool) {
+	n := tablePrefixLen(k)
+	if n <= 0 {
+		return nil, nil, false
+	}
+	return k[:n], k[n:], true
+}
+
+// tablePrefixLen returns the length of the table prefix k starts with (see
+// dataPrefix), or 0 when k does not start with one.
+func tablePrefixLen(k []byte) int {
+	if len(k) == 0 || k[0] != tagData {
+		return 0
+	}
+	at := 1
+	for range 2 {
+		n, w := nameLen(k[at:])
+		if w <= 0 {
+			return 0
+		}
+		at += w + int(n)
+	}
+	return at
+}
+
+// innerKey returns the key under which a table's bucket stores key: key
+// itself, unless it is empty or starts with a zero byte, which is stored
+// after one more.
+func innerKey(key []byte) []byte {
+	if len(key) > 0 && key[0] != 0 {
+		return key
+	}
+	return append([]byte{0}, key...)
+}
+
+// appendOuter appends to b the key of a table that a table's bucket
+// stores as inner (the inverse of innerKey); ok is false for an inner key
+// that innerKey never gives (a zero byte followed by another byte).
+func appendOuter(b, inner []byte) (_ []byte, ok bool) {
+	if len(inner) == 0 || inner[0] != 0 {
+		return append(b, inner...), len(inner) > 0
+	}
+	if len(inner) > 1 && inner[1] != 0 {
+		return b, false
+	}
+	return append(b, inner[1:]...), true
+}
+
+// tableGet returns the value of k in the store's bucket b of a store of
+// format 4 (tables set) or 3; it points into bbolt's pages.
+func tableGet(b *bolt.Bucket, k []byte, tables bool) []byte {
+	if !tables {
+		return b.Get(k)
+	}
+	table, key, ok := splitTable(k)
+	if !ok {
+		return b.Get(k)
+	}
+	tb := b.Bucket(table)
+	if tb == nil {
+		return nil
+	}
+	return tb.Get(innerKey(key))
+}
+
+// tableWrites applies ws, in key order, to the store's bucket b of a store
+// of format 4: each table's writes go to its bucket, made by the first key
+// put in it; a bucket left empty by deletes is removed.
+func tableWrites(b *bolt.Bucket, ws []write) error {
+	var (
+		table   []byte
+		tb      *bolt.Bucket
+		deleted bool
+	)
+	// done removes the bucket of the table just written when its deletes
+	// left it empty.
+	done := func() error {
+		if tb == nil || !deleted {
+			return nil
+		}
+		if k, _ := tb.Cursor().First(); k != nil {
+			return nil
+		}
+		return b.DeleteBucket(table)
+	}
+	for _, w := range ws {
+		t, key, ok := splitTable(w.key)
+		if !ok {
+			if err := writeTo(b, w.key, w); err != nil {
+				return err
+			}
+			continue
+		}
+		if table == nil || !bytes.Equal(t, table) {
+			if err := done(); err != nil {
+				return err
+			}
+			table, tb, deleted = t, b.Bucket(t), false
+		}
+		if tb == nil && !w.del {
+			var err error
+			if tb, err = b.CreateBucket(table); err != nil {
+				return err
+			}
+		}
+		if tb == nil {
+			continue // a delete in a table without a bucket: nothing to delete
+		}
+		if err := writeTo(tb, innerKey(key), w); err != nil {
+			return err
+		}
+		deleted = deleted || w.del
+	}
+	return done()
+}
+
+// writeTo puts the value of w under key in b, or deletes key for a delete.
+func writeTo(b *bolt.Bucket, key []byte, w write) error {
+	if w.del {
+		return b.Delete(key)
+	}
+	return b.Put(key, w.val)
+}
+
+// boltCursor is what the paged cursors move: a bbolt cursor over the
+// store's bucket, or a tableCursor that reads the tables' buckets into it.
+type boltCursor interface {
+	First() (k, v []byte)
+	Last() (k, v []byte)
+	Seek(seek []byte) (k, v []byte)
+	Next() (k, v []byte)
+	Prev() (k, v []byte)
+}
+
+// newBoltCursor returns a cursor over the store's bucket b that reads the
+// keys of a store of format 3 (see the top of this file).
+func newBoltCursor(b *bolt.Bucket, tables bool) boltCursor {
+	if !tables {
+		return b.Cursor()
+	}
+	return &tableCursor{b: b, c: b.Cursor()}
+}
+
+// tableCursor walks the store's bucket of a store of format 4 and, where
+// it holds a table's bucket, that bucket's keys, each after its table's
+// prefix. The key it returns is valid until its next move.
+type tableCursor struct {
+	b *bolt.Bucket
+	c *bolt.Cursor // over b
+	// t is the cursor over the bucket of table, nil at a key of b.
+	t     *bolt.Cursor
+	table []byte
+	key   []byte
+}
+
+func (tc *tableCursor) First() ([]byte, []byte) { tc.t = nil; return tc.forward(tc.c.First()) }
+func (tc *tableCursor) Last() ([]byte, []byte)  { tc.t = nil; return tc.backward(tc.c.Last()) }
+
+// Seek moves to the first key >= seek. A key inside a table is sought in
+// the table's bucket; any other key's place in the store's bucket is its
+// place among the tables too (see the top of this file).
+func (tc *tableCursor) Seek(seek []byte) ([]byte, []byte) {
+	tc.t = nil
+	table, key, ok := splitTable(seek)
+	if !ok {
+		return tc.forward(tc.c.Seek(seek))
+	}
+	k, v := tc.c.Seek(table)
+	if k == nil || !bytes.Equal(k, table) || v != nil {
+		return tc.forward(k, v)
+	}
+	tb := tc.b.Bucket(k)
+	if tb == nil {
+		return tc.forward(k, v)
+	}
+	tc.t, tc.table = tb.Cursor(), k
+	if ik, iv := tc.t.Seek(innerKey(key)); ik != nil {
+		return tc.join(ik, iv)
+	}
+	tc.t = nil
+	return tc.forward(tc.c.Next())
+}
+
+func (tc *tableCursor) Next() ([]byte, []byte) {
+	if tc.t != nil {
+		if k, v := tc.t.Next(); k != nil {
+			return tc.join(k, v)
+		}
+		tc.t = nil
+	}
+	return tc.forward(tc.c.Next())
+}
+
+func (tc *tableCursor) Prev() ([]byte, []byte) {
+	if tc.t != nil {
+		if k, v := tc.t.Prev(); k != nil {
+			return tc.join(k, v)
+		}
+		tc.t = nil
+	}
+	return tc.backward(tc.c.Prev())
+}
+
+// forward returns k and v of the store's bucket, or the first key of the
+// table whose bucket k is, or of the next one that holds a key.
+func (tc *tableCursor) forward(k, v []byte) ([]byte, []byte) {
+	for ; k != nil; k, v = tc.c.Next() {
+		tb := tc.bucket(k, v)
+		if tb == nil {
+			return k, v
+		}
+		if ik, iv := tb.First(); ik != nil {
+			tc.t, tc.table = tb, k
+			return tc.join(ik, iv)
+		}
+	}
+	return nil, nil
+}
+
+// backward is forward from the end: the last key of a table.
+func (tc *tableCursor) backward(k, v []byte) ([]byte, []byte) {
+	for ; k != nil; k, v = tc.c.Prev() {
+		tb := tc.bucket(k, v)
+		if tb == nil {
+			return k, v
+		}
+		if ik, iv := tb.Last(); ik != nil {
+			tc.t, tc.table = tb, k
+			return tc.join(ik, iv)
+		}
+	}
+	return nil, nil
+}
+
+// bucket returns a cursor over the bucket k of the store's bucket, nil
+// when k holds a value (bbolt gives a bucket's key a nil value; every
+// value of a store of format 4 holds at least its checksum).
+func (tc *tableCursor) bucket(k, v []byte) *bolt.Cursor {
+	if v != nil {
+		return nil
+	}
+	if tb := tc.b.Bucket(k); tb != nil {
+		return tb.Cursor()
+	}
+	return nil
+}
+
+// join returns the key of the table's key inner: the table's prefix and
+// the key. An inner key that innerKey never gives is returned as it is,
+// after the prefix, for the checksum of its value to refuse.
+func (tc *tableCursor) join(inner, v []byte) ([]byte, []byte) {
+	k, ok := appendOuter(append(tc.key[:0], tc.table...), inner)
+	if !ok {
+		k = append(k, inner...)
+	}
+	tc.key = k
+	return k, v
+}
