@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -11,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tidemark-go/tidemark/bench"
+	"github.com/tidemark-go/tidemark/state"
 )
 
 // Row 19: what the value checksums cost ledger run. Every value a store of
@@ -147,12 +149,42 @@ func formatStore(dir, store string, n int) error {
 
 // checkFormat checks that the store in dir kept format.
 func checkFormat(dir, store string, format int) error {
+	got, err := readFormat(dir, store)
+	if err != nil {
+		return err
+	}
+	if want := fmt.Sprintf("tidemark-state %d", format); got != want {
+		return fmt.Errorf("the store of %s holds format %q after the run, want %q", dir, got, want)
+	}
+	return nil
+}
+
+// newStoreFormat returns the format record of a store of backend store
+// that tidemark makes new: one made in a folder of the bench's own.
+func newStoreFormat(work, store string) (string, error) {
+	dir, err := os.MkdirTemp(work, "format-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	st, err := state.Open(store+":"+dir, &state.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return "", err
+	}
+	if err := st.Close(); err != nil {
+		return "", err
+	}
+	return readFormat(dir, store)
+}
+
+// readFormat returns the format record of the closed store in dir.
+func readFormat(dir, store string) (string, error) {
 	var got []byte
 	switch store {
 	case "bbolt":
 		db, err := bolt.Open(filepath.Join(dir, "state.bolt"), 0o600, &bolt.Options{ReadOnly: true})
 		if err != nil {
-			return err
+			return "", err
 		}
 		err = db.View(func(tx *bolt.Tx) error {
 			if b := tx.Bucket([]byte("tidemark")); b != nil {
@@ -164,12 +196,12 @@ func checkFormat(dir, store string, format int) error {
 			err = cerr
 		}
 		if err != nil {
-			return err
+			return "", err
 		}
 	case "pebble":
 		db, err := pebble.Open(filepath.Join(dir, "pebble"), &pebble.Options{ReadOnly: true, Logger: quietPebble{}})
 		if err != nil {
-			return err
+			return "", err
 		}
 		v, closer, err := db.Get([]byte("v"))
 		if err == nil {
@@ -180,13 +212,12 @@ func checkFormat(dir, store string, format int) error {
 			err = cerr
 		}
 		if err != nil {
-			return err
+			return "", err
 		}
+	default:
+		return "", fmt.Errorf("backend %q", store)
 	}
-	if want := fmt.Sprintf("tidemark-state %d", format); string(got) != want {
-		return fmt.Errorf("the store of %s holds format %q after the run, want %q", dir, got, want)
-	}
-	return nil
+	return string(got), nil
 }
 
 // quietPebble keeps Pebble's messages out of the bench's output.

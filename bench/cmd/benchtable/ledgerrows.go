@@ -365,7 +365,13 @@ func (r *runner) setUp(t *table, ls ledgerStore, sc ledgerScale, label, dir stri
 	// A PostgreSQL set-up is rows of the bench's own server, which ends
 	// with the bench: made again each time.
 	if r.cfg.setups != "" && ls.store != state.Postgres {
-		kept = filepath.Join(r.cfg.setups, fmt.Sprintf("ledger-%s-%d", ls.store, sc.accounts))
+		// Kept by the format of a new store: a set-up of another format
+		// (made by an earlier version) is not what the rows would name.
+		format, err := newStoreFormat(r.work, ls.store)
+		if err != nil {
+			return fmt.Errorf("%s: the format of a new %s store: %w", label, ls.store, err)
+		}
+		kept = filepath.Join(r.cfg.setups, fmt.Sprintf("ledger-%s-%d-%s", ls.store, sc.accounts, strings.ReplaceAll(format, " ", "-")))
 		if _, err := os.Stat(filepath.Join(kept, "done")); err == nil {
 			start := time.Now()
 			if err := copyTree(kept, dir); err != nil {

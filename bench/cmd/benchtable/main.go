@@ -37,7 +37,7 @@ func main() {
 	flag.StringVar(&cfg.chart, "chart", "", "write the chart here (default beside the report: bench/throughput.svg for bench/RESULTS.md)")
 	flag.StringVar(&cfg.work, "work", "", "work directory (default a new temporary directory, removed at the end)")
 	flag.StringVar(&cfg.peers, "peers", "bench/peers", "directory of the peer module (row 13)")
-	flag.StringVar(&cfg.setups, "setups", "", "keep the set-up stores of the ledger rows (1,000,000 accounts and more) in this `directory` and reuse them in later runs; empty the directory after a change of the store's format")
+	flag.StringVar(&cfg.setups, "setups", "", "keep the set-up stores of the ledger rows (1,000,000 accounts and more) in this `directory` and reuse them in later runs, each under the format of a store tidemark makes new (one of an older format is not reused; remove it)")
 	flag.StringVar(&a.file, "file", "", "child: input file")
 	flag.Int64Var(&a.lines, "lines-child", 0, "child: lines to wait for")
 	flag.IntVar(&a.batch, "batch", 256, "child: batch size")
