@@ -53,7 +53,9 @@ it, and opening the copy as a store is a restore (a restored older copy
 re-reads what it lacks from the feeds).
 
 store upgrade converts a store of format 1, made before values carried
-checksums, to the current format (3) in place: every value gets the CRC-32C
+checksums, to format 3 in place (a bbolt store keeps its keys where they
+are: format 4, each table in a bucket of its own, is for new bbolt
+stores): every value gets the CRC-32C
 the store checks on every read (a store of format 1 opens and works without
 it, and its damaged values go unseen). A bbolt file is checked first. The
 upgrade survives a crash or a kill at any moment (the next open finishes
