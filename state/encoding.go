@@ -29,7 +29,10 @@ import (
 //
 // The CRC-32C (Castagnoli) covers every byte before it. From format 2 on,
 // every value but the format version is followed by a checksum of its key
-// and bytes (see checksum.go).
+// and bytes (see checksum.go). A bbolt store of format 4 keeps the data
+// keys of each table in a bucket of their own, without the table's prefix
+// (see bolt_tables.go): its engine reads and writes them as this key
+// space says, and everything above the engine sees no difference.
 const (
 	tagVersion = 'v'
 	tagData    = 'd'
@@ -41,10 +44,10 @@ const (
 	tagOutputData = 'O'
 
 	// formatVersion is the format of a new Pebble or PostgreSQL store
-	// (format 3, see formats in upgrade.go): every value carries a checksum (see
-	// sumEngine), and a file output's record may hold its last batch's
-	// tail. formatV2 (checksums, no tails) and formatV1 (no checksums)
-	// are the formats before, still read and written.
+	// (format 3, see formats in upgrade.go): every value carries a
+	// checksum (see sumEngine), and a file output's record may hold its
+	// last batch's tail. formatV2 (checksums, no tails) and formatV1 (no
+	// checksums) are the formats before, still read and written.
 	formatVersion = "tidemark-state 3"
 	formatV2      = "tidemark-state 2"
 	formatV1      = "tidemark-state 1"
