@@ -14,9 +14,10 @@ import (
 // with its prefix.
 //
 // bbolt compresses no prefix: with the prefix in every key (17 bytes for
-// the ledger's table) a tree of 10,000 accounts took 195 leaf pages and
-// three levels where the keys alone take 103 and two, and every commit
-// searched, copied and wrote the longer keys.
+// the ledger's table) the ledger's 10,000 accounts took 195 leaf pages
+// and three levels, and every commit searched, copied and wrote the
+// longer keys; in a table's bucket they take 146 and two (bbolt's bucket
+// stats).
 //
 // Everything above the engine sees the keys of format 3 (the key space of
 // encoding.go): the engine splits a data key into its table and the rest
