@@ -188,8 +188,18 @@ type tableCursor struct {
 	key   []byte
 }
 
-func (tc *tableCursor) First() ([]byte, []byte) { tc.t = nil; return tc.forward(tc.c.First()) }
-func (tc *tableCursor) Last() ([]byte, []byte)  { tc.t = nil; return tc.backward(tc.c.Last()) }
+func (tc *tableCursor) First() ([]byte, []byte) {
+	tc.t = nil
+	k, v := tc.c.First()
+	return tc.settle(k, v, false)
+}
+func (tc *tableCursor) Last() ([]byte, []byte) {
+	tc.t = nil
+	k, v := tc.c.Last()
+	return tc.settle(k, v, true)
+}
+func (tc *tableCursor) Next() ([]byte, []byte) { return tc.step(false) }
+func (tc *tableCursor) Prev() ([]byte, []byte) { return tc.step(true) }
 
 // Seek moves to the first key >= seek. A key inside a table is sought in
 // the table's bucket; any other key's place in the store's bucket is its
@@ -198,68 +208,62 @@ func (tc *tableCursor) Seek(seek []byte) ([]byte, []byte) {
 	tc.t = nil
 	table, key, ok := splitTable(seek)
 	if !ok {
-		return tc.forward(tc.c.Seek(seek))
+		k, v := tc.c.Seek(seek)
+		return tc.settle(k, v, false)
 	}
 	k, v := tc.c.Seek(table)
 	if k == nil || !bytes.Equal(k, table) || v != nil {
-		return tc.forward(k, v)
+		return tc.settle(k, v, false)
 	}
 	tb := tc.b.Bucket(k)
 	if tb == nil {
-		return tc.forward(k, v)
+		return tc.settle(k, v, false)
 	}
 	tc.t, tc.table = tb.Cursor(), k
 	if ik, iv := tc.t.Seek(innerKey(key)); ik != nil {
 		return tc.join(ik, iv)
 	}
 	tc.t = nil
-	return tc.forward(tc.c.Next())
+	return tc.step(false)
 }
 
-func (tc *tableCursor) Next() ([]byte, []byte) {
+// step moves to the next key, or (rev) the one before: within the table
+// the cursor is in, else past it in the store's bucket.
+func (tc *tableCursor) step(rev bool) ([]byte, []byte) {
 	if tc.t != nil {
-		if k, v := tc.t.Next(); k != nil {
+		if k, v := move(tc.t, rev); k != nil {
 			return tc.join(k, v)
 		}
 		tc.t = nil
 	}
-	return tc.forward(tc.c.Next())
+	k, v := move(tc.c, rev)
+	return tc.settle(k, v, rev)
 }
 
-func (tc *tableCursor) Prev() ([]byte, []byte) {
-	if tc.t != nil {
-		if k, v := tc.t.Prev(); k != nil {
-			return tc.join(k, v)
-		}
-		tc.t = nil
+// move moves c one key on, or (rev) back.
+func move(c *bolt.Cursor, rev bool) ([]byte, []byte) {
+	if rev {
+		return c.Prev()
 	}
-	return tc.backward(tc.c.Prev())
+	return c.Next()
 }
 
-// forward returns k and v of the store's bucket, or the first key of the
-// table whose bucket k is, or of the next one that holds a key.
-func (tc *tableCursor) forward(k, v []byte) ([]byte, []byte) {
-	for ; k != nil; k, v = tc.c.Next() {
+// settle returns k and v of the store's bucket; where k is a table's
+// bucket, its first key (its last, rev), or that of the next table that
+// holds a key, moving on (back, rev).
+func (tc *tableCursor) settle(k, v []byte, rev bool) ([]byte, []byte) {
+	for ; k != nil; k, v = move(tc.c, rev) {
 		tb := tc.bucket(k, v)
 		if tb == nil {
 			return k, v
 		}
-		if ik, iv := tb.First(); ik != nil {
-			tc.t, tc.table = tb, k
-			return tc.join(ik, iv)
+		var ik, iv []byte
+		if rev {
+			ik, iv = tb.Last()
+		} else {
+			ik, iv = tb.First()
 		}
-	}
-	return nil, nil
-}
-
-// backward is forward from the end: the last key of a table.
-func (tc *tableCursor) backward(k, v []byte) ([]byte, []byte) {
-	for ; k != nil; k, v = tc.c.Prev() {
-		tb := tc.bucket(k, v)
-		if tb == nil {
-			return k, v
-		}
-		if ik, iv := tb.Last(); ik != nil {
+		if ik != nil {
 			tc.t, tc.table = tb, k
 			return tc.join(ik, iv)
 		}
