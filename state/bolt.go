@@ -56,11 +56,15 @@ type boltEngine struct {
 	// buckets of their own (see bolt_tables.go), by the store's open
 	// before it reads or writes a data key.
 	tables bool
+	// moving is set while the open of a store whose upgrade to format 4
+	// is under way checks its file: its data keys are in both places (see
+	// moveToTables).
+	moving bool
 }
 
 // useTables makes e read and write the keys of a store of format 4 (see
 // bolt_tables.go).
-func (e *boltEngine) useTables() { e.tables = true }
+func (e *boltEngine) useTables() { e.tables, e.moving = true, false }
 
 // minRatioKeys is the least keys a commit changes for the pages it wrote a
 // key to be taken as the workload's (a commit of a few keys writes the

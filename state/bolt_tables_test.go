@@ -211,14 +211,7 @@ func TestBoltTablesOnDisk(t *testing.T) {
 				}
 				return nil
 			})
-			apply(2, func(tx *Tx) error {
-				for _, k := range keys {
-					if err := tx.Bucket("b").Delete([]byte(k)); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
+			apply(2, deleteKeys("b", keys))
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -298,6 +291,18 @@ func TestBoltTablesOnDisk(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// deleteKeys returns the function of a line that deletes keys from table.
+func deleteKeys(table string, keys []string) func(tx *Tx) error {
+	return func(tx *Tx) error {
+		for _, k := range keys {
+			if err := tx.Bucket(table).Delete([]byte(k)); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }
 

@@ -437,8 +437,8 @@ func (ck *boltCheck) node(r bbRef, p []byte, next []bbRef) ([]bbRef, error) {
 			continue
 		}
 		switch {
-		case r.data && e.bucket && ck.e.tables && r.table == nil && tablePrefixLen(e.k) == len(e.k):
-			// A table's bucket (format 4).
+		case r.data && e.bucket && (ck.e.tables || ck.e.moving) && r.table == nil && tablePrefixLen(e.k) == len(e.k):
+			// A table's bucket (format 4, or a move to it under way).
 			var err error
 			if next, err = ck.bucket(id, e, bbRef{data: true, root: true, table: bytes.Clone(e.k)}, next); err != nil {
 				return nil, err

@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"os"
@@ -23,16 +24,20 @@ import (
 // is the silent wrong answer the check is there to prevent. Each file is
 // checked as a store of format 3 (its data keys in the store's bucket)
 // and as one of format 4 (each table's keys in a bucket of their own,
-// read through the engine's tableCursor and tableGet); the seeds are
-// stores of both.
+// read through the engine's tableCursor and tableGet), and as one whose
+// upgrade from format 3 to 4 is under way (movesAsChecked: a file that
+// passes in both layouts at once must move into a format-4 file that
+// passes too, with the same values, or the move must name the damage);
+// the seeds are stores of all three.
 func FuzzBoltCheck(f *testing.F) {
+	const moving = 34 // a seed whose upgrade from format 3 to 4 is under way
 	for _, seed := range []struct {
 		keys   int
 		format int
-	}{{3, 3}, {400, 3}, {3, 4}, {400, 4}} {
+	}{{3, 3}, {400, 3}, {3, 4}, {400, 4}, {400, moving}} {
 		dir := f.TempDir()
 		o := testOpts()
-		if seed.format == 3 {
+		if seed.format != 4 {
 			o = format3Opts()
 		}
 		s, err := OpenBolt(dir, o)
@@ -56,6 +61,13 @@ func FuzzBoltCheck(f *testing.F) {
 		if err := e.commit(ws[:len(ws)/2]); err != nil { // pages freed
 			f.Fatal(err)
 		}
+		if seed.format == moving {
+			// An upgrade to format 4 that moved the first 150 keys.
+			be := e.(*boltEngine)
+			if _, _, err := be.moveToTables(nil, 150, 1<<20, func(last []byte, done bool) []byte { return append([]byte(formatMoving), last...) }); err != nil {
+				f.Fatal(err)
+			}
+		}
 		if err := s.Close(); err != nil {
 			f.Fatal(err)
 		}
@@ -75,7 +87,7 @@ func FuzzBoltCheck(f *testing.F) {
 		// The undamaged seed passes the check of its format, so that the
 		// fuzzing starts from files that reach bbolt's reading below.
 		txid, _, _ := bboltMeta(data, 4096)
-		ck := &boltCheck{e: &boltEngine{dir: "seed", path: "seed/" + boltFile, tables: seed.format == 4}, f: bytes.NewReader(data), ps: 4096, value: func(k, v []byte) error { return nil }}
+		ck := &boltCheck{e: &boltEngine{dir: "seed", path: "seed/" + boltFile, tables: seed.format == 4, moving: seed.format == moving}, f: bytes.NewReader(data), ps: 4096, value: func(k, v []byte) error { return nil }}
 		if err := ck.run(txid); err != nil {
 			f.Fatalf("the seed store's file, format %d, %d keys, cut to its %d pages: %v", seed.format, seed.keys, pages, err)
 		}
@@ -108,7 +120,79 @@ func FuzzBoltCheck(f *testing.F) {
 				t.Fatalf("format 4 (tables) %v: %v", tables, err)
 			}
 		}
+		movesAsChecked(t, data, txid)
 	})
+}
+
+// movesAsChecked checks the bbolt file data as a store whose upgrade to
+// format 4 is under way (its data keys in both places); when the check
+// passes, the move finishes (moveToTables, in chunks of 7 keys) or fails
+// naming damage, and a finished one leaves a file that passes the check
+// of format 4 with as many values, which reads as checked.
+func movesAsChecked(t *testing.T, data []byte, txid uint64) {
+	const ps = 4096
+	walked := 0
+	ck := &boltCheck{e: &boltEngine{dir: "fuzz", path: "fuzz/" + boltFile, moving: true}, f: bytes.NewReader(data), ps: ps,
+		value: func(k, v []byte) error { walked++; return nil }}
+	if ck.run(txid) != nil {
+		return
+	}
+	path := filepath.Join(t.TempDir(), boltFile)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := func() (db *bolt.DB, err error) {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("bbolt panicked opening it: %v", r)
+			}
+		}()
+		return bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	}()
+	if err != nil {
+		return // refused: named, not silent
+	}
+	e := &boltEngine{db: db, dir: "fuzz", path: path}
+	var after []byte
+	var moveErr error
+	for done := false; !done && moveErr == nil && db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(boltBucket) == nil {
+			return errors.New("no bucket")
+		}
+		return nil
+	}) == nil; {
+		after, done, moveErr = e.moveToTables(after, 7, 1<<20, func(last []byte, done bool) []byte { return []byte(formatV4) })
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if moveErr != nil {
+		if ce := (*CorruptError)(nil); !errors.As(moveErr, &ce) {
+			t.Fatalf("the check of the layout under way passed the file, and the move failed without naming damage: %v", moveErr)
+		}
+		return
+	}
+	moved, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txid, _, ok := bboltMeta(moved, ps)
+	if !ok {
+		t.Fatal("the moved file has no valid meta page")
+	}
+	after4 := 0
+	ck = &boltCheck{e: &boltEngine{dir: "fuzz", path: path, tables: true}, f: bytes.NewReader(moved), ps: ps,
+		value: func(k, v []byte) error { after4++; return nil }}
+	if err := ck.run(txid); err != nil {
+		t.Fatalf("the check of the layout under way passed the file, and the check of format 4 refuses it moved: %v", err)
+	}
+	if after4 != walked {
+		t.Fatalf("the check of the layout under way walked %d values, and that of format 4 %d once they moved", walked, after4)
+	}
+	if err := readsAsChecked(t, moved, true, walked); err != nil {
+		t.Fatalf("moved to format 4: %v", err)
+	}
 }
 
 // readsAsChecked reads the bbolt file data, which the check passed walking

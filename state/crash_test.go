@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -254,8 +255,17 @@ func crashSpec(t *testing.T, backend, dir string) string {
 // the child finished.
 func runChild(t *testing.T, cfg crashConfig, dir string, stop func(line string) bool) (finished bool) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-	cmd.Env = cfg.env(t, dir)
+	finished, _ = runTestChild(t, "TestCrashChild", cfg.env(t, dir), stop)
+	return finished
+}
+
+// startTestChild starts this test binary running only the test named
+// test, with the environment env, its stdout piped to out and its stderr
+// to this process's.
+func startTestChild(t *testing.T, test string, env []string) (cmd *exec.Cmd, out io.Reader) {
+	t.Helper()
+	cmd = exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = env
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +274,16 @@ func runChild(t *testing.T, cfg crashConfig, dir string, stop func(line string) 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	killed := false
+	return cmd, out
+}
+
+// runTestChild runs the child test (startTestChild) until it prints a
+// line for which stop returns true (then kills it with SIGKILL), or until
+// it ends; a line that starts with "error" fails t. It returns whether the
+// child printed "done", and whether it was killed.
+func runTestChild(t *testing.T, test string, env []string, stop func(line string) bool) (finished, killed bool) {
+	t.Helper()
+	cmd, out := startTestChild(t, test, env)
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		line := sc.Text()
@@ -281,11 +300,10 @@ func runChild(t *testing.T, cfg crashConfig, dir string, stop func(line string) 
 			killed = true
 		}
 	}
-	err = cmd.Wait()
-	if !killed && err != nil {
-		t.Fatalf("child failed: %v", err)
+	if err := cmd.Wait(); !killed && err != nil {
+		t.Fatalf("child %s failed: %v", test, err)
 	}
-	return finished
+	return finished, killed
 }
 
 // checkAgree opens the store in dir and checks that the state, the

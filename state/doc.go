@@ -130,7 +130,10 @@
 //     table's keys in a bbolt bucket of their own, without the table's
 //     prefix). A new bbolt store is of format 4, a new Pebble or
 //     PostgreSQL store of format 3; a bbolt store of format 3 or before
-//     keeps its keys where they are. One of format 2 becomes one of format 3 in the transaction of its first
+//     keeps its keys where they are until [Upgrade] moves them into their
+//     tables' buckets (in chunks too, finished by the next open after a
+//     kill). One of format 2 becomes one of format 3 in the transaction of
+//     its first
 //     output record of that kind, so that a version of tidemark that knows
 //     only format 2 refuses the store on its format record ("format
 //     "tidemark-state 3"") rather than take the new record for damage

@@ -153,6 +153,26 @@ func applyLine(t testing.TB, s Namespace, d tidemark.Delivery) bool {
 	return ok
 }
 
+// skipsThenApplies checks that s skips again, a line it applied already,
+// and applies next, the line after it.
+func skipsThenApplies(t testing.TB, s Namespace, again, next tidemark.Delivery) {
+	t.Helper()
+	if applyLine(t, s, again) {
+		t.Fatalf("line %+v, applied already, applied again", again)
+	}
+	if !applyLine(t, s, next) {
+		t.Fatalf("line %+v, the next, not applied", next)
+	}
+}
+
+// mustApply applies d with fn to s, failing t on an error.
+func mustApply(t testing.TB, s Namespace, d tidemark.Delivery, fn func(tx *Tx) error) {
+	t.Helper()
+	if _, err := s.Apply(context.Background(), d, fn); err != nil {
+		t.Fatalf("apply %+v: %v", d, err)
+	}
+}
+
 func getInt(t testing.TB, s Namespace, key string) int64 {
 	t.Helper()
 	var n int64

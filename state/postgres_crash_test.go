@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -30,16 +29,7 @@ type child struct {
 
 func startChild(t *testing.T, cfg crashConfig, dir string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-	cmd.Env = cfg.env(t, dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out := startTestChild(t, "TestCrashChild", cfg.env(t, dir))
 	c := &child{cmd: cmd, lines: make(chan string, 1024)}
 	go func() {
 		defer close(c.lines)

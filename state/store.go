@@ -605,6 +605,7 @@ func (c *core) load() error {
 	}
 	sums := c.eng.(*sumEngine)
 	after, upgrading := upgradeFrom(v)
+	moving := strings.HasPrefix(string(v), formatMoving)
 	newest := newestFormat
 	if h := c.opts.hooks; h != nil && h.newestFormat > 0 {
 		newest = h.newestFormat
@@ -652,7 +653,8 @@ func (c *core) load() error {
 		sums.setFormat(2)
 	case upgrading:
 		// An upgrade from format 1 stopped half way: it is finished
-		// before anything reads the store, once the file is checked.
+		// before anything reads the store, once the file is checked; a
+		// bbolt store's tables then move into their buckets (below).
 		if err := c.checkStore(sums); err != nil {
 			return err
 		}
@@ -664,6 +666,33 @@ func (c *core) load() error {
 		}
 		c.log.Info("state: the store's interrupted upgrade to format 3 is finished: its values carry checksums", "store", c.dir, "backend", c.kind)
 		sums.setFormat(3)
+		checked = true
+		if be, ok := c.rawEngine().(*boltEngine); ok {
+			if err := c.finishMove(be); err != nil {
+				return err
+			}
+		}
+	case moving:
+		// An upgrade to format 4 stopped half way: its data keys are in
+		// their tables' buckets up to a key, in the store's bucket after
+		// it. The file is checked in that layout, and the move finished,
+		// before anything reads the store.
+		be, ok := c.rawEngine().(*boltEngine)
+		if !ok {
+			return &CorruptError{Backend: c.kind, Dir: c.dir, File: sums.file, Record: "the store's format record",
+				Detail: fmt.Sprintf("it says %q, an upgrade only bbolt stores have: the record is damaged, or the folder's backend files were replaced", v)}
+		}
+		be.moving = true
+		if err := c.checkStore(sums); err != nil {
+			return err
+		}
+		if err := c.checkedFully(); err != nil {
+			return err
+		}
+		sums.setFormat(3)
+		if err := c.finishMove(be); err != nil {
+			return err
+		}
 		checked = true
 	case string(v) == formatV1:
 		sums.setFormat(1)
@@ -697,6 +726,17 @@ func (c *core) load() error {
 		return err
 	}
 	return c.loadOutputs()
+}
+
+// finishMove finishes the move of a bbolt store's data keys into their
+// tables' buckets that an upgrade began (see Upgrade), at the open that
+// finds it under way.
+func (c *core) finishMove(be *boltEngine) error {
+	if err := c.moveTables(be); err != nil {
+		return err
+	}
+	c.log.Info("state: the store's interrupted upgrade to format 4 is finished: each table's keys are in a bucket of their own", "store", c.dir, "backend", c.kind)
+	return nil
 }
 
 // tabledEngine is a backend whose stores of format 4 keep each table's

@@ -28,7 +28,8 @@ import (
 // A new bbolt store is of format 4, a new Pebble or PostgreSQL store of
 // format 3 (format 4 would change nothing in them). A bbolt store of an
 // earlier format keeps its keys where they are (in the store's bucket,
-// each with its table's prefix). A store of format 2 becomes one of
+// each with its table's prefix) until it is upgraded ([Upgrade]), which
+// moves them into their tables' buckets (moveTables). A store of format 2 becomes one of
 // format 3 with the first commit that writes a record with a tail: the
 // format
 // record goes in the same transaction (sumEngine.commit), so that a
@@ -36,7 +37,7 @@ import (
 // reads anything else, and never tells its user to remove a sound store.
 // A store of format 1 is given no tails (its files are checked whole at
 // each open) until it is upgraded ([Upgrade]), which makes it one of
-// format 3. A format record of a newer format than newestFormat fails the
+// format 3 (a bbolt store: 4). A format record of a newer format than newestFormat fails the
 // open with [ErrNewerFormat].
 const newestFormat = 4
 
@@ -75,6 +76,14 @@ func newerFormat(dir string, v []byte, n, newest int) error {
 // anything reads the store.
 const formatUpgrading = "tidemark-state 1 to 2, through "
 
+// formatMoving is the format record of a bbolt store whose upgrade from
+// format 3 to format 4 is under way: it is followed by the last data key
+// moved into its table's bucket. The data keys up to it are in their
+// tables' buckets, those after it in the store's bucket; the next open
+// finishes the move before anything reads the store. A version that
+// knows only format 3 refuses the record (it names format 4).
+const formatMoving = "tidemark-state 3 to 4, through "
+
 // The upgrade commits its changes in chunks of at most this many values
 // or bytes, each with the format record that says how far it got: memory
 // stays bounded whatever the store's size, and a crash loses at most one
@@ -84,21 +93,25 @@ const (
 	upgradeChunkBytes = 8 << 20
 )
 
-// Upgrade converts the store named by config (see [Open]) from format 1,
-// written before values carried checksums, to format 3, in place: every
-// value gets the CRC-32C of its key and bytes that the store checks on
-// every read. It returns whether the store needed it: a store of format
-// 2, 3 or 4 does not (one of format 2 becomes one of format 3 by itself,
-// see formats). A bbolt store keeps its keys where they are: it does not
-// become one of format 4, whose tables are in buckets of their own. The store must not be open elsewhere (Upgrade
-// holds its lock). A bbolt file is
-// checked first (see [Options].VerifyMaxBytes): a damaged file is not
-// given checksums that would vouch for it. The upgrade commits in chunks,
-// each with a record of how far it got, so that it survives a crash or a
-// kill at any moment: the next Open (or Upgrade) finishes it before the
-// store serves a read. A store of format 1 opens and works without it;
-// once upgraded, it can no longer be opened by a version of tidemark from
-// before format 3: such a version fails on the store's format record.
+// Upgrade converts the store named by config (see [Open]) to the newest
+// format of its backend, in place, and returns whether the store needed
+// it. A store of format 1, written before values carried checksums,
+// gets them: every value gets the CRC-32C of its key and bytes that the
+// store checks on every read (format 3). A bbolt store of format 1, 2 or
+// 3 also gets a bucket per table (format 4): every data key moves into its
+// table's bucket, without the table's prefix, as a new bbolt store keeps
+// them (smaller, shallower trees, faster commits and lookups). A Pebble or
+// PostgreSQL store of format 2 or 3 needs nothing (one of format 2
+// becomes one of format 3 by itself, see formats). The store must not be
+// open elsewhere (Upgrade holds its lock). A bbolt file is checked first
+// (see [Options].VerifyMaxBytes): a damaged file is not given checksums
+// that would vouch for it, nor copied into another layout. The upgrade
+// commits in chunks, each with a record of how far it got, so that it
+// survives a crash or a kill at any moment: the next Open (or Upgrade)
+// finishes it before the store serves a read. A store of an older format
+// opens and works without it; once upgraded, it can no longer be opened
+// by a version of tidemark from before its new format: such a version
+// fails on the store's format record.
 func Upgrade(config string, opts *Options) (upgraded bool, err error) {
 	s, err := Open(config, opts)
 	if err != nil {
@@ -110,18 +123,60 @@ func Upgrade(config string, opts *Options) (upgraded bool, err error) {
 			err = cerr
 		}
 	}()
-	if c.eng.(*sumEngine).sums {
+	sums := c.eng.(*sumEngine)
+	be, _ := c.rawEngine().(*boltEngine)
+	move := be != nil && !be.tables
+	if sums.sums && !move {
 		return false, nil
 	}
 	if err := c.checkedFully(); err != nil {
 		return false, err
 	}
-	if err := c.upgradeV1(nil); err != nil {
-		return false, err
+	if !sums.sums {
+		if err := c.upgradeV1(nil); err != nil {
+			return false, err
+		}
+		sums.setFormat(3)
+		c.log.Info("state: the store was upgraded to format 3: its values carry checksums", "store", c.dir, "backend", c.kind)
 	}
-	c.eng.(*sumEngine).setFormat(3)
-	c.log.Info("state: the store was upgraded to format 3: its values carry checksums", "store", c.dir, "backend", c.kind)
+	if move {
+		if err := c.moveTables(be); err != nil {
+			return false, err
+		}
+		sums.setFormat(3)
+		c.log.Info("state: the store was upgraded to format 4: each table's keys are in a bucket of their own", "store", c.dir, "backend", c.kind)
+	}
 	return true, nil
+}
+
+// moveTables moves the data keys of a bbolt store of format 3 (or 2) into
+// their tables' buckets (moveToTables), in chunks, each with the format
+// record that says how far it got (formatMoving); the last one records
+// format 4. It runs in Upgrade, or at the open that finds the move under
+// way: nothing else uses the store meanwhile.
+func (c *core) moveTables(be *boltEngine) error {
+	var after []byte
+	for {
+		last, done, err := be.moveToTables(after, upgradeChunk, upgradeChunkBytes, func(last []byte, done bool) []byte {
+			if done {
+				return []byte(formatV4)
+			}
+			return append([]byte(formatMoving), last...)
+		})
+		if err != nil {
+			return fmt.Errorf("upgrade store %s to format 4: move the tables' keys into their buckets: %w", c.dir, err)
+		}
+		if h := c.opts.hooks; h != nil && h.afterUpgradeChunk != nil {
+			h.afterUpgradeChunk()
+		}
+		if done {
+			break
+		}
+		after = last
+	}
+	be.useTables()
+	be.updateKeyCap(0, 0)
+	return nil
 }
 
 // upgradeFrom returns the key an interrupted upgrade got through, from the
@@ -134,11 +189,13 @@ func upgradeFrom(v []byte) ([]byte, bool) {
 }
 
 // upgradeV1 gives the values of the keys after after (all, for nil) their
-// checksums, in key order, in chunks; the last chunk records the current
-// format (3: a store of format 1 holds no record with a tail, and every
-// record of format 2 is one of format 3). A chunk before it records
-// formatUpgrading, whose "1 to 2" an interrupted upgrade of any version
-// wrote.
+// checksums, in key order, in chunks; the last chunk records format 3 (a
+// store of format 1 holds no record with a tail, and every record of
+// format 2 is one of format 3), or, in a bbolt store, formatMoving with
+// no key: the move of its tables' keys into their buckets (moveTables)
+// follows, and a kill before it ends is finished by the next open. A
+// chunk before it records formatUpgrading, whose "1 to 2" an interrupted
+// upgrade of any version wrote.
 // It reads and writes the backend under the checksums: nothing else may
 // use the store meanwhile (it runs in Upgrade, or at open).
 func (c *core) upgradeV1(after []byte) error {
@@ -177,7 +234,11 @@ func (c *core) upgradeV1(after []byte) error {
 	if err := cur.close(); err != nil {
 		return fmt.Errorf("upgrade store %s to format 3: read: %w", c.dir, err)
 	}
-	if err := commit(formatVersion); err != nil {
+	final := formatVersion
+	if _, ok := raw.(*boltEngine); ok {
+		final = formatMoving
+	}
+	if err := commit(final); err != nil {
 		return fmt.Errorf("upgrade store %s to format 3: %w", c.dir, err)
 	}
 	return nil

@@ -1,13 +1,11 @@
 package state
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
-	"syscall"
+	"strings"
 	"testing"
 )
 
@@ -53,8 +51,17 @@ func makeFormat1(t *testing.T, be backend, dir string) {
 	}
 }
 
-// checkUpgraded opens the store in dir and checks that it is of format 2,
-// every value of the backend carries its checksum, and every value and
+// upgradedFormat is the format record of a store of backend be once
+// upgraded: a bbolt store's tables are in buckets of their own.
+func upgradedFormat(be backend) string {
+	if be.name == Bolt {
+		return formatV4
+	}
+	return formatVersion
+}
+
+// checkUpgraded opens the store in dir and checks that it is of the
+// format of an upgraded store (upgradedFormat), every value of the backend carries its checksum, and every value and
 // the applied position are those of the format 1 store.
 func checkUpgraded(t *testing.T, be backend, dir string) {
 	t.Helper()
@@ -62,8 +69,8 @@ func checkUpgraded(t *testing.T, be backend, dir string) {
 	defer s.Close()
 	c := s.(*nsStore).c
 	sums := c.eng.(*sumEngine)
-	if v, _, err := c.rawEngine().get([]byte{tagVersion}); err != nil || string(v) != formatVersion || !sums.sums {
-		t.Fatalf("format %q (%v), checksums %v; want %q", v, err, sums.sums, formatVersion)
+	if v, _, err := c.rawEngine().get([]byte{tagVersion}); err != nil || string(v) != upgradedFormat(be) || !sums.sums {
+		t.Fatalf("format %q (%v), checksums %v; want %q", v, err, sums.sums, upgradedFormat(be))
 	}
 	n := 0
 	if err := c.rawEngine().scan(nil, func(k, v []byte) error {
@@ -94,10 +101,19 @@ func checkUpgraded(t *testing.T, be backend, dir string) {
 	if l, ok := s.Applied("f"); !ok || l.Position != 3*lineLen {
 		t.Fatalf("applied %+v %v, want line 3", l, ok)
 	}
+	if be.name == Bolt {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if flat, tables := boltLayout(t, dir); flat > 0 || len(tables) != 2 {
+			t.Fatalf("%d data keys and the buckets %q in the store's bucket after the upgrade, want none and two", flat, tables)
+		}
+	}
 }
 
-// TestUpgrade upgrades a store of format 1 to format 2 in place: every
-// value gets its checksum and keeps its bytes; a second Upgrade has
+// TestUpgrade upgrades a store of format 1 in place: every value gets its
+// checksum and keeps its bytes, and a bbolt store's tables get buckets of
+// their own (format 4; Pebble: format 3); a second Upgrade has
 // nothing to do; a store of format 2 is left as it is.
 func TestUpgrade(t *testing.T) {
 	forEachLocalBackend(t, func(t *testing.T, be backend) {
@@ -145,47 +161,39 @@ func TestUpgradeChild(t *testing.T) {
 // checksum.
 func TestUpgradeKilled(t *testing.T) {
 	forEachLocalBackend(t, func(t *testing.T, be backend) {
-		for _, tc := range []struct{ killAt, hold int }{{1, 1}, {1, 0}, {2, 0}} {
+		cases := []struct{ killAt, hold int }{{1, 1}, {1, 0}, {2, 0}}
+		if be.name == Bolt {
+			// Chunks 1 to 3 give the values their checksums, 4 to 6 move
+			// them into their tables' buckets.
+			cases = append(cases, struct{ killAt, hold int }{4, 4}, struct{ killAt, hold int }{4, 0}, struct{ killAt, hold int }{5, 0})
+		}
+		for _, tc := range cases {
 			killAt := tc.killAt
 			t.Run(fmt.Sprintf("after chunk %d, held %v", killAt, tc.hold > 0), func(t *testing.T) {
 				dir := t.TempDir()
 				makeFormat1(t, be, dir)
-				cmd := exec.Command(os.Args[0], "-test.run=^TestUpgradeChild$", "-test.count=1")
-				cmd.Env = append(os.Environ(), envUpgradeChild+"=1", "UPGRADE_DIR="+dir, "UPGRADE_HOLD_AT="+strconv.Itoa(tc.hold))
-				out, err := cmd.StdoutPipe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				cmd.Stderr = os.Stderr
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				killed := false
-				sc := bufio.NewScanner(out)
-				for sc.Scan() {
-					line := sc.Text()
-					if bytes.HasPrefix([]byte(line), []byte("error")) {
-						t.Errorf("child: %s", line)
-					}
-					if !killed && line == fmt.Sprintf("chunk %d", killAt) {
-						if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-							t.Fatal(err)
-						}
-						killed = true
-					}
-				}
-				_ = cmd.Wait()
-				if !killed {
-					t.Fatalf("the upgrade finished before chunk %d", killAt)
-				}
+				killUpgrade(t, dir, killAt, tc.hold)
 				v, _ := rawVersion(t, be, dir)
-				if _, ok := upgradeFrom(v); !ok && (tc.hold > 0 || string(v) != formatVersion) {
+				_, upgrading := upgradeFrom(v)
+				moving := strings.HasPrefix(string(v), formatMoving)
+				if !upgrading && !moving && (tc.hold > 0 || string(v) != upgradedFormat(be)) {
 					t.Fatalf("format record %q after the kill", v)
 				}
 				checkUpgraded(t, be, dir)
 			})
 		}
 	})
+}
+
+// killUpgrade runs an upgrade of the store in dir in a child process
+// (TestUpgradeChild) and kills it with SIGKILL once it committed its
+// chunk killAt: held there (hold, the chunk it waits at), or running on.
+func killUpgrade(t *testing.T, dir string, killAt, hold int) {
+	t.Helper()
+	env := append(os.Environ(), envUpgradeChild+"=1", "UPGRADE_DIR="+dir, "UPGRADE_HOLD_AT="+strconv.Itoa(hold))
+	if _, killed := runTestChild(t, "TestUpgradeChild", env, func(line string) bool { return line == fmt.Sprintf("chunk %d", killAt) }); !killed {
+		t.Fatalf("the upgrade finished before chunk %d", killAt)
+	}
 }
 
 // rawVersion reads the format record of the store in dir, with the

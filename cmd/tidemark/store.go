@@ -52,17 +52,20 @@ DEST (it must not exist, or be empty): the applied positions are inside
 it, and opening the copy as a store is a restore (a restored older copy
 re-reads what it lacks from the feeds).
 
-store upgrade converts a store of format 1, made before values carried
-checksums, to format 3 in place (a bbolt store keeps its keys where they
-are: format 4, each table in a bucket of its own, is for new bbolt
-stores): every value gets the CRC-32C
-the store checks on every read (a store of format 1 opens and works without
-it, and its damaged values go unseen). A bbolt file is checked first. The
-upgrade survives a crash or a kill at any moment (the next open finishes
-it); a version of tidemark from before format 3 cannot open the store after
-it, and says so. A store of format 2 needs nothing: it becomes one of
-format 3 by itself with the first batch that writes to an output file. The
-server must be stopped.
+store upgrade converts a store to the newest format of its backend, in
+place. A store of format 1, made before values carried checksums, gets
+them: every value gets the CRC-32C the store checks on every read (a store
+of format 1 opens and works without it, and its damaged values go unseen).
+A bbolt store of format 1 to 3 also gets a bucket per table (format 4, as a
+new bbolt store): each table's keys move into a bucket of their own,
+without the table's name in front of each, a smaller and shallower tree
+(faster commits and lookups); the values do not change. A bbolt file is
+checked first. The upgrade survives a crash or a kill at any moment (the
+next open finishes it); a version of tidemark from before the new format
+cannot open the store after it, and says so. A Pebble or PostgreSQL store
+of format 2 or 3 needs nothing (one of format 2 becomes one of format 3 by
+itself with the first batch that writes to an output file). The server
+must be stopped.
 
 With DIR the store is opened as a server opens it, so the server must be
 stopped: a running server holds the store's lock, and the command fails
