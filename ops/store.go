@@ -56,9 +56,11 @@ type ShowOptions struct {
 // StoreListing is what a store holds, as [ShowStore] reads it:
 // GET /stores/{store} serves it, and tidemark store show prints it.
 type StoreListing struct {
-	Store      string             `json:"store"`
-	Backend    string             `json:"backend"`
-	Dir        string             `json:"dir"`
+	Store   string `json:"store"`
+	Backend string `json:"backend"`
+	Dir     string `json:"dir"`
+	// Format is the store's format (state.Stats.Format).
+	Format     int                `json:"format"`
 	Namespaces []NamespaceListing `json:"namespaces"`
 }
 
@@ -125,7 +127,7 @@ var ErrUnknownStore = errors.New("ops: unknown store")
 // [state.Store.Snapshot]): it runs beside the processor without blocking
 // it. name labels the listing.
 func ShowStore(ctx context.Context, name string, st state.Store, o ShowOptions) (StoreListing, error) {
-	out := StoreListing{Store: name, Backend: st.Backend(), Dir: st.Dir(), Namespaces: []NamespaceListing{}}
+	out := StoreListing{Store: name, Backend: st.Backend(), Dir: st.Dir(), Format: st.Stats().Format, Namespaces: []NamespaceListing{}}
 	nss := o.Namespaces
 	if nss == nil {
 		err := st.Snapshot(ctx, func(tx *state.Tx) error {

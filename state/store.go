@@ -183,6 +183,12 @@ type Stats struct {
 	Failed bool
 	// BackPressure counts the Apply calls that waited for a batch to commit.
 	BackPressure uint64
+	// Format is the store's format, as its format record says (see
+	// [Upgrade]): 1 (values without checksums), 2 or 3, or 4 for a bbolt
+	// store whose tables' keys are in buckets of their own. A bbolt store
+	// of format 1 to 3 and a store of format 1 get to the newest format of
+	// their backend with [Upgrade] (tidemark store upgrade DIR).
+	Format int
 }
 
 // feedKey names the applied position of a feed in a namespace: of the
@@ -705,6 +711,10 @@ func (c *core) load() error {
 		if err := c.checkStore(sums); err != nil {
 			return err
 		}
+	}
+	if be, ok := c.rawEngine().(*boltEngine); ok && !be.tables && sums.sums {
+		c.log.Info("state: the bbolt store is of format "+strconv.Itoa(c.format())+", made by a version before format 4: each of its keys carries its table's name; stop the program and run \"tidemark store upgrade DIR\" (state.Upgrade) to move each table's keys into a bucket of their own, as in a new bbolt store (smaller trees, faster commits)",
+			"store", c.dir, "backend", c.kind)
 	}
 	err = c.eng.scan([]byte{tagApplied}, func(k, v []byte) error {
 		ns, feed, file, ok := parseAppliedKey(k)
@@ -1947,7 +1957,25 @@ func (c *core) statsNow() Stats {
 		s.Staged += c.sealed.count
 	}
 	s.Failed = c.failed != nil
+	s.Format = c.format()
 	return s
+}
+
+// format returns the store's format, as its format record says (see
+// formats). It changes only at open and in Upgrade, and from 2 to 3 in a
+// commit (sumEngine.commit).
+func (c *core) format() int {
+	sums := c.eng.(*sumEngine)
+	be, isBolt := c.rawEngine().(*boltEngine)
+	switch {
+	case isBolt && be.tables:
+		return 4
+	case sums.format3.Load():
+		return 3
+	case sums.sums:
+		return 2
+	}
+	return 1
 }
 
 // nsStore is a namespace of a store; it implements Store.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -62,6 +63,9 @@ func makeFormat3(t *testing.T, dir string) []string {
 		t.Fatalf("the store made of format 3 holds %d data keys in its bucket and the buckets %q", flat, tables)
 	}
 	s = mustOpen(t, boltBackend, dir, testOpts())
+	if f := s.Stats().Format; f != 3 {
+		t.Fatalf("Stats().Format %d of the store made of format 3", f)
+	}
 	d := rawDump(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -155,6 +159,9 @@ func checkMoved(t *testing.T, dir string, want []string) {
 		t.Fatalf("%d data keys and the buckets %q in the store's bucket, want none and %q", flat, tables, wantTables)
 	}
 	s := mustOpen(t, boltBackend, dir, testOpts())
+	if f := s.Stats().Format; f != 4 {
+		t.Fatalf("Stats().Format %d after the upgrade, want 4", f)
+	}
 	if got := rawDump(t, s); !slices.Equal(got, want) {
 		t.Fatalf("the store holds %d records after the upgrade, %d before; first difference: %s", len(got), len(want), firstRecordDiff(got, want))
 	}
@@ -206,6 +213,16 @@ func firstRecordDiff(a, b []string) string {
 func TestUpgradeToTables(t *testing.T) {
 	dir := t.TempDir()
 	before := makeFormat3(t, dir)
+	// The open of a bbolt store of format 3 says how to upgrade it.
+	var logs bytes.Buffer
+	o := testOpts()
+	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	if err := mustOpen(t, boltBackend, dir, o).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), `the bbolt store is of format 3, made by a version before format 4`) || !strings.Contains(logs.String(), `tidemark store upgrade DIR`) {
+		t.Fatalf("the open of a bbolt store of format 3 logged:\n%s", logs.String())
+	}
 	if up, err := Upgrade(dir, testOpts()); err != nil || !up {
 		t.Fatalf("Upgrade: %v, %v; want an upgrade", up, err)
 	}

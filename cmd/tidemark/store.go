@@ -255,12 +255,26 @@ func showRemote(target *storeTarget, o ops.ShowOptions) (ops.StoreListing, error
 	return ls, nil
 }
 
+// formatHint says what tidemark store upgrade would do to a store of the
+// listing's format, or nothing when it is of the newest format of its
+// backend (a listing of a server from before formats were listed says 0).
+func formatHint(ls ops.StoreListing) string {
+	switch {
+	case ls.Format == 1:
+		return " (its values carry no checksums: stop the program and run \"tidemark store upgrade DIR\")"
+	case ls.Format > 0 && ls.Format < 4 && ls.Backend == state.Bolt:
+		return " (each table's keys are in the store's bucket: \"tidemark store upgrade DIR\", with the program stopped, moves them into buckets of their own, as in a new bbolt store)"
+	}
+	return ""
+}
+
 // printListing prints a store listing as text; feeds, when set, selects
 // the applied records printed.
 func printListing(out io.Writer, ls ops.StoreListing, feeds []string) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "store\t%s\n", ls.Dir)
 	fmt.Fprintf(w, "backend\t%s\n", ls.Backend)
+	fmt.Fprintf(w, "format\t%d%s\n", ls.Format, formatHint(ls))
 	if err := w.Flush(); err != nil {
 		return err
 	}
