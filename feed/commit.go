@@ -85,7 +85,7 @@ func (s *stream) store(position int64) error {
 			if e, ok := s.pf.(*regEntry); ok && s.setw != nil {
 				s.gw = s.setw.slot(e, s.path, s.wroteInBackground, s.failedInBackground)
 			} else {
-				s.gw = newGroupWriter(s.pf, s.path, s.wroteInBackground, s.failedInBackground)
+				s.gw = newGroupWriter(s.pf, s.path, s.sync == SyncEveryCommit, s.wroteInBackground, s.failedInBackground)
 			}
 		}
 		s.lastRec = p

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/tidemark-go/tidemark/feed/pointer"
 	"github.com/tidemark-go/tidemark/vfs"
@@ -32,26 +31,6 @@ func mkfifo(t *testing.T, path string) {
 func releaseFIFO(path string) {
 	if f, err := os.OpenFile(path, os.O_RDWR, 0); err == nil {
 		f.Close()
-	}
-}
-
-// bounded runs fn in a goroutine and fails the test if it has not returned
-// within the deadline; release, if set, is then called to unblock it.
-func bounded(t *testing.T, what string, release func(), fn func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn()
-	}()
-	select {
-	case <-done:
-	case <-time.After(deadline):
-		if release != nil {
-			release()
-		}
-		<-done
-		t.Fatalf("%s blocked", what)
 	}
 }
 

@@ -820,3 +820,23 @@ func TestNilLoggerIsDefault(t *testing.T) {
 		t.Fatalf("the default logger got %q, want one warning naming %s", rec, p)
 	}
 }
+
+// bounded runs fn in a goroutine and fails the test if it has not returned
+// within the deadline; release, if set, is then called to unblock it.
+func bounded(t *testing.T, what string, release func(), fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-time.After(deadline):
+		if release != nil {
+			release()
+		}
+		<-done
+		t.Fatalf("%s blocked", what)
+	}
+}

@@ -3,6 +3,7 @@ package feed
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/tidemark-go/tidemark/feed/pointer"
 )
@@ -44,6 +45,7 @@ type setWriter struct {
 
 	mu      sync.Mutex
 	cond    sync.Cond
+	rest    syncRest   // after each sync (see restFactor)
 	queue   []*setSlot // the slots with a record to write, in the order handed
 	spare   []*setSlot
 	started bool
@@ -118,13 +120,16 @@ func (w *setWriter) run() {
 		clear(batch)
 		w.mu.Unlock()
 		written := false
+		start := time.Now()
 		for i := range jobs {
 			jobs[i].err = jobs[i].sl.e.storeLater(jobs[i].p)
 			written = written || jobs[i].err == nil
 		}
-		if written && w.syncEvery {
+		synced := written && w.syncEvery
+		if synced {
 			// One sync for every record of the batch.
 			if err := w.reg.Sync(); err != nil {
+				synced = false
 				for i := range jobs {
 					if jobs[i].err == nil {
 						jobs[i].err = err
@@ -153,16 +158,31 @@ func (w *setWriter) run() {
 			}
 		}
 		w.mu.Lock()
+		flushing := false
 		for i := range jobs {
 			j := &jobs[i]
 			j.sl.writing = false
 			if j.err == nil && j.sl.gen == j.gen {
 				j.sl.has = false
 			}
+			flushing = flushing || j.sl.flushing > 0
 			jobs[i] = job{}
 		}
 		w.cond.Broadcast()
+		if synced && !w.stop && !flushing && !w.flushWaits() {
+			w.rest.after(&w.mu, time.Since(start))
+		}
 	}
+}
+
+// flushWaits reports whether a flush of a queued slot waits. w.mu held.
+func (w *setWriter) flushWaits() bool {
+	for _, sl := range w.queue {
+		if sl.flushing > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // close stops the writer (once every stream's slot is closed) and waits
@@ -170,6 +190,7 @@ func (w *setWriter) run() {
 func (w *setWriter) close() {
 	w.mu.Lock()
 	w.stop = true
+	w.rest.wake()
 	started := w.started
 	w.cond.Broadcast()
 	w.mu.Unlock()
@@ -210,6 +231,7 @@ func (sl *setSlot) retry() error {
 // written. w.mu held.
 func (sl *setSlot) idle() {
 	sl.flushing++
+	sl.w.rest.wake()
 	for sl.queued || sl.writing {
 		sl.w.cond.Wait()
 	}
