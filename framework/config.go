@@ -16,10 +16,15 @@ import (
 
 // Defaults used when a Config field is zero.
 const (
-	// DefaultQueueCapacity is the most lines a subscriber queue holds.
-	DefaultQueueCapacity = 4096
-	// DefaultBatchSize is the most lines the feed reads and hands off at once.
-	DefaultBatchSize = 1024
+	// DefaultQueueCapacity is the most lines a subscriber queue holds:
+	// four batches.
+	DefaultQueueCapacity = 4 * DefaultBatchSize
+	// DefaultBatchSize is the most lines the feed reads and hands off at
+	// once. Each batch handed costs the feed a wake-up of every group
+	// that waits for it: with four groups of cheap processors on two
+	// cores (bench row 3), 20,000,000 lines took 1.19 s in batches of
+	// 1,024 and 1.06 s in batches of 2,048 (one group: 0.76 and 0.75 s).
+	DefaultBatchSize = 2048
 	// MaxQueueCapacity and MaxBatchSize bound the configurable values.
 	MaxQueueCapacity = 1 << 24
 	MaxBatchSize     = 1 << 16

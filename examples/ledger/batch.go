@@ -27,7 +27,7 @@ type batchLine struct {
 // runApplier is a ledger processor's HandleBatch (the file ledger's and a
 // partition's): the lines of a call are applied as Handle would apply them
 // one at a time, with one state.ApplyEach for each run of canonical lines
-// (the framework hands the processor a feed's read, up to 1,024 lines, in
+// (the framework hands the processor a feed's read, up to 2,048 lines, in
 // one call, and the store is taken once for the run instead of once a
 // line). A line that is not canonical (or malformed) goes through the
 // processor's Handle, between runs.
