@@ -185,9 +185,12 @@ func TestPartitionedLedger(t *testing.T) {
 	<-b.exited
 	c := startWorker(t, exe, args("c")...)
 	waitUntil(t, 2*time.Minute, "every line saved", func() bool { return savedLines(a, b, c) >= 20000 }, c.dump)
-	// The check refuses while a worker holds the stores.
+	// The check refuses while a worker holds the stores. b may have saved
+	// a partition's last lines before the kill, and its store is free
+	// until c takes the partition's lease (b's lapses after a second).
+	waitUntil(t, time.Minute, "c to hold every partition", func() bool { return c.holds() == 3 }, c.dump)
 	if code, out, errs := runMain("check", "--source", src, "--store", db); code == 0 || !strings.Contains(errs, "a worker holds the store") {
-		t.Fatalf("check while a worker runs: exit %d: %s%s", code, out, errs)
+		t.Fatalf("check while a worker runs: exit %d: %s%s\nthe worker's events:\n%s", code, out, errs, c.dump())
 	}
 	c.stop()
 	code, out, errs := runMain("check", "--source", src, "--store", db, "--input", input)
