@@ -28,12 +28,20 @@ func TestTornPointer(t *testing.T) {
 	base := tempDir(t)
 	input := filepath.Join(base, "in.csv")
 	data := filepath.Join(base, "data")
-	const lines = 3000
+	const lines = 8000
 	gen(t, input, lines, rng.Uint64(), 1, 0)
 	figures.inputs.Add(1)
 	c := start(t, base, runArgs(input, data, "--batch", "20")...)
-	if !c.waitApplied(1000 + int64(rng.IntN(1000))) {
-		t.Fatalf("the first run did not get going: %v", c.lastDurable())
+	// The kill comes once both slots of the pointer file hold a record:
+	// the pointer moves a feed's batch at a time (2,048 lines by default),
+	// once every line of it is saved, and its writer takes the newest
+	// commit when it writes, so the second record can come after
+	// thousands of lines.
+	applied := 1000 + int64(rng.IntN(1000))
+	if !c.waitFor(func(d map[string]int64, _ int) bool {
+		return d["applied"] >= applied && bothSlots(input+pointer.Suffix)
+	}) {
+		t.Fatalf("the first run did not get going, or never wrote its pointer file's second record: %v", c.lastDurable())
 	}
 	c.kill()
 	c.checkNotAhead()
@@ -156,6 +164,21 @@ func TestTornPointer(t *testing.T) {
 		os.RemoveAll(dir)
 	}
 	t.Logf("%d damaged pointer files, each survived on the first run", len(cases))
+}
+
+// bothSlots reports whether both slots of the pointer file at path hold a
+// record that decodes.
+func bothSlots(path string) bool {
+	img, err := os.ReadFile(path)
+	if err != nil || len(img) != pointer.FileSize {
+		return false
+	}
+	for i := range 2 {
+		if _, err := pointer.Decode(img[i*pointer.SlotSize:]); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func slotPointer(img []byte, slot int) pointer.Record {
