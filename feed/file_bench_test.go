@@ -25,7 +25,7 @@ func benchInput(b *testing.B, lines int) string {
 // bytes from a file in the page cache; allocs/op must be 0. The committed
 // variant also commits once per poll (SyncNever: the cost of fdatasync is
 // the pointer's, measured by its own benchmarks). The every1024 variants
-// commit every 4 polls (1024 lines, the framework's duty cycle) under the
+// commit every 4 polls (1024 lines, half the framework's duty cycle) under the
 // default SyncEveryCommit, Commit writing and syncing itself, or with
 // GroupCommit (the writer goroutine writing and syncing, Commit returning
 // at once).
