@@ -115,6 +115,8 @@ func measureCase(name string, a childArgs) (r result, err error) {
 		r, err = caseFsyncOutput(a, 2)
 	case "fsync4k-append-output":
 		r, err = caseFsyncOutput(a, 0)
+	case "backend-sync":
+		r, err = caseBackendSync(a)
 	case "pointer-ab":
 		r, err = casePointerAB(a)
 	case "idle":

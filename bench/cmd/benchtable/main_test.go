@@ -47,6 +47,8 @@ func TestCases(t *testing.T) {
 		{name: "fsync4k-twice", lines: 3},
 		{name: "fsync4k-twice-output", lines: 3},
 		{name: "fsync4k-append-output", lines: 3},
+		{name: "backend-sync", lines: 3},
+		{name: "backend-sync", edit: func(a *childArgs) { a.backend = "pebble" }, lines: 3},
 		{name: "pointer-ab", lines: 10}, // ten rounds of at least one
 		{name: "idle"},
 		{name: "restart-setup", edit: func(a *childArgs) { a.lines = 1000 }},
