@@ -8,14 +8,16 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/tidemark-go/tidemark/bench"
 	bolt "go.etcd.io/bbolt"
 )
 
 // caseBackendSync is a baseline of row 7's ledger --sync: the backend
 // alone, as bench/cmd/naiveledger -batch 1 uses it, a.ops times: one
-// durable transaction a line that writes the line's balance (one of 100
-// accounts, as the row's input has) and the three meta keys the naive
-// program keeps with it (offset, applied, total). For bbolt one Update of
+// durable transaction a line that writes the line's balance (one of the
+// row's input's bench.Accounts) and the meta keys the naive program
+// commits with it, but the output's length (the row's ledger has no
+// output file): offset, applied, total. For bbolt one Update of
 // a balances bucket and a meta bucket (bbolt's own commit: its pages, then
 // its meta page, each synced); for Pebble one batch committed with
 // pebble.Sync (an append to its log and its sync). A first transaction,
@@ -117,12 +119,13 @@ func caseBackendSync(a childArgs) (result, error) {
 	return result{Lines: int64(a.ops), Seconds: el}, nil
 }
 
-// backendMeta are the keys naiveledger keeps beside the balances.
+// backendMeta are the keys naiveledger commits beside the balances, but
+// the output's length.
 var backendMeta = [][]byte{[]byte("offset"), []byte("applied"), []byte("total")}
 
-// backendAccount is the account of line i: one of 100, as in the row's input.
+// backendAccount is the account of line i, one of the row's input's.
 func backendAccount(i int) []byte {
-	return fmt.Appendf(nil, "account-%02d", i%100)
+	return []byte(bench.AccountName(i % bench.Accounts))
 }
 
 func be64(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
