@@ -376,3 +376,56 @@ func TestBoltTablesDamageIsFound(t *testing.T) {
 		})
 	}
 }
+
+// TestBoltTablesFillAppendedPages writes 20,000 keys into a table of a
+// bbolt store in saves of 1,000, once in key order and once at random:
+// keys in order (each save's keys after the table's last) fill the pages
+// to about appendFill, where bbolt's default leaves them half full; keys
+// at random keep bbolt's default, whose splits leave the pages about 0.7
+// full (at appendFill a random key splits a page that is nine tenths
+// full, and such a table ends about a third full).
+func TestBoltTablesFillAppendedPages(t *testing.T) {
+	be := backend{name: Bolt, open: OpenBolt}
+	const n, per = 20_000, 1_000
+	for _, tc := range []struct {
+		order   string
+		atLeast float64
+		atMost  float64
+	}{
+		{"in order", 0.8, 1},
+		{"at random", 0.6, 0.8},
+	} {
+		t.Run(tc.order, func(t *testing.T) {
+			dir := t.TempDir()
+			s := mustOpen(t, be, dir, testOpts())
+			ids := make([]int, n)
+			for i := range ids {
+				ids[i] = i
+			}
+			if tc.order == "at random" {
+				rand.New(rand.NewPCG(1, 2)).Shuffle(n, func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+			}
+			for s0 := 0; s0 < n; s0 += per {
+				if _, err := s.Apply(t.Context(), del("f", 1, s0/per+1), func(tx *Tx) error {
+					for _, id := range ids[s0 : s0+per] {
+						if err := tx.Bucket("balances").PutInt64(fmt.Appendf(nil, "account-%08d", id), int64(id)); err != nil {
+							return err
+						}
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Flush(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if fill := leafFill(t, dir, dataPrefix("", "balances")); fill < tc.atLeast || fill > tc.atMost {
+				t.Fatalf("keys written %s fill the table's leaf pages to %.2f, want %.2f to %.2f", tc.order, fill, tc.atLeast, tc.atMost)
+			}
+		})
+	}
+}
