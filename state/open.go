@@ -121,6 +121,16 @@ type Options struct {
 	// serve every read from memory: about 350 bytes a key of 20 bytes with
 	// a value of 8, plus 128 MiB for bbolt's commit (Pebble, whose block
 	// cache takes half: about 700 bytes a key).
+	//
+	// Go's collector lets the whole heap grow to twice what is live
+	// before it collects (GOGC=100), so a process's peak is more than
+	// its live memory: a program that must stay under a ceiling sets the
+	// runtime's soft memory limit (GOMEMLIMIT, or runtime/debug's
+	// SetMemoryLimit) a little under it, as examples/ledger's run does
+	// (64 MiB plus CacheSize, less 8 MiB). Measured on a bbolt store of
+	// 10,000,000 keys, 100,000 lines of random keys at the default budget
+	// (2026-12-06, 3 runs each): peak anonymous memory 92 to 123 MiB
+	// without the limit, 83 MiB with it, in the same time.
 	CacheSize int64
 
 	// VerifyMaxBytes is the largest bbolt file checked before Open

@@ -45,6 +45,7 @@ Run "ledger COMMAND -h" for a command's flags.
 `
 
 func main() {
+	standalone = true
 	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -385,6 +385,9 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 	if err != nil {
 		return exitFailed, err
 	}
+	if pg == nil && standalone {
+		setMemoryLimit(o.CacheSize, logger)
+	}
 	if pg != nil {
 		defer pg.close()
 		spec = pg.spec()

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"testing"
+)
+
+// TestRunSetsMemoryLimit runs ledger run as a user does, with the runtime's
+// memory limit logged: the default budget sets 64 + 32 - 8 MiB, a budget of
+// 128 MiB 184 MiB; a run without a budget sets none, and GOMEMLIMIT is
+// kept.
+func TestRunSetsMemoryLimit(t *testing.T) {
+	exe := ledgerExe(t)
+	dir := t.TempDir()
+	input := filepath.Join(dir, "in.csv")
+	if err := os.WriteFile(input, []byte("1,alice,10\n2,bob,-3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		name string
+		args []string
+		env  string
+		want string
+	}{
+		{"default budget", nil, "", `memory limit set.* limit_bytes=92274688 cache_budget_bytes=33554432`},
+		{"a budget of 128 MiB", []string{"--cache-size", "134217728"}, "", `memory limit set.* limit_bytes=192937984 cache_budget_bytes=134217728`},
+		{"no budget", []string{"--cache-size", "-1"}, "", `no memory limit set: the run has no cache budget`},
+		{"GOMEMLIMIT", nil, "GOMEMLIMIT=200MiB", `memory limit: GOMEMLIMIT's kept.* GOMEMLIMIT=200MiB ceiling_bytes=100663296`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := filepath.Join(dir, "data", string(rune('a'+i)))
+			cmd := exec.Command(exe, append([]string{"run", "--input", input, "--data", data, "--pointer-dir", data, "--progress", "none", "--log-level", "info"}, tc.args...)...)
+			cmd.Env = os.Environ()
+			if tc.env != "" {
+				cmd.Env = append(cmd.Env, tc.env)
+			}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("ledger run: %v\n%s", err, stderr.String())
+			}
+			if !regexp.MustCompile(tc.want).Match(stderr.Bytes()) {
+				t.Fatalf("ledger run's log has no line matching %q:\n%s", tc.want, stderr.String())
+			}
+		})
+	}
+}
+
+// TestRunInProcessKeepsMemoryLimit runs Main in the test's process: the
+// runtime's memory limit is the process's, and only ledger itself sets it.
+func TestRunInProcessKeepsMemoryLimit(t *testing.T) {
+	dir := t.TempDir()
+	input := filepath.Join(dir, "in.csv")
+	if err := os.WriteFile(input, []byte("1,alice,10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := debug.SetMemoryLimit(-1)
+	var out, errb bytes.Buffer
+	if code := Main([]string{"run", "--input", input, "--data", filepath.Join(dir, "data"), "--progress", "none"}, &out, &errb); code != exitOK {
+		t.Fatalf("ledger run: exit %d\n%s", code, errb.String())
+	}
+	if after := debug.SetMemoryLimit(-1); after != before {
+		t.Fatalf("the process's memory limit went from %d to %d in a run of Main", before, after)
+	}
+	if before != math.MaxInt64 && os.Getenv("GOMEMLIMIT") == "" {
+		t.Logf("the test process has a memory limit of %d", before)
+	}
+}
+
+// TestMemoryCeiling: 64 MiB and the budget; none without a budget.
+func TestMemoryCeiling(t *testing.T) {
+	for _, tc := range []struct{ cache, want int64 }{
+		{0, 96 << 20},
+		{1 << 30, (64 << 20) + (1 << 30)},
+		{-1, 0},
+	} {
+		if got := memoryCeiling(tc.cache); got != tc.want {
+			t.Errorf("memoryCeiling(%d) = %d, want %d", tc.cache, got, tc.want)
+		}
+	}
+}
