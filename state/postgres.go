@@ -131,6 +131,9 @@ const (
 	sqlGet    = `SELECT v FROM tidemark_kv WHERE store = $1 AND k = $2`
 	sqlScan   = `SELECT k, v FROM tidemark_kv WHERE store = $1 AND k >= $2 ORDER BY k`
 	sqlScanTo = `SELECT k, v FROM tidemark_kv WHERE store = $1 AND k >= $2 AND k < $3 ORDER BY k`
+	// sqlPreloadPage reads a page of the preload (see preloadPage): the
+	// keys after $2, output chunks aside, in key order.
+	sqlPreloadPage = `SELECT k, v FROM tidemark_kv WHERE store = $1 AND k > $2 AND (k < $3 OR k >= $4) ORDER BY k LIMIT $5`
 	// The take-over: a store whose lease ran out (or was released) gets
 	// this owner and the next token.
 	sqlCreateOwner = `INSERT INTO tidemark_owner (store, token, commits, owner, lease_until) VALUES ($1, 0, 0, '', '-infinity')
@@ -758,8 +761,20 @@ func (e *pgEngine) preload(ctx context.Context) (fit bool, err error) {
 func (e *pgEngine) preloadPage(ctx context.Context, after *[]byte, limit int, n *int) (page int, full bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	rows, err := e.pool.Query(ctx, `SELECT k, v FROM tidemark_kv WHERE store = $1 AND k > $2 AND (k < $3 OR k >= $4) ORDER BY k LIMIT $5`,
-		e.store, *after, []byte{tagOutputData}, []byte{tagOutputData + 1}, limit)
+	tx, err := e.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return 0, false, fmt.Errorf("open postgres store %q: load its keys: %w", e.store, err)
+	}
+	// Read only: the rollback at the end is its end. Once the preload is
+	// stopped (ctx cancelled), the rollback does not wait: the pool drops
+	// the connection.
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, q := range pgPreloadSettings {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return 0, false, fmt.Errorf("open postgres store %q: load its keys: %s: %w", e.store, q, err)
+		}
+	}
+	rows, err := tx.Query(ctx, sqlPreloadPage, e.store, *after, []byte{tagOutputData}, []byte{tagOutputData + 1}, limit)
 	if err != nil {
 		return 0, false, fmt.Errorf("open postgres store %q: load its keys: %w", e.store, err)
 	}
@@ -993,3 +1008,14 @@ func (c *pgCache) trim() {
 	}
 	c.m = m
 }
+
+// pgPreloadSettings are set in the transaction of each page of the
+// preload, before its query: no bitmap scan. A table the server has no
+// statistics of yet (a new store's, until autovacuum analyzes it) is
+// guessed to hold a few hundred rows of the store, and the server then
+// reads every key of the store after the page's first through a bitmap of
+// the index and sorts them, for each page: 54 ms a page of 10,000 at
+// 100,000 keys (0.2 s for the preload), where a walk of the primary key's
+// index in order takes 3 ms and stops at the page's limit
+// (TestPostgresPreloadPageReadsItsPage).
+var pgPreloadSettings = []string{`SET LOCAL enable_bitmapscan = off`}
