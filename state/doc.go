@@ -509,7 +509,11 @@
 // A batch is one transaction, sent in one round trip: the fence, an
 // insert of the keys the store knows are new (its read cache holds every
 // key, see Reads) and an upsert of the others (each unnest of two arrays,
-// the keys in order), a delete, COMMIT. Sessions run with synchronous_commit on. A commit whose outcome
+// the keys in order), a delete, COMMIT. Sessions run with synchronous_commit on,
+// and without bitmap scans (enable_bitmapscan off, unless the DSN sets it):
+// the store's pages of keys in order walk the primary key's index and stop
+// at their limit, where on a table without statistics yet the server read
+// and sorted every key after the page's first. A commit whose outcome
 // is not known (the connection lost before COMMIT's reply) is a failed
 // commit: the store fails as after a disk error, the process restarts,
 // and reloads what the database holds.

@@ -208,6 +208,18 @@ func parsePostgres(dsn, store string) (*pgConfig, error) {
 	if _, ok := rp["idle_in_transaction_session_timeout"]; !ok {
 		rp["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.lease.Milliseconds(), 10)
 	}
+	// The store's reads walk the primary key's index (store, k): a page of
+	// keys in order (the preload's, a cursor's) stops at its limit. With
+	// bitmap scans the server, on a table it has no statistics of yet (a
+	// new store's, until autovacuum analyzes it), guesses a few rows and
+	// reads every key of the store after the page's first through a
+	// bitmap of the index, then sorts them, for each page: 54 ms a page of
+	// 10,000 at 100,000 keys where the walk takes 3 ms, a preload of 0.2 s,
+	// and a quadratic one at 10,000,000 keys
+	// (TestPostgresPagesWalkTheIndex).
+	if _, ok := rp["enable_bitmapscan"]; !ok {
+		rp["enable_bitmapscan"] = "off"
+	}
 	if _, ok := rp["application_name"]; !ok {
 		rp["application_name"] = "tidemark store " + cfg.store
 	}
@@ -761,20 +773,7 @@ func (e *pgEngine) preload(ctx context.Context) (fit bool, err error) {
 func (e *pgEngine) preloadPage(ctx context.Context, after *[]byte, limit int, n *int) (page int, full bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	tx, err := e.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return 0, false, fmt.Errorf("open postgres store %q: load its keys: %w", e.store, err)
-	}
-	// Read only: the rollback at the end is its end. Once the preload is
-	// stopped (ctx cancelled), the rollback does not wait: the pool drops
-	// the connection.
-	defer func() { _ = tx.Rollback(ctx) }()
-	for _, q := range pgPreloadSettings {
-		if _, err := tx.Exec(ctx, q); err != nil {
-			return 0, false, fmt.Errorf("open postgres store %q: load its keys: %s: %w", e.store, q, err)
-		}
-	}
-	rows, err := tx.Query(ctx, sqlPreloadPage, e.store, *after, []byte{tagOutputData}, []byte{tagOutputData + 1}, limit)
+	rows, err := e.pool.Query(ctx, sqlPreloadPage, e.store, *after, []byte{tagOutputData}, []byte{tagOutputData + 1}, limit)
 	if err != nil {
 		return 0, false, fmt.Errorf("open postgres store %q: load its keys: %w", e.store, err)
 	}
@@ -1008,14 +1007,3 @@ func (c *pgCache) trim() {
 	}
 	c.m = m
 }
-
-// pgPreloadSettings are set in the transaction of each page of the
-// preload, before its query: no bitmap scan. A table the server has no
-// statistics of yet (a new store's, until autovacuum analyzes it) is
-// guessed to hold a few hundred rows of the store, and the server then
-// reads every key of the store after the page's first through a bitmap of
-// the index and sorts them, for each page: 54 ms a page of 10,000 at
-// 100,000 keys (0.2 s for the preload), where a walk of the primary key's
-// index in order takes 3 ms and stops at the page's limit
-// (TestPostgresPreloadPageReadsItsPage).
-var pgPreloadSettings = []string{`SET LOCAL enable_bitmapscan = off`}

@@ -231,49 +231,56 @@ func TestPgCacheMemory(t *testing.T) {
 	}
 }
 
-// TestPostgresPreloadPageReadsItsPage holds the plan of a page of the
-// preload in a table the server has no statistics of yet (a new store's,
-// before autovacuum analyzed it): the server guesses a few hundred rows,
-// and would read every key of the store after the page's first and sort
-// them for each page of 10,000 (54 ms a page at 100,000 keys, where the
-// page itself takes 3 ms). The preload's page must walk the primary key's
-// index in order and stop at its limit.
-func TestPostgresPreloadPageReadsItsPage(t *testing.T) {
+// TestPostgresPagesWalkTheIndex holds the plans of the store's pages of
+// keys in order, the preload's and a cursor's, on a table the server has
+// no statistics of yet (a new store's, before autovacuum analyzed it),
+// through the store's own connections: the server guesses a few rows, and
+// with bitmap scans it would read every key of the store after the page's
+// first and sort them for each page (54 ms a page of 10,000 at 100,000
+// keys, where the page itself takes 3 ms). Each page must walk the primary
+// key's index in order and stop at its limit.
+func TestPostgresPagesWalkTheIndex(t *testing.T) {
 	dir := t.TempDir()
 	pgPreloadStore(t, dir, 30_000)
-	conn := pgConn(t, dir)
+	s, err := Open(pgSpec(t, dir), &Options{Logger: quietLogger(), Unbound: true, BatchInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e := pgEngineOf(s)
 	ctx := context.Background()
-	var store string
-	if err := conn.QueryRow(ctx, `SELECT store FROM tidemark_kv LIMIT 1`).Scan(&store); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	for _, q := range pgPreloadSettings {
-		if _, err := tx.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	rows, err := tx.Query(ctx, "EXPLAIN "+sqlPreloadPage, store, []byte{}, []byte{tagOutputData}, []byte{tagOutputData + 1}, pgPreloadPage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
+	// A page of the most keys of a cursor without an upper bound, past
+	// the first key of table "b". (With both bounds the server guesses
+	// one row, and walks the index.)
+	pfx := dataPrefix("", "b")
+	cursor := &pager{lo: pfx, want: maxPage, started: true, last: pfx}
+	cursorSQL, cursorArgs := e.pageQuery(cursor)
+	for _, q := range []struct {
+		what string
+		sql  string
+		args []any
+	}{
+		{"a page of a cursor", cursorSQL, cursorArgs},
+		{"a page of the preload", sqlPreloadPage, []any{e.store, []byte{}, []byte{tagOutputData}, []byte{tagOutputData + 1}, pgPreloadPage}},
+	} {
+		rows, err := e.pool.Query(ctx, "EXPLAIN "+q.sql, q.args...)
+		if err != nil {
 			t.Fatal(err)
 		}
-		plan = append(plan, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Join(plan, "\n")
-	if !strings.Contains(text, "Index Scan using tidemark_kv_pkey") || strings.Contains(text, "Sort") || strings.Contains(text, "Bitmap") {
-		t.Fatalf("a page of the preload, on a table without statistics, is planned as\n%s\nwant an index scan of the primary key, without a sort", text)
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(plan, "\n")
+		if !strings.Contains(text, "Index Scan using tidemark_kv_pkey") || strings.Contains(text, "Sort") || strings.Contains(text, "Bitmap") {
+			t.Fatalf("%s, on a table without statistics, is planned as\n%s\nwant an index scan of the primary key, without a sort", q.what, text)
+		}
 	}
 }

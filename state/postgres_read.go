@@ -37,6 +37,31 @@ func (e *pgEngine) cursor(lo, hi []byte, reverse bool) cursor {
 
 // fillPage reads the page of p that follows its last key.
 func (e *pgEngine) fillPage(ctx context.Context, q pgQuerier, p *pager) error {
+	sql, args := e.pageQuery(p)
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return fmt.Errorf("postgres store %q: read keys: %w", e.store, err)
+	}
+	defer rows.Close()
+	n, full := 0, false
+	for rows.Next() {
+		raw := rows.RawValues()
+		n++
+		if full = p.add(raw[0], raw[1]); full {
+			break
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("postgres store %q: read keys: %w", e.store, err)
+	}
+	// A page shorter than asked for is the last.
+	p.end = !full && n < p.want
+	return nil
+}
+
+// pageQuery returns the query of the page of p that follows its last key,
+// and its arguments.
+func (e *pgEngine) pageQuery(p *pager) (string, []any) {
 	sql := `SELECT k, v FROM tidemark_kv WHERE store = $1`
 	args := []any{e.store}
 	lo := p.lo
@@ -68,25 +93,7 @@ func (e *pgEngine) fillPage(ctx context.Context, q pgQuerier, p *pager) error {
 		sql += " ORDER BY k"
 	}
 	sql += fmt.Sprintf(" LIMIT %d", p.want)
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return fmt.Errorf("postgres store %q: read keys: %w", e.store, err)
-	}
-	defer rows.Close()
-	n, full := 0, false
-	for rows.Next() {
-		raw := rows.RawValues()
-		n++
-		if full = p.add(raw[0], raw[1]); full {
-			break
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("postgres store %q: read keys: %w", e.store, err)
-	}
-	// A page shorter than asked for is the last.
-	p.end = !full && n < p.want
-	return nil
+	return sql, args
 }
 
 // pgSnap is a snapshot of a PostgreSQL store: a REPEATABLE READ, READ
