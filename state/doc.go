@@ -376,7 +376,15 @@
 // the CPU a line, and 57 MiB; with a 64 MiB budget 8.5 s and 91 MiB; with
 // 128 MiB 7.1 s (1.12) and 148 MiB: each within 64 MiB and its budget. A
 // larger budget buys throughput with memory. 1,000,000 new accounts in
-// order cost the same CPU with and without the cut.
+// order cost the same CPU with and without the cut. A commit whose keys of
+// a table all sort at or after the table's last key (keys added in order:
+// ids, times, a first load of sorted balances) fills the table's new pages
+// to nine tenths, where bbolt's default leaves them half full; keys added
+// at random keep the default, under which a page splits in halves. A
+// table of 100,000 accounts loaded in order takes 1,205 leaf pages instead
+// of 2,173, small enough for the commit's share of the default budget to
+// hold it whole: 20,000 lines of random accounts then take 3 saves instead
+// of 10, and 0.12 s instead of 0.22 s.
 //
 // Sync ([Options.Sync]). Each Apply is one durable transaction, committed
 // before Apply returns. A crash loses nothing that Apply returned. It is
