@@ -94,6 +94,12 @@ type valueCache struct {
 	// from bbolt or Pebble, the larger part of a short run's reads at
 	// 10,000 accounts. Once cleared it stays so until the store reopens.
 	complete bool
+	// loading is set while the preload (core.preload) puts the backend's
+	// keys in. lost is set when, meanwhile, an entry was dropped (evict)
+	// or refused, or the cache was told it is not complete (a failed
+	// commit): the preload stops at its next key, since a key dropped may
+	// hold a value newer than the one the preload read of it.
+	loading, lost bool
 }
 
 // cachedValue is a durable value, or the absence of its key (ok false).
@@ -137,6 +143,51 @@ func (vc *valueCache) lookup(key []byte) (v cachedValue, ok, complete bool) {
 func (vc *valueCache) setComplete(complete bool) {
 	vc.mu.Lock()
 	vc.complete = complete
+	if !complete && vc.loading {
+		vc.lost = true
+	}
+	vc.mu.Unlock()
+}
+
+// startLoading begins a preload (see core.preload).
+func (vc *valueCache) startLoading() {
+	vc.mu.Lock()
+	vc.loading, vc.lost = true, false
+	vc.mu.Unlock()
+}
+
+// load puts the value val of key that the preload read, unless the cache
+// holds the key: a fold or a read of the backend put it there, with a
+// value at least as new as the preload's. It reports whether the preload
+// goes on: not once an entry was dropped or refused since it began (see
+// lost), nor when the cache has no room for this one (nothing is dropped
+// for the preload).
+func (vc *valueCache) load(key, val []byte) bool {
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	if vc.lost {
+		return false
+	}
+	if _, had := vc.m[string(key)]; had {
+		return true
+	}
+	n := int64(len(key) + len(val) + cacheEntryOverhead)
+	if n > vc.budget/8 || vc.size+n > vc.budget {
+		return false
+	}
+	vc.insert(key, val, true, n)
+	return true
+}
+
+// endLoading ends a preload: the cache holds every data key of the
+// backend if the preload read them all (fit) and no entry was dropped or
+// refused meanwhile.
+func (vc *valueCache) endLoading(fit bool) {
+	vc.mu.Lock()
+	if fit && !vc.lost {
+		vc.complete = true
+	}
+	vc.loading = false
 	vc.mu.Unlock()
 }
 
@@ -164,11 +215,18 @@ func (vc *valueCache) set(key, val []byte, ok bool) {
 		// One entry never takes a large part of the budget; the key is
 		// not held, so the cache no longer holds every key.
 		vc.complete = false
+		vc.lost = vc.lost || vc.loading
 		return
 	}
 	if vc.size+n > vc.budget {
 		vc.evict(vc.budget - vc.budget/4 - n)
 	}
+	vc.insert(key, val, ok, n)
+}
+
+// insert adds key, absent from the cache, with its value (or its absence:
+// ok false), which take n bytes of the budget. vc.mu held.
+func (vc *valueCache) insert(key, val []byte, ok bool, n int64) {
 	// One allocation for the key and the value.
 	buf := make([]byte, len(key)+len(val))
 	copy(buf, key)
@@ -187,6 +245,7 @@ func (vc *valueCache) set(key, val []byte, ok bool) {
 // are): the old map, with the room of the dropped entries, is let go.
 func (vc *valueCache) evict(target int64) {
 	vc.complete = false
+	vc.lost = vc.lost || vc.loading
 	keep := len(vc.m)
 	if vc.size > 0 {
 		keep = int(int64(len(vc.m)) * max(target, 0) / vc.size)

@@ -343,7 +343,18 @@
 // never serves a value older than the backend's. A bbolt or Pebble store
 // that held no data when it opened knows every key it holds while its cache
 // has dropped none: a key new to it (an account's first line in a new
-// ledger) is known to be absent without a read of the backend.
+// ledger) is known to be absent without a read of the backend. One that
+// held data reads its keys into the cache after the open, in key order, on
+// a goroutine of its own, until the cache has no room for the next (the
+// open does not wait; meanwhile a key the cache does not hold is read from
+// the backend): with a budget that holds them all, the cache then knows
+// every key again, and no read goes to the backend. A value the preload
+// read is never put over one a commit folded in or a read put there, and
+// the preload stops once the cache dropped an entry. Measured: 1,000,000
+// lines into a Pebble store of 1,000,000 accounts with a budget for every
+// balance, 7.1 to 7.6 s against 8.2 to 8.7 s without it (the preload took
+// about 2 s of the run); a run of 300,000 lines, as long as the preload,
+// gains nothing.
 // [Options].CacheSize is its budget (default
 // [DefaultCacheSize], 32 MiB; about 350 bytes a key of 20 bytes with an
 // int64, plus bbolt's commit share, or 700 with Pebble); above it, random

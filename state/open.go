@@ -223,6 +223,12 @@ type hooks struct {
 	// boltCheckBegun runs in a check of a bbolt file once its read
 	// transaction began, before it reads the meta page of it.
 	boltCheckBegun func()
+	// preloadKey runs in the preload of a bbolt or Pebble store's value
+	// cache once it read its n-th key, before it puts it in the cache
+	// (core.preloadKeys).
+	preloadKey func(n int)
+	// preloadChunk, when positive, replaces preloadChunk.
+	preloadChunk int
 	// pgPreloadRow runs in the preload of a PostgreSQL store's read cache
 	// after its n-th row (pgEngine.preload).
 	pgPreloadRow func(n int)

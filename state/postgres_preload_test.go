@@ -15,20 +15,7 @@ import (
 // bucket "b", key i holding i, and closes it.
 func pgPreloadStore(t *testing.T, dir string, keys int) {
 	t.Helper()
-	s := mustOpen(t, backends()[2], dir, &Options{Unbound: true, BatchInterval: time.Hour})
-	if _, err := s.Apply(context.Background(), del("f", 1, 1), func(tx *Tx) error {
-		for i := range keys {
-			if err := tx.Bucket("b").PutInt64(fmt.Appendf(nil, "key-%04d", i), int64(i)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	preloadStore(t, backends()[2], dir, keys)
 }
 
 // openHeld opens the PostgreSQL store of dir with the DSN parameters

@@ -559,6 +559,12 @@ type core struct {
 	// in beforeApply for the batch before the staging one to commit: the
 	// committer cuts the staging batch for it (see commit).
 	parked bool
+
+	// preloading is set by an open that found data keys in a bbolt or
+	// Pebble store with a value cache: newCore starts the preload, and
+	// preloaded is closed once it ended (see core.preload).
+	preloading bool
+	preloaded  chan struct{}
 }
 
 func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, error) {
@@ -600,6 +606,11 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 		return nil, err
 	}
 	go c.committer()
+	if c.preloading {
+		c.preloaded = make(chan struct{})
+		c.vc.startLoading()
+		go c.preload()
+	}
 	return c, nil
 }
 
@@ -775,8 +786,90 @@ func (c *core) knowEmpty() error {
 		c.vc.setComplete(true)
 	case !errors.Is(err, errFound):
 		return fmt.Errorf("open store %s: look for data: %w", c.dir, err)
+	default:
+		c.preloading = true
 	}
 	return nil
+}
+
+// preloadChunk is the most keys the preload reads with one cursor: a
+// Pebble iterator holds the memtables and tables it began with until it
+// is closed, and a new one every chunk lets them go.
+const preloadChunk = 10_000
+
+// preload reads the data keys of a bbolt or Pebble store into its value
+// cache, in key order, on a goroutine of its own that the open starts
+// and close stops, until the cache has no room for the next one: once it
+// holds them all, it is complete (see valueCache.complete) and no read of
+// the store goes to the backend. The open does not wait for it: until it
+// ends, a read the cache does not answer goes to the backend, as with a
+// cache too small for the store. A program that loads every balance into
+// a map before its first line pays that load at its start; a store whose
+// budget holds its keys (state.Options.CacheSize) reads them while its
+// first lines apply.
+//
+// The values read are durable ones, as a read of the backend's are. A key
+// the cache holds already is not put (a fold of a committed batch, or a
+// read of the backend, put a value at least as new), and the preload
+// stops once the cache dropped or refused an entry (valueCache.lost): that
+// entry may hold a value newer than the one the preload read. A batch
+// committed and not yet folded is looked in before the cache, as for any
+// read (see Tx.getOlder).
+func (c *core) preload() {
+	defer close(c.preloaded)
+	start := time.Now()
+	fit, n, err := c.preloadKeys()
+	c.vc.endLoading(fit && err == nil)
+	switch {
+	case err != nil:
+		c.log.Warn("state: reading the store's keys into the value cache failed; reads the cache does not answer go to the backend", "store", c.dir, "backend", c.kind, "keys", n, "err", err)
+	case fit:
+		c.log.Info("state: the value cache holds every key of the store", "store", c.dir, "backend", c.kind, "keys", n, "took", time.Since(start))
+	default:
+		c.log.Info("state: the value cache holds part of the store's keys (its budget is full, or the store closed); the others are read from the backend", "store", c.dir, "backend", c.kind, "keys", n, "took", time.Since(start))
+	}
+}
+
+// preloadKeys reads the data keys into the value cache (see preload): fit
+// reports that it read them all; n counts those read.
+func (c *core) preloadKeys() (fit bool, n int, err error) {
+	lo, hi := []byte{tagData}, []byte{tagData + 1}
+	chunk, h := preloadChunk, c.opts.hooks
+	if h != nil && h.preloadChunk > 0 {
+		chunk = h.preloadChunk
+	}
+	for {
+		cur := c.eng.cursor(lo, hi, false)
+		k := 0
+		for cur.next() {
+			if k%256 == 0 {
+				select {
+				case <-c.stop:
+					return false, n, cur.close()
+				default:
+				}
+			}
+			if h != nil && h.preloadKey != nil {
+				h.preloadKey(n + 1)
+			}
+			if !c.vc.load(cur.key(), cur.value()) {
+				return false, n, cur.close()
+			}
+			k++
+			n++
+			if k == chunk {
+				// The next chunk starts right after this key.
+				lo = append(append(lo[:0:0], cur.key()...), 0)
+				break
+			}
+		}
+		if err := cur.close(); err != nil {
+			return false, n, fmt.Errorf("read %s store %s into its value cache: %w", c.kind, c.dir, err)
+		}
+		if k < chunk {
+			return true, n, nil
+		}
+	}
 }
 
 // full reports whether b is as big as a batch gets: BatchSize deliveries,
@@ -1926,6 +2019,9 @@ func (c *core) close() error {
 		c.mu.Unlock()
 		close(c.stop)
 		<-c.stopped
+		if c.preloaded != nil {
+			<-c.preloaded // it reads the backend until it sees c.stop
+		}
 		c.snapMu.Lock() // the snapshots and backups running end first
 		defer c.snapMu.Unlock()
 		c.closeErr = errors.Join(ferr, c.closeOutputs(clean), c.eng.close(), c.lock.release())
