@@ -565,6 +565,10 @@ type core struct {
 	// preloaded is closed once it ended (see core.preload).
 	preloading bool
 	preloaded  chan struct{}
+	// preloadStop, closed once by stopPreload, ends the preload before
+	// the store closes.
+	preloadStop     chan struct{}
+	preloadStopOnce sync.Once
 }
 
 func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, error) {
@@ -607,7 +611,7 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 	}
 	go c.committer()
 	if c.preloading {
-		c.preloaded = make(chan struct{})
+		c.preloaded, c.preloadStop = make(chan struct{}), make(chan struct{})
 		c.vc.startLoading()
 		go c.preload()
 	}
@@ -830,6 +834,18 @@ func (c *core) preload() {
 	}
 }
 
+// stopPreload ends the preload, if one runs, and waits for it: Upgrade
+// calls it before it rewrites the backend's keys and values behind the
+// store's commits (the preload would read them half moved, or with
+// checksums it does not expect yet).
+func (c *core) stopPreload() {
+	if c.preloaded == nil {
+		return
+	}
+	c.preloadStopOnce.Do(func() { close(c.preloadStop) })
+	<-c.preloaded
+}
+
 // preloadKeys reads the data keys into the value cache (see preload): fit
 // reports that it read them all; n counts those read.
 func (c *core) preloadKeys() (fit bool, n int, err error) {
@@ -845,6 +861,8 @@ func (c *core) preloadKeys() (fit bool, n int, err error) {
 			if k%256 == 0 {
 				select {
 				case <-c.stop:
+					return false, n, cur.close()
+				case <-c.preloadStop:
 					return false, n, cur.close()
 				default:
 				}
@@ -2019,9 +2037,7 @@ func (c *core) close() error {
 		c.mu.Unlock()
 		close(c.stop)
 		<-c.stopped
-		if c.preloaded != nil {
-			<-c.preloaded // it reads the backend until it sees c.stop
-		}
+		c.stopPreload() // it reads the backend until it sees c.stop
 		c.snapMu.Lock() // the snapshots and backups running end first
 		defer c.snapMu.Unlock()
 		c.closeErr = errors.Join(ferr, c.closeOutputs(clean), c.eng.close(), c.lock.release())

@@ -129,6 +129,7 @@ func Upgrade(config string, opts *Options) (upgraded bool, err error) {
 	if sums.sums && !move {
 		return false, nil
 	}
+	c.stopPreload()
 	if err := c.checkedFully(); err != nil {
 		return false, err
 	}
