@@ -156,6 +156,7 @@ func TestFormat2StoreBecomesFormat3(t *testing.T) {
 			t.Fatalf("a commit without output records made the format record %q", v)
 		}
 		// The first record with a tail: format 3 in the same commit.
+		s.(*nsStore).c.stopPreload() // it reads through the engine swapped below
 		sums := s.(*nsStore).c.eng.(*sumEngine)
 		rec := &recorder{engine: sums.engine}
 		sums.engine = rec
@@ -258,6 +259,7 @@ func TestFormat3RecordedOnlyWithItsRecord(t *testing.T) {
 	forEachLocalBackend(t, func(t *testing.T, be backend) {
 		dir := t.TempDir()
 		s := openFormat2(t, be, dir, false)
+		s.(*nsStore).c.stopPreload() // it reads through the engine swapped below
 		sums := s.(*nsStore).c.eng.(*sumEngine)
 		fe := &commitFailEngine{engine: sums.engine, fail: true}
 		sums.engine = fe

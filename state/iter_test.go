@@ -456,6 +456,7 @@ func TestIterationErrorsFailTheTransaction(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := s.(*nsStore).c
+		c.stopPreload() // it reads through the engine swapped below
 		eng := c.eng
 		c.eng = &failingEngine{engine: eng, after: 3}
 		defer func() { c.eng = eng }()

@@ -43,6 +43,7 @@ func TestBatchWritesOnlyChangedKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := s.(*nsStore).c
+		c.stopPreload() // it reads through the engine swapped below
 		rec := &recorder{engine: c.eng}
 		c.eng = rec
 		for i := 0; i < 100; i++ { // 100 deliveries touching 3 keys
