@@ -406,19 +406,14 @@ func TestBoltTablesFillAppendedPages(t *testing.T) {
 				rand.New(rand.NewPCG(1, 2)).Shuffle(n, func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 			}
 			for s0 := 0; s0 < n; s0 += per {
-				if _, err := s.Apply(t.Context(), del("f", 1, s0/per+1), func(tx *Tx) error {
+				applyFlush(t, s, del("f", 1, s0/per+1), func(tx *Tx) error {
 					for _, id := range ids[s0 : s0+per] {
 						if err := tx.Bucket("balances").PutInt64(fmt.Appendf(nil, "account-%08d", id), int64(id)); err != nil {
 							return err
 						}
 					}
 					return nil
-				}); err != nil {
-					t.Fatal(err)
-				}
-				if err := s.Flush(t.Context()); err != nil {
-					t.Fatal(err)
-				}
+				})
 			}
 			if err := s.Close(); err != nil {
 				t.Fatal(err)

@@ -20,19 +20,14 @@ func makeDamageStore(t *testing.T, dir string) {
 	t.Helper()
 	s := mustOpen(t, backend{name: Bolt, open: OpenBolt}, dir, testOpts())
 	for n := 1; n <= 2; n++ {
-		if _, err := s.Apply(t.Context(), del("f", 1, n), func(tx *Tx) error {
+		applyFlush(t, s, del("f", 1, n), func(tx *Tx) error {
 			for i := range boltDamageKeys {
 				if _, err := tx.Bucket("acct").AddInt64(fmt.Appendf(nil, "account-%05d", i), 1); err != nil {
 					return err
 				}
 			}
 			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Flush(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		})
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

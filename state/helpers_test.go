@@ -137,6 +137,18 @@ func del(feed string, epoch uint64, n int) tidemark.Delivery {
 	return tidemark.Delivery{Feed: feed, Epoch: epoch, Position: int64(n) * lineLen, Seq: uint64(n)}
 }
 
+// applyFlush applies the line of d with fn to s and makes it durable
+// (Flush), failing t on an error of either.
+func applyFlush(t testing.TB, s Store, d tidemark.Delivery, fn func(tx *Tx) error) {
+	t.Helper()
+	if _, err := s.Apply(context.Background(), d, fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // applyLine applies line n of feed f: it counts it and adds n to a sum.
 func applyLine(t testing.TB, s Namespace, d tidemark.Delivery) bool {
 	t.Helper()

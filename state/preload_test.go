@@ -127,7 +127,7 @@ func TestPreloadKeepsNewerValues(t *testing.T) {
 					t.Fatal("no preload")
 				}
 				big := bytes.Repeat([]byte{7}, 3<<20) // more than an eighth of the value cache's 16 MiB
-				if _, err := s.Apply(t.Context(), del("f", 1, 2), func(tx *Tx) error {
+				applyFlush(t, s, del("f", 1, 2), func(tx *Tx) error {
 					for _, k := range []string{"key-0499", "key-0100", "key-1500"} {
 						if _, err := tx.Bucket("b").AddInt64([]byte(k), 100_000); err != nil {
 							return err
@@ -145,21 +145,11 @@ func TestPreloadKeepsNewerValues(t *testing.T) {
 						return err
 					}
 					return tx.Bucket("b").PutInt64([]byte("key-9999"), -2)
-				}); err != nil {
-					t.Fatal(err)
-				}
-				if err := s.Flush(t.Context()); err != nil {
-					t.Fatal(err)
-				}
+				})
 				// The next commit waits for the fold of the one before.
-				if _, err := s.Apply(t.Context(), del("f", 1, 3), func(tx *Tx) error {
+				applyFlush(t, s, del("f", 1, 3), func(tx *Tx) error {
 					return tx.Bucket("other").PutInt64([]byte("x"), 1)
-				}); err != nil {
-					t.Fatal(err)
-				}
-				if err := s.Flush(t.Context()); err != nil {
-					t.Fatal(err)
-				}
+				})
 				close(release)
 				select {
 				case <-c.preloaded:
