@@ -42,6 +42,9 @@ type boltEngine struct {
 	// after each commit as the tree grows.
 	commitShare int64
 	keyCap      atomic.Int64
+	// pageCost is the memory the share counts for each page a commit
+	// changes (Options.boltPageCost).
+	pageCost int64
 	// vouched is set once the file passed its check, or was found as the
 	// store left it checked (boltleft.go), and cleared by damage: a clean
 	// close then records how it left the file.
@@ -81,15 +84,6 @@ type batchKeyCapper interface {
 
 func (e *boltEngine) batchKeyCap() *atomic.Int64 { return &e.keyCap }
 
-// boltPageCost is the anonymous memory a bbolt commit takes for each page
-// of the tree it changes: the page's node (an element per key the page
-// holds, read from the mapped page), the buffer the page is written from,
-// and the garbage collector's headroom for both, about twice their live
-// size. Measured: 500,000 lines of random accounts into a store of
-// 1,000,000 (54,000 pages), peak anonymous RSS against the pages a batch
-// changes, at batches of 2,500 and 10,000 lines.
-const boltPageCost = 12 << 10
-
 // boltCommitShareMax bounds the commit's share of a large budget: a batch
 // of DefaultBatchSize random keys changes at most that many pages.
 const boltCommitShareMax = 128 << 20
@@ -101,7 +95,8 @@ func boltCommitShare(cacheSize int64) int64 {
 }
 
 // boltKeyCap returns the most keys a batch may change for its commit to
-// take at most share bytes in a tree of pages pages: k random keys change
+// take at most share bytes in a tree of pages pages, at cost bytes a page
+// changed (Options.boltPageCost): k random keys change
 // about pages*(1-exp(-k/pages)) of them. Keys that are not random (new
 // keys in order, a few hot pages) change fewer: when the last commit wrote
 // written pages for keys keys, the cap is also what that ratio allows,
@@ -109,13 +104,13 @@ func boltCommitShare(cacheSize int64) int64 {
 // the random keys' cap; the first batch after a change to random keys may
 // take more than the share, at most BatchSize lines' worth). No cap
 // (MaxInt64) when the whole tree fits in the share, or without a share.
-func boltKeyCap(share, pages, written, keys int64) int64 {
-	if share <= 0 || pages*boltPageCost <= share {
+func boltKeyCap(share, cost, pages, written, keys int64) int64 {
+	if share <= 0 || pages*cost <= share {
 		return math.MaxInt64
 	}
-	k := int64(-float64(pages) * math.Log1p(-float64(share)/float64(pages*boltPageCost)))
+	k := int64(-float64(pages) * math.Log1p(-float64(share)/float64(pages*cost)))
 	if written > 0 && keys > 0 {
-		k = max(k, int64(float64(share)/boltPageCost*float64(keys)/float64(written)))
+		k = max(k, int64(float64(share)/float64(cost)*float64(keys)/float64(written)))
 	}
 	return max(k, minBatchKeys)
 }
@@ -145,7 +140,7 @@ func (e *boltEngine) updateKeyCap(written, keys int64) {
 	}
 	st := e.db.Stats()
 	pages := e.size()/int64(e.db.Info().PageSize) - int64(st.FreePageN+st.PendingPageN)
-	e.keyCap.Store(boltKeyCap(e.commitShare, pages, e.lastWritten, e.lastKeys))
+	e.keyCap.Store(boltKeyCap(e.commitShare, e.pageCost, pages, e.lastWritten, e.lastKeys))
 }
 
 // guard runs in a deferred call of every method that calls into bbolt,
@@ -251,7 +246,7 @@ func openBolt(dir string, opts *Options) (_ *boltEngine, err error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("open bbolt %s: create bucket: %w", path, err), db.Close())
 	}
-	e := &boltEngine{db: db, dir: dir, path: path, commitShare: boltCommitShare(opts.cacheSize()), logger: opts.logger(), hooks: opts.hooks, verifyMax: opts.verifyMaxBytes()}
+	e := &boltEngine{db: db, dir: dir, path: path, commitShare: boltCommitShare(opts.cacheSize()), pageCost: opts.boltPageCost(), logger: opts.logger(), hooks: opts.hooks, verifyMax: opts.verifyMaxBytes()}
 	e.updateKeyCap(0, 0)
 	return e, nil
 }

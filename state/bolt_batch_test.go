@@ -11,18 +11,19 @@ import (
 // falls as the tree grows, and that k random keys of it change about the
 // share's worth of pages.
 func TestBoltKeyCap(t *testing.T) {
-	const share = 16 << 20
+	withMemoryLimit(t, math.MaxInt64) // no limit: the value cache counts twice
+	const share, cost = 16 << 20, 12 << 10
 	for _, c := range []struct {
 		pages int64
 		want  int64 // 0: about the share's pages, checked below
 	}{
 		{0, math.MaxInt64},
-		{share / boltPageCost, math.MaxInt64},
-		{share/boltPageCost + 1, 0},
+		{share / cost, math.MaxInt64},
+		{share/cost + 1, 0},
 		{54_000, 0},
 		{540_000, 0},
 	} {
-		got := boltKeyCap(share, c.pages, 0, 0)
+		got := boltKeyCap(share, cost, c.pages, 0, 0)
 		if c.want != 0 {
 			if got != c.want {
 				t.Errorf("pages %d: cap %d, want %d", c.pages, got, c.want)
@@ -34,23 +35,23 @@ func TestBoltKeyCap(t *testing.T) {
 			continue
 		}
 		changed := float64(c.pages) * (1 - math.Exp(-float64(got)/float64(c.pages)))
-		if mem := changed * boltPageCost; mem > share*1.001 || mem < share*0.95 && got > minBatchKeys {
+		if mem := changed * cost; mem > share*1.001 || mem < share*0.95 && got > minBatchKeys {
 			t.Errorf("pages %d: cap %d changes about %.0f pages, %.1f MiB, want about the share of %d MiB", c.pages, got, changed, mem/(1<<20), share>>20)
 		}
 	}
-	if got := boltKeyCap(0, 1_000_000, 0, 0); got != math.MaxInt64 {
+	if got := boltKeyCap(0, cost, 1_000_000, 0, 0); got != math.MaxInt64 {
 		t.Errorf("no share: cap %d", got)
 	}
-	if a, b := boltKeyCap(share, 54_000, 0, 0), boltKeyCap(share, 540_000, 0, 0); b > a {
+	if a, b := boltKeyCap(share, cost, 54_000, 0, 0), boltKeyCap(share, cost, 540_000, 0, 0); b > a {
 		t.Errorf("cap at 540,000 pages %d, above the cap at 54,000 pages %d", b, a)
 	}
 	// Keys in order: a commit that wrote a page for 50 keys allows 50
 	// times the keys a page; random keys (a page or more a key) keep the
 	// random keys' cap.
-	if r, o := boltKeyCap(share, 54_000, 0, 0), boltKeyCap(share, 54_000, 200, 10_000); o != int64(share*50/boltPageCost) || o <= r {
-		t.Errorf("cap after a commit of 10,000 keys in 200 pages %d, want %d (random: %d)", o, int64(share*50/boltPageCost), r)
+	if r, o := boltKeyCap(share, cost, 54_000, 0, 0), boltKeyCap(share, cost, 54_000, 200, 10_000); o != int64(share*50/cost) || o <= r {
+		t.Errorf("cap after a commit of 10,000 keys in 200 pages %d, want %d (random: %d)", o, int64(share*50/cost), r)
 	}
-	if r, o := boltKeyCap(share, 54_000, 0, 0), boltKeyCap(share, 54_000, 1100, 1000); o != r {
+	if r, o := boltKeyCap(share, cost, 54_000, 0, 0), boltKeyCap(share, cost, 54_000, 1100, 1000); o != r {
 		t.Errorf("cap after a commit of 1,000 random keys in 1,100 pages %d, want the random keys' cap %d", o, r)
 	}
 	// Half the budget, at most boltCommitShareMax; the value cache the rest.

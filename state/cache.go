@@ -38,10 +38,10 @@ func (o *Options) pebbleBlockCache() int64 {
 	return max(o.cacheSize()/pebbleCacheShare, minPebbleBlockCache)
 }
 
-// valueCacheSize returns the budget of the value cache of a store of kind:
-// half its share of the budget, counted in live bytes, since the Go heap
-// grows to twice its live size between collections (GOGC=100), so that the
-// memory the cache takes stays within its share.
+// valueCacheSize returns the budget of the value cache of a store of kind,
+// counted in live bytes: its share of the budget, halved when the Go heap
+// grows to twice its live size between collections (see heapFactor), so
+// that the memory the cache takes stays within its share.
 func (o *Options) valueCacheSize(kind string) int64 {
 	n := o.cacheSize()
 	if kind == Pebble {
@@ -50,7 +50,7 @@ func (o *Options) valueCacheSize(kind string) int64 {
 	if kind == Bolt {
 		n -= boltCommitShare(n) // the commit's (see boltEngine.keyCap)
 	}
-	return n / 2
+	return n / o.heapFactor(kind)
 }
 
 // valueCache keeps durable values (and the absence of keys) that the store
