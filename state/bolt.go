@@ -120,6 +120,27 @@ func boltKeyCap(share, cost, pages, written, keys int64) int64 {
 // freelist, two syncs) would dwarf the keys'.
 const minBatchKeys = 256
 
+// keyEstimator is a backend that estimates how many keys it holds, for
+// the preload of the value cache to size its map (core.preload).
+type keyEstimator interface {
+	estimateKeys() int64
+}
+
+// boltKeyBytes is the bytes of a page in use that estimateKeys counts a
+// key for: a leaf element (16 bytes) and a key and value of a ledger's
+// table (about 30), in a page about three quarters full.
+const boltKeyBytes = 64
+
+// estimateKeys returns about how many keys the tree holds: its pages in
+// use (the file's less the free ones; branch pages too) at boltKeyBytes a
+// key. It reads no page.
+func (e *boltEngine) estimateKeys() int64 {
+	st := e.db.Stats()
+	ps := int64(e.db.Info().PageSize)
+	pages := e.size()/ps - int64(st.FreePageN+st.PendingPageN)
+	return max(pages, 0) * ps / boltKeyBytes
+}
+
 // pagesWritten is how many pages the database's commits wrote so far.
 func (e *boltEngine) pagesWritten() int64 {
 	st := e.db.Stats()

@@ -354,7 +354,11 @@
 // lines into a Pebble store of 1,000,000 accounts with a budget for every
 // balance, 7.1 to 7.6 s against 8.2 to 8.7 s without it (the preload took
 // about 2 s of the run); a run of 300,000 lines, as long as the preload,
-// gains nothing.
+// gains nothing. The preload first sizes the cache's map for the keys the
+// backend holds (Pebble: the entries its tables' properties count; bbolt:
+// its pages in use, at 64 bytes a key), at most what the budget has room
+// for, so that a million keys go in without the map growing as they come:
+// that run then took 2.47 to 2.61 s against 2.65 to 2.97 s.
 // [Options].CacheSize is its budget (default
 // [DefaultCacheSize], 32 MiB; about 350 bytes a key of 20 bytes with an
 // int64, plus bbolt's commit share, or 700 with Pebble); above it, random

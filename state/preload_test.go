@@ -197,3 +197,66 @@ func shortBytes(b []byte) string {
 	}
 	return fmt.Sprintf("%x... (%d bytes)", b[:16], len(b))
 }
+
+// The preload sizes the value cache's map for the keys the backend holds,
+// as it estimates them, and never for more than the budget has room for.
+func TestPreloadHint(t *testing.T) {
+	for _, c := range []struct{ est, budget, want int64 }{
+		{0, 1 << 20, 0},
+		{-5, 1 << 20, 0},
+		{1000, 1 << 30, 1000},
+		{10_000_000, 16 << 20, (16 << 20) / preloadEntryMin},
+		{1000, 0, 0},
+	} {
+		if got := preloadHint(c.est, c.budget); got != c.want {
+			t.Errorf("estimate %d, budget %d: hint %d, want %d", c.est, c.budget, got, c.want)
+		}
+	}
+}
+
+// Each local backend estimates the keys it holds within a factor of two.
+func TestEstimateKeys(t *testing.T) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
+		dir := t.TempDir()
+		const keys = 20_000
+		preloadStore(t, be, dir, keys)
+		s := mustOpen(t, be, dir, testOpts())
+		c := s.(*nsStore).c
+		if p, ok := c.rawEngine().(*pebbleEngine); ok {
+			// What the open replayed from the WAL is in the memtable,
+			// which the estimate leaves out.
+			if err := p.flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ke, ok := c.rawEngine().(keyEstimator)
+		if !ok {
+			t.Fatalf("the %s engine gives no estimate of its keys", be.name)
+		}
+		est := ke.estimateKeys()
+		t.Logf("%s: estimate %d of %d keys", be.name, est, keys)
+		if est < keys/2 || est > keys*2 {
+			t.Errorf("estimate of %d keys: %d", keys, est)
+		}
+	})
+}
+
+// Presizing the value cache's map keeps what it holds, and counts the
+// same bytes.
+func TestValueCachePresizeKeepsEntries(t *testing.T) {
+	vc := newValueCache(1 << 20)
+	vc.put([]byte("a"), []byte("1"), true)
+	vc.put([]byte("b"), nil, false)
+	size := vc.size
+	vc.startLoading()
+	vc.presize(5000)
+	if v, ok := vc.get([]byte("a")); !ok || !v.ok || string(v.val) != "1" {
+		t.Errorf("a: %+v %v", v, ok)
+	}
+	if v, ok := vc.get([]byte("b")); !ok || v.ok {
+		t.Errorf("b: %+v %v", v, ok)
+	}
+	if vc.size != size || len(vc.m) != 2 {
+		t.Errorf("size %d, %d entries; want %d, 2", vc.size, len(vc.m), size)
+	}
+}

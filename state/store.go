@@ -822,6 +822,9 @@ const preloadChunk = 10_000
 func (c *core) preload() {
 	defer close(c.preloaded)
 	start := time.Now()
+	if ke, ok := c.rawEngine().(keyEstimator); ok {
+		c.vc.presize(preloadHint(ke.estimateKeys(), c.vc.budget))
+	}
 	fit, n, err := c.preloadKeys()
 	c.vc.endLoading(fit && err == nil)
 	switch {
