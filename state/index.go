@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"hash/maphash"
@@ -206,18 +207,53 @@ func (o *writeOrder) sort(ws []write) {
 	if len(ws) < 2 {
 		return
 	}
-	rk := o.rk[:0]
-	for i := range ws {
-		rk = append(rk, keyRank{i: int32(i)})
-	}
-	o.rank(ws, rk, 0)
+	rk := o.ranks(ws)
 	// The writes move once, to the order of their ranks.
 	o.tmp = append(o.tmp[:0], ws...)
 	for j, r := range rk {
 		ws[j] = o.tmp[r.i]
 	}
 	clear(o.tmp) // they hold the batch's keys and values
-	o.rk, o.tmp = rk, o.tmp[:0]
+	o.tmp = o.tmp[:0]
+}
+
+// order returns the indexes of ws in the order of their keys, which are
+// distinct, and leaves ws as it is.
+func (o *writeOrder) order(ws []write) []int32 {
+	perm := make([]int32, len(ws))
+	for j, r := range o.ranks(ws) {
+		perm[j] = r.i
+	}
+	return perm
+}
+
+// ranks returns the ranks of ws sorted by key (o.rk, until the next use).
+func (o *writeOrder) ranks(ws []write) []keyRank {
+	rk := o.rk[:0]
+	for i := range ws {
+		rk = append(rk, keyRank{i: int32(i)})
+	}
+	o.rank(ws, rk, 0)
+	o.rk = rk
+	return rk
+}
+
+// mergeWrites returns the writes of ws, in key order, and those of the
+// entries ents in the order perm gives (key order), with their values as
+// they are now, as one new list in key order; the keys of the two are
+// distinct.
+func mergeWrites(ws []write, ents []*entry, perm []int32) []write {
+	out := make([]write, 0, len(ws)+len(perm))
+	i := 0
+	for _, p := range perm {
+		e := ents[p]
+		for i < len(ws) && bytes.Compare(ws[i].key, e.key) < 0 {
+			out = append(out, ws[i])
+			i++
+		}
+		out = append(out, write{key: e.key, val: e.val, del: e.del})
+	}
+	return append(out, ws[i:]...)
 }
 
 // rank sorts rk, ranks of writes of ws whose keys share their first off

@@ -281,6 +281,12 @@ type batch struct {
 	// folded is set once the value cache holds the batch's values, after
 	// its commit (see core.startFold).
 	folded atomic.Bool
+	// perm is the order of writes by key, found on a goroutine of its own
+	// (core.presort) while the batch waited, overfull, for the one before
+	// to commit; it is valid once sortDone is closed. A nil sortDone: the
+	// commit sorts the writes itself.
+	perm     []int32
+	sortDone chan struct{}
 
 	arena []byte  // keys and values of writes
 	ents  []entry // entries not used yet
@@ -1229,6 +1235,7 @@ func (c *core) beforeApply(ctx context.Context, d tidemark.Delivery) error {
 		c.stats.BackPressure++
 		c.parked = true
 		c.syncAhead(c.cur)
+		c.presort(c.cur)
 		for c.overfull(c.cur) && c.sealed != nil && c.unusable() == nil {
 			if err := c.wait(ctx); err != nil {
 				c.parked = false
@@ -1891,14 +1898,63 @@ func (c *core) waitFold() {
 	}
 }
 
+// presortMin is the fewest changed keys a batch has sorted ahead
+// (presort): below it the committer's own sort takes less than starting
+// and waiting for a goroutine.
+const presortMin = 1024
+
+// presort puts the keys b changed in order on a goroutine of its own, now
+// that b, the staging batch, is overfull and waits for the batch before it
+// to commit: it takes no more lines until it is cut (see syncAhead). Its
+// commit then takes its keys in that order, with their values as they are
+// then, and sorts only its few other writes (write): the sort of a batch's
+// keys is made while the backend commits the batch before, off the
+// commits' path. A batch's keys never change (its values may), so the
+// order holds as long as the batch changed no other key, which the commit
+// checks. c.mu held, and the token or c.parked.
+func (c *core) presort(b *batch) {
+	if b.sortDone != nil || len(b.writes) < presortMin {
+		return
+	}
+	done := make(chan struct{})
+	b.sortDone = done
+	ents := b.writes[:len(b.writes):len(b.writes)]
+	go func() {
+		defer close(done)
+		ws := make([]write, len(ents))
+		for i, e := range ents {
+			ws[i] = write{key: e.key}
+		}
+		o := writeOrders.Get().(*writeOrder)
+		b.perm = o.order(ws)
+		writeOrders.Put(o)
+	}()
+}
+
+// writeOrders are the scratch space of the sorts of presort: one may run
+// while the committer writes the batch before, which another sorted.
+var writeOrders = sync.Pool{New: func() any { return new(writeOrder) }}
+
 // write writes b: outputs, then the backend transaction.
 func (c *core) write(b *batch) error {
 	if err := c.checked(); err != nil {
 		return err
 	}
-	ws := make([]write, 0, len(b.writes)+len(b.applied)+len(b.outs))
-	for _, e := range b.writes {
-		ws = append(ws, write{key: e.key, val: e.val, del: e.del})
+	if b.sortDone != nil {
+		<-b.sortDone
+		if len(b.perm) != len(b.writes) {
+			b.perm = nil // changed since: sorted below with the rest
+		}
+	}
+	n := len(b.applied) + len(b.outs)
+	if b.perm == nil {
+		n += len(b.writes)
+	}
+	ws := make([]write, 0, n)
+	if b.perm == nil {
+		for _, e := range b.writes {
+			ws = append(ws, write{key: e.key, val: e.val, del: e.del})
+		}
 	}
 	for _, fk := range b.forget {
 		// No record in the batch is of these keys (see keepLeft).
@@ -1951,8 +2007,13 @@ func (c *core) write(b *batch) error {
 	if h := c.opts.hooks; h != nil && h.afterOutput != nil && len(b.outs) > 0 {
 		h.afterOutput()
 	}
-	// In key order (see writeOrder).
+	// In key order (see writeOrder); the batch's keys, sorted ahead,
+	// merged with the rest.
 	c.order.sort(ws)
+	if b.perm != nil {
+		ws = mergeWrites(ws, b.writes, b.perm)
+		b.perm = nil
+	}
 	// A snapshot does not begin while the backend commits: Pebble makes a
 	// batch visible to reads before the sync of its log has ended (its
 	// commit pipeline publishes the batch, then waits for the sync), and a

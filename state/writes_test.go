@@ -1,7 +1,9 @@
 package state
 
 import (
+	"bytes"
 	"context"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -70,6 +72,93 @@ func TestBatchWritesOnlyChangedKeys(t *testing.T) {
 		}
 		if got := getInt(t, s, "k0"); got != 1+34 {
 			t.Fatalf("k0 = %d, want 35", got)
+		}
+	})
+}
+
+// A batch that waits, overfull, for the one before to commit has its keys
+// put in order meanwhile (core.presort); its commit writes every key once,
+// with its value as the batch holds it then, all in key order.
+func TestPresortedBatchCommitsInKeyOrder(t *testing.T) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
+		o := testOpts()
+		o.BatchSize, o.MaxBatchSize = 3000, 3000
+		s := mustOpen(t, be, t.TempDir(), o)
+		c := s.(*nsStore).c
+		c.stopPreload()
+		rec := &recorder{engine: c.eng}
+		c.eng = rec
+		// The first batch's commit waits until the second is overfull
+		// and parked, so that the second is sorted ahead.
+		release := make(chan struct{})
+		var once sync.Once
+		o.hooks = &hooks{beforeCommit: func() { once.Do(func() { <-release }) }}
+		c.opts.hooks = o.hooks
+		ctx := context.Background()
+		key := func(i int) []byte { return []byte("k" + strconv.Itoa((i*7919)%6000)) }
+		done := make(chan error, 1)
+		go func() {
+			for n := 1; n <= 6001; n++ {
+				if _, err := s.Apply(ctx, del("f", 1, n), func(tx *Tx) error {
+					_, err := tx.AddInt64(key(n), int64(n))
+					if err != nil {
+						return err
+					}
+					_, err = tx.Output("out.csv").Write([]byte("x\n"))
+					return err
+				}); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		// Wait for the second batch to park.
+		for parked := false; !parked; {
+			select {
+			case err := <-done:
+				t.Fatalf("the lines were applied (%v) and no batch waited for the one before", err)
+			default:
+			}
+			c.mu.Lock()
+			parked = c.parked
+			c.mu.Unlock()
+			runtime.Gosched()
+		}
+		c.mu.Lock()
+		presorted := c.cur.sortDone != nil
+		c.mu.Unlock()
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !presorted {
+			t.Fatalf("the parked batch was not sorted ahead")
+		}
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if len(rec.commits) < 2 {
+			t.Fatalf("%d commits, want at least 2", len(rec.commits))
+		}
+		for i, ws := range rec.commits {
+			for j := 1; j < len(ws); j++ {
+				if bytes.Compare(ws[j-1].key, ws[j].key) >= 0 {
+					t.Fatalf("commit %d: key %q at %d after %q", i, ws[j].key, j, ws[j-1].key)
+				}
+			}
+		}
+		// Every account holds the sum of its lines.
+		want := map[string]int64{}
+		for n := 1; n <= 6001; n++ {
+			want[string(key(n))] += int64(n)
+		}
+		for k, v := range want {
+			if got := getInt(t, s, k); got != v {
+				t.Fatalf("%s = %d, want %d", k, got, v)
+			}
 		}
 	})
 }
