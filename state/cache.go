@@ -173,8 +173,8 @@ func preloadHint(est, budget int64) int64 {
 // it holds, when the one it has holds fewer than a quarter of them: the
 // preload then inserts its keys without the map growing as they come.
 // Measured: 300,000 lines into a Pebble store of 1,000,000 accounts with a
-// budget for every balance, 3 rounds alternated (2026-12-06): 2.43 to
-// 2.51 s against 2.62 to 3.09 s (1,000,000 string keys into a Go map: 0.27
+// budget for every balance, 3 rounds alternated (2026-12-06): 2.47 to
+// 2.61 s against 2.65 to 2.97 s (1,000,000 string keys into a Go map: 0.27
 // s sized, 0.54 s grown).
 func (vc *valueCache) presize(hint int64) {
 	vc.mu.Lock()

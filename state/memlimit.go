@@ -24,9 +24,9 @@ const memoryBase = 64 << 20
 // examples/ledger's run sets the limit to memoryBase plus the budget, less
 // 8 MiB: a bbolt store counts once. Measured (2026-12-06): 100,000 lines
 // of random accounts into a bbolt store of 10,000,000 at the default
-// budget, 3 rounds alternated: 3.13 to 3.40 s (37 saves) against 3.70 to
-// 3.72 s (73 saves), peak anonymous memory 86 to 88 MiB against 84 to 86
-// (the ceiling: 96 MiB).
+// budget, runs alternated with the build that counted twice: 3.25 to 3.66
+// s (37 to 40 saves) against 3.62 to 3.87 s (74 and 75), peak anonymous
+// memory 85 to 92 MiB against 84 to 86 (the ceiling: 96 MiB).
 func (o *Options) heapFactor(kind string) int64 {
 	n := o.cacheSize()
 	if n <= 0 {

@@ -16,16 +16,22 @@ import (
 // estimateKeys returns about how many keys the database's tables hold:
 // the entries their properties count (a key in two levels counts twice; a
 // key only in the memtable not at all), 0 when they cannot be read. It
-// reads the properties block of each table not open yet.
-func (e *pebbleEngine) estimateKeys() (n int64) {
-	defer func() {
-		if recover() != nil { // a damaged table: the preload will say
-			n = 0
-		}
-	}()
-	levels, err := e.db.SSTables(pebble.WithProperties())
+// reads the properties block of each table not open yet. A panic of
+// Pebble's there fails the engine as any other (recoverFatal): the reads
+// after it say so.
+func (e *pebbleEngine) estimateKeys() int64 {
+	n, err := e.tableEntries()
 	if err != nil {
 		return 0
+	}
+	return n
+}
+
+func (e *pebbleEngine) tableEntries() (n int64, err error) {
+	defer e.recoverFatal(&err)
+	levels, err := e.db.SSTables(pebble.WithProperties())
+	if err != nil {
+		return 0, err
 	}
 	for _, l := range levels {
 		for _, t := range l {
@@ -34,7 +40,7 @@ func (e *pebbleEngine) estimateKeys() (n int64) {
 			}
 		}
 	}
-	return n
+	return n, nil
 }
 
 func (e *pebbleEngine) cursor(lo, hi []byte, reverse bool) cursor {
