@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -80,20 +81,31 @@ func TestBatchWritesOnlyChangedKeys(t *testing.T) {
 // put in order meanwhile (core.presort); its commit writes every key once,
 // with its value as the batch holds it then, all in key order.
 func TestPresortedBatchCommitsInKeyOrder(t *testing.T) {
-	forEachLocalBackend(t, func(t *testing.T, be backend) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		// Once armed, the first batch's commit waits until the second is
+		// overfull and parked, so that the second is sorted ahead.
+		release := make(chan struct{})
+		var armed atomic.Bool
+		var once sync.Once
 		o := testOpts()
 		o.BatchSize, o.MaxBatchSize = 3000, 3000
+		o.hooks = &hooks{beforeCommit: func() {
+			if armed.Load() {
+				once.Do(func() { <-release })
+			}
+		}}
 		s := mustOpen(t, be, t.TempDir(), o)
 		c := s.(*nsStore).c
 		c.stopPreload()
+		// The output is declared before the engine is wrapped: whether
+		// the engine keeps outputs (PostgreSQL) is asked of it then.
+		applyFlush(t, s, del("g", 1, 1), func(tx *Tx) error {
+			_, err := tx.Output("out.csv").Write([]byte("declared\n"))
+			return err
+		})
 		rec := &recorder{engine: c.eng}
 		c.eng = rec
-		// The first batch's commit waits until the second is overfull
-		// and parked, so that the second is sorted ahead.
-		release := make(chan struct{})
-		var once sync.Once
-		o.hooks = &hooks{beforeCommit: func() { once.Do(func() { <-release }) }}
-		c.opts.hooks = o.hooks
+		armed.Store(true)
 		ctx := context.Background()
 		key := func(i int) []byte { return []byte("k" + strconv.Itoa((i*7919)%6000)) }
 		done := make(chan error, 1)
