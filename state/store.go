@@ -281,11 +281,13 @@ type batch struct {
 	// folded is set once the value cache holds the batch's values, after
 	// its commit (see core.startFold).
 	folded atomic.Bool
-	// perm is the order of writes by key, found on a goroutine of its own
-	// (core.presort) while the batch waited, overfull, for the one before
-	// to commit; it is valid once sortDone is closed. A nil sortDone: the
-	// commit sorts the writes itself.
+	// perm is the order of sorted (writes as they were then) by key,
+	// found on a goroutine of its own (core.presort) while the batch
+	// waited, overfull, for the one before to commit; it is valid once
+	// sortDone is closed. A nil sortDone: the commit sorts the writes
+	// itself.
 	perm     []int32
+	sorted   []*entry
 	sortDone chan struct{}
 
 	arena []byte  // keys and values of writes
@@ -1909,16 +1911,17 @@ const presortMin = 1024
 // commit then takes its keys in that order, with their values as they are
 // then, and sorts only its few other writes (write): the sort of a batch's
 // keys is made while the backend commits the batch before, off the
-// commits' path. A batch's keys never change (its values may), so the
-// order holds as long as the batch changed no other key, which the commit
-// checks. c.mu held, and the token or c.parked.
+// commits' path. An entry's key never changes (its value may), so the
+// order holds as long as the batch holds the same entries, which the
+// commit checks (sameEntries). c.mu held, and the token or c.parked.
 func (c *core) presort(b *batch) {
 	if b.sortDone != nil || len(b.writes) < presortMin {
 		return
 	}
 	done := make(chan struct{})
 	b.sortDone = done
-	ents := b.writes[:len(b.writes):len(b.writes)]
+	ents := slices.Clone(b.writes)
+	b.sorted = ents
 	go func() {
 		defer close(done)
 		ws := make([]write, len(ents))
@@ -1929,6 +1932,20 @@ func (c *core) presort(b *batch) {
 		b.perm = o.order(ws)
 		writeOrders.Put(o)
 	}()
+}
+
+// sameEntries reports whether a and b hold the same entries in the same
+// order.
+func sameEntries(a, b []*entry) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // writeOrders are the scratch space of the sorts of presort: one may run
@@ -1942,9 +1959,10 @@ func (c *core) write(b *batch) error {
 	}
 	if b.sortDone != nil {
 		<-b.sortDone
-		if len(b.perm) != len(b.writes) {
+		if !sameEntries(b.writes, b.sorted) {
 			b.perm = nil // changed since: sorted below with the rest
 		}
+		b.sorted = nil
 	}
 	n := len(b.applied) + len(b.outs)
 	if b.perm == nil {
