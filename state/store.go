@@ -281,13 +281,13 @@ type batch struct {
 	// folded is set once the value cache holds the batch's values, after
 	// its commit (see core.startFold).
 	folded atomic.Bool
-	// perm is the order of sorted (writes as they were then) by key,
-	// found on a goroutine of its own (core.presort) while the batch
-	// waited, overfull, for the one before to commit; it is valid once
-	// sortDone is closed. A nil sortDone: the commit sorts the writes
-	// itself.
-	perm     []int32
+	// sorted is a copy of writes taken when the batch waited, overfull,
+	// for the one before to commit, and perm their order by key, found
+	// meanwhile on a goroutine of its own (core.presort); perm is valid
+	// once sortDone is closed, for as long as writes holds the same
+	// entries. A nil sortDone: the commit sorts the writes itself.
 	sorted   []*entry
+	perm     []int32
 	sortDone chan struct{}
 
 	arena []byte  // keys and values of writes
