@@ -391,13 +391,14 @@
 // the CPU a line, and 57 MiB; with a 64 MiB budget 8.5 s and 91 MiB; with
 // 128 MiB 7.1 s (1.12) and 148 MiB: each within 64 MiB and its budget. A
 // larger budget buys throughput with memory. Under a soft memory limit of
-// the Go runtime (GOMEMLIMIT) of at most 64 MiB plus the budget (the one
-// examples/ledger's run sets), the collector holds the heap within the
-// limit, and the store counts its commit's pages and its value cache at
-// their live size, 6 KiB a page: commits of twice the keys. Measured
-// (2026-12-06, 100,000 random lines into a bbolt store of 10,000,000
-// accounts, default budget, 3 rounds alternated): 37 to 40 saves in 3.25
-// to 3.66 s against 73 to 75 in 3.62 to 3.87 s, a peak anonymous RSS of 85
+// the Go runtime (GOMEMLIMIT) of at most 64 MiB plus the part of the
+// budget that is Go heap (MemoryLimit gives one, and examples/ledger's run
+// sets it), the collector holds the heap within the limit, and the store
+// counts its commit's pages and its value cache at their live size, 6 KiB
+// a page: a bbolt store's commits hold twice the keys, and the value cache
+// of either backend twice the values. Measured (2026-12-06, 100,000
+// random lines into a bbolt store of 10,000,000 accounts, default budget,
+// 3 rounds alternated): 37 to 40 saves in 3.25 to 3.66 s against 73 to 75 in 3.62 to 3.87 s, a peak anonymous RSS of 85
 // to 92 MiB (the ceiling: 96 MiB). The program that commits batches of
 // 10,000 lines without tidemark took 2.86 to 3.01 s and 173 to 190 MiB,
 // and, at the batches this memory allows (2,560 lines), 4.08 to 4.17 s. 1,000,000 new accounts in

@@ -189,3 +189,22 @@ func ExampleCounter() {
 	// Output:
 	// lines 3 sum 125
 }
+
+// A program that must stay under 64 MiB plus its store's cache budget
+// sets the Go runtime's soft memory limit before it opens the store, to
+// what MemoryLimit gives (unless GOMEMLIMIT sets one): the store then
+// counts what it keeps live once, and caches twice the values.
+func ExampleMemoryLimit() {
+	opts := &state.Options{CacheSize: 32 << 20}
+	for _, config := range []string{"bbolt:/var/lib/app/state", "pebble:/var/lib/app/state"} {
+		limit, err := state.MemoryLimit(config, opts)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s: %d MiB\n", config, limit>>20)
+		// In the program: debug.SetMemoryLimit(limit), then state.Open(config, opts).
+	}
+	// Output:
+	// bbolt:/var/lib/app/state: 88 MiB
+	// pebble:/var/lib/app/state: 64 MiB
+}

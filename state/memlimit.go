@@ -1,6 +1,12 @@
 package state
 
-import "runtime/debug"
+import (
+	"fmt"
+	"runtime/debug"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+)
 
 // memoryBase is the anonymous memory a process of one store takes beside
 // its cache budget (Options.CacheSize): the program, the feed's buffers
@@ -21,12 +27,21 @@ const memoryBase = 64 << 20
 // covers, and the rule is only stricter than it needs be). A store
 // without a budget keeps no cache and does not cut its commits: 2.
 //
-// examples/ledger's run sets the limit to memoryBase plus the budget, less
-// 8 MiB: a bbolt store counts once. Measured (2026-12-06): 100,000 lines
-// of random accounts into a bbolt store of 10,000,000 at the default
-// budget, runs alternated with the build that counted twice: 3.25 to 3.66
-// s (37 to 40 saves) against 3.62 to 3.87 s (74 and 75), peak anonymous
-// memory 85 to 92 MiB against 84 to 86 (the ceiling: 96 MiB).
+// MemoryLimit gives such a limit, and examples/ledger's run sets it: a
+// bbolt store counts once. Measured (2026-12-06): 100,000 lines of random
+// accounts into a bbolt store of 10,000,000 at the default budget, runs
+// alternated with the build that counted twice: 3.25 to 3.66 s (37 to 40
+// saves) against 3.62 to 3.87 s (74 and 75), peak anonymous memory 85 to
+// 92 MiB against 84 to 86 (the ceiling: 96 MiB). A Pebble store's value
+// cache holds twice the keys. Measured (2026-12-06, runs alternated with
+// the build that counted twice): 20,000 lines into a store of 100,000
+// accounts, whose keys its cache then holds all, 114 to 198 ms (median
+// 148) against 132 to 221 (181), 15 runs each (the program without
+// tidemark that reads its misses: 95 to 152, median 121); 300,000 lines
+// into one of 1,000,000, where it holds a tenth of the keys instead of a
+// twentieth, as long (4.28 to 4.71 s against 4.13 to 4.49), in a peak
+// anonymous memory of 89 to 94 MiB against 70 to 82 (at 10,000,000: 86
+// against 73 to 75; the ceiling: 96).
 func (o *Options) heapFactor(kind string) int64 {
 	n := o.cacheSize()
 	if n <= 0 {
@@ -54,4 +69,69 @@ const boltPageLive = 6 << 10
 // each page a commit changes: boltPageLive, counted as heapFactor says.
 func (o *Options) boltPageCost() int64 {
 	return boltPageLive * o.heapFactor(Bolt)
+}
+
+// memoryMargin is how far under its ceiling (memoryBase plus the budget)
+// MemoryLimit sets the runtime's limit: the limit counts the memory the Go
+// runtime manages, and the resident set holds a little more (pages freed
+// and not yet returned). At 10,000,000 accounts a limit of 88 MiB held
+// examples/ledger's peak anonymous resident set at 86 MiB, one of 80 MiB
+// at 77 MiB (2026-12-06).
+const memoryMargin = 8 << 20
+
+// pebbleMemTables is the most memory Pebble's memtables take, allocated
+// outside the Go heap as its block cache is: Pebble's defaults, which the
+// store keeps (two memtables of 4 MiB).
+func pebbleMemTables() int64 {
+	var po pebble.Options
+	po.EnsureDefaults()
+	return int64(po.MemTableSize) * int64(po.MemTableStopWritesThreshold)
+}
+
+// MemoryLimit returns the soft memory limit of the Go runtime (GOMEMLIMIT,
+// runtime/debug's SetMemoryLimit) under which a process holding the one
+// store that Open(config, opts) opens keeps its anonymous memory under 64
+// MiB plus the cache budget (Options.CacheSize): the two less a margin of
+// 8 MiB, and for a Pebble store less Pebble's block cache and memtables,
+// which Pebble allocates outside the Go heap. A store opened under it
+// counts what its caches and commits keep live once instead of twice (see
+// Options.CacheSize), so that its value cache holds twice the keys. It
+// returns 0 for a store without a budget, whose bbolt commits are not cut
+// for their memory, and for a PostgreSQL store, whose read cache has a
+// budget of its own: no limit to set.
+//
+// config is Open's: "bbolt:DIR", "pebble:DIR", a PostgreSQL DSN, or the
+// folder of an existing store, whose STORE file names its backend. Call it
+// before Open, and set the limit before Open too: the store reads it at
+// open. A process that holds other memory, or several stores, adds theirs.
+// examples/ledger's run sets it unless GOMEMLIMIT is set.
+func MemoryLimit(config string, opts *Options) (int64, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	kind, dir, ok := strings.Cut(config, ":")
+	if !ok || len(kind) == 1 || strings.ContainsAny(kind, `/\`) {
+		var err error
+		if kind, err = readStoreFile(o.fs(), config); err != nil {
+			return 0, fmt.Errorf("memory limit of store %s: %w", config, err)
+		}
+		dir = config
+	}
+	switch kind {
+	case Bolt, Pebble:
+	case Postgres, "postgresql":
+		return 0, nil
+	default:
+		return 0, fmt.Errorf("memory limit of store %s: backend %q (want %q, %q or %q): %w", dir, kind, Bolt, Pebble, Postgres, ErrUnknownBackend)
+	}
+	n := o.cacheSize()
+	if n <= 0 {
+		return 0, nil
+	}
+	limit := memoryBase + n - memoryMargin
+	if kind == Pebble {
+		limit -= o.pebbleBlockCache() + pebbleMemTables()
+	}
+	return limit, nil
 }

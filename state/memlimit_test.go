@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"runtime/debug"
 	"testing"
 )
@@ -84,5 +85,58 @@ func TestMemoryLimitDoublesBoltKeyCap(t *testing.T) {
 	}
 	if caps[false] >= math.MaxInt64/2 || caps[true] < caps[false]*19/10 {
 		t.Errorf("key cap %d under the limit, %d without: want about twice", caps[true], caps[false])
+	}
+}
+
+// MemoryLimit gives the limit a process of one store sets: 64 MiB plus the
+// budget, less a margin, and with Pebble also less what Pebble allocates
+// outside the Go heap (its block cache and memtables); none without a
+// budget or for PostgreSQL. Under it, the store it names counts live bytes
+// once, whatever the budget.
+func TestMemoryLimit(t *testing.T) {
+	const mib = 1 << 20
+	dir := t.TempDir()
+	s := mustOpen(t, backend{name: Pebble, open: OpenPebble}, filepath.Join(dir, "p"), testOpts())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		config string
+		budget int64
+		want   int64
+		kind   string // the backend whose store counts once under want
+	}{
+		{"bbolt, default budget", "bbolt:" + filepath.Join(dir, "b"), 0, 88 * mib, Bolt},
+		{"pebble, default budget", "pebble:" + filepath.Join(dir, "new"), 0, 64 * mib, Pebble},
+		{"bbolt, 128 MiB", "bbolt:" + filepath.Join(dir, "b"), 128 * mib, 184 * mib, Bolt},
+		{"pebble, 128 MiB", "pebble:" + filepath.Join(dir, "new"), 128 * mib, 112 * mib, Pebble},
+		{"pebble, 1 MiB: the block cache's least", "pebble:" + filepath.Join(dir, "new"), 1 * mib, 41 * mib, Pebble},
+		{"a folder whose STORE says pebble", filepath.Join(dir, "p"), 0, 64 * mib, Pebble},
+		{"no budget", "bbolt:" + filepath.Join(dir, "b"), -1, 0, ""},
+		{"postgres", "postgres://u@localhost:5432/db", 0, 0, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := &Options{CacheSize: c.budget}
+			got, err := MemoryLimit(c.config, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Fatalf("MemoryLimit = %d MiB (%d), want %d MiB", got/mib, got, c.want/mib)
+			}
+			if c.kind == "" {
+				return
+			}
+			withMemoryLimit(t, got)
+			if f := o.heapFactor(c.kind); f != 1 {
+				t.Errorf("under the limit, the store counts live bytes %d times, want once", f)
+			}
+		})
+	}
+	for _, config := range []string{filepath.Join(dir, "none"), "lmdb:" + dir} {
+		if _, err := MemoryLimit(config, nil); err == nil {
+			t.Errorf("MemoryLimit(%q): no error", config)
+		}
 	}
 }

@@ -132,7 +132,8 @@ type Options struct {
 	// its live memory: a program that must stay under a ceiling sets the
 	// runtime's soft memory limit (GOMEMLIMIT, or runtime/debug's
 	// SetMemoryLimit) a little under it, as examples/ledger's run does
-	// (64 MiB plus CacheSize, less 8 MiB). Measured on a bbolt store of
+	// ([MemoryLimit]: 64 MiB plus CacheSize, less 8 MiB, and for Pebble
+	// less its block cache and memtables). Measured on a bbolt store of
 	// 10,000,000 keys, 100,000 lines of random keys at the default budget
 	// (2026-12-06, 3 runs each): peak anonymous memory 92 to 123 MiB
 	// without the limit, 83 MiB with it, in the same time; and once the

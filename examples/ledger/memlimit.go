@@ -19,13 +19,6 @@ var standalone bool
 // its budget (bench/RESULTS.md, row 10, at every number of accounts).
 const memoryBase = 64 << 20
 
-// memoryMargin is how far under its ceiling a run sets the runtime's
-// limit: the limit counts the memory the Go runtime manages, and the
-// resident set holds a little more (freed pages not yet returned). At
-// 10,000,000 accounts a limit of 88 MiB held the peak anonymous resident
-// set at 86 MiB, one of 80 MiB at 77 MiB.
-const memoryMargin = 8 << 20
-
 // memoryCeiling returns the anonymous memory a run with cache budget
 // cacheSize (--cache-size: 0 the default, negative none) stays under:
 // memoryBase plus the budget; 0 for a run without a budget, whose bbolt
@@ -41,32 +34,40 @@ func memoryCeiling(cacheSize int64) int64 {
 	return memoryBase + cacheSize
 }
 
-// setMemoryLimit sets the Go runtime's soft memory limit of a run of a
-// bbolt or Pebble store to its ceiling less memoryMargin, unless
-// GOMEMLIMIT sets one already, and logs it. The cache budget counts the
-// bytes the store keeps live; Go's collector lets the heap grow to twice
-// what is live before it collects (GOGC=100), which took runs of 100,000
-// lines on a bbolt store of 10,000,000 accounts to 82 to 123 MiB of
-// anonymous memory against their ceiling of 96 MiB (2026-12-06, 14 runs;
-// a live heap of 36 to 44 MiB after each collection). With the limit the
-// collector runs more often near it: 83 MiB in 3 runs alternated with 3
-// without, in the same time (3.54 to 3.92 s against 3.75 to 3.92 s). A
-// bbolt store opened under this limit counts what its value cache and its
-// commits keep live once instead of twice (state.Options.CacheSize): its
-// saves hold twice the keys, in 10 % less time. A
-// run of a PostgreSQL store, whose read cache has a budget of its own
-// (state.DefaultReadCache), sets none; nor does a run without a budget.
-func setMemoryLimit(cacheSize int64, log *slog.Logger) {
-	c := memoryCeiling(cacheSize)
-	if c == 0 {
+// setMemoryLimit sets the Go runtime's soft memory limit of a run of the
+// bbolt or Pebble store that spec opens to state.MemoryLimit's: the
+// ceiling less a margin, and with Pebble less its block cache and
+// memtables, which are not Go heap; unless GOMEMLIMIT sets one already. It
+// logs the limit. The cache budget counts the bytes the store keeps live;
+// Go's collector lets the heap grow to twice what is live before it
+// collects (GOGC=100), which took runs of 100,000 lines on a bbolt store
+// of 10,000,000 accounts to 82 to 123 MiB of anonymous memory against
+// their ceiling of 96 MiB (2026-12-06, 14 runs; a live heap of 36 to 44
+// MiB after each collection). With the limit the collector runs more
+// often near it: 83 MiB in 3 runs alternated with 3 without, in the same
+// time (3.54 to 3.92 s against 3.75 to 3.92 s). A store opened under this
+// limit counts what its value cache and its commits keep live once
+// instead of twice (state.Options.CacheSize): a bbolt store's saves hold
+// twice the keys, in 10 % less time, and a Pebble store's value cache
+// holds twice the balances. A run of a PostgreSQL store, whose read cache
+// has a budget of its own (state.DefaultReadCache), sets none; nor does a
+// run without a budget.
+func setMemoryLimit(spec string, o *state.Options, log *slog.Logger) error {
+	limit, err := state.MemoryLimit(spec, o)
+	if err != nil {
+		return err
+	}
+	c := memoryCeiling(o.CacheSize)
+	if limit == 0 {
 		log.Info("no memory limit set: the run has no cache budget (--cache-size -1)")
-		return
+		return nil
 	}
 	if v := os.Getenv("GOMEMLIMIT"); v != "" {
 		log.Info("memory limit: GOMEMLIMIT's kept", "GOMEMLIMIT", v, "ceiling_bytes", c)
-		return
+		return nil
 	}
-	debug.SetMemoryLimit(c - memoryMargin)
+	debug.SetMemoryLimit(limit)
 	// The limit logged is the runtime's, read back.
-	log.Info("memory limit set: the cache budget and 64 MiB, less a margin (GOMEMLIMIT overrides it)", "limit_bytes", debug.SetMemoryLimit(-1), "cache_budget_bytes", c-memoryBase)
+	log.Info("memory limit set: the cache budget and 64 MiB, less a margin and, with Pebble, its block cache and memtables (GOMEMLIMIT overrides it)", "limit_bytes", debug.SetMemoryLimit(-1), "cache_budget_bytes", c-memoryBase)
+	return nil
 }

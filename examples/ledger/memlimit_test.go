@@ -13,8 +13,9 @@ import (
 
 // TestRunSetsMemoryLimit runs ledger run as a user does, with the runtime's
 // memory limit logged: the default budget sets 64 + 32 - 8 MiB, a budget of
-// 128 MiB 184 MiB; a run without a budget sets none, and GOMEMLIMIT is
-// kept.
+// 128 MiB 184 MiB; a Pebble store's run leaves out Pebble's block cache and
+// memtables (64 MiB), also for a data folder made before; a run without a
+// budget sets none, and GOMEMLIMIT is kept.
 func TestRunSetsMemoryLimit(t *testing.T) {
 	exe := ledgerExe(t)
 	dir := t.TempDir()
@@ -30,6 +31,7 @@ func TestRunSetsMemoryLimit(t *testing.T) {
 	}{
 		{"default budget", nil, "", `memory limit set.* limit_bytes=92274688 cache_budget_bytes=33554432`},
 		{"a budget of 128 MiB", []string{"--cache-size", "134217728"}, "", `memory limit set.* limit_bytes=192937984 cache_budget_bytes=134217728`},
+		{"pebble", []string{"--store", "pebble"}, "", `memory limit set.* limit_bytes=67108864 cache_budget_bytes=33554432`},
 		{"no budget", []string{"--cache-size", "-1"}, "", `no memory limit set: the run has no cache budget`},
 		{"GOMEMLIMIT", nil, "GOMEMLIMIT=200MiB", `memory limit: GOMEMLIMIT's kept.* GOMEMLIMIT=200MiB ceiling_bytes=100663296`},
 	} {
@@ -47,6 +49,20 @@ func TestRunSetsMemoryLimit(t *testing.T) {
 			}
 			if !regexp.MustCompile(tc.want).Match(stderr.Bytes()) {
 				t.Fatalf("ledger run's log has no line matching %q:\n%s", tc.want, stderr.String())
+			}
+			if tc.name != "pebble" {
+				return
+			}
+			// Again on the folder it made, without --store: the folder's
+			// backend, not the flag's default, sets the limit.
+			cmd = exec.Command(exe, "run", "--input", input, "--data", data, "--pointer-dir", data, "--progress", "none", "--log-level", "info")
+			stderr.Reset()
+			cmd.Stderr = &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("ledger run again: %v\n%s", err, stderr.String())
+			}
+			if !regexp.MustCompile(tc.want).Match(stderr.Bytes()) {
+				t.Fatalf("ledger run again: its log has no line matching %q:\n%s", tc.want, stderr.String())
 			}
 		})
 	}

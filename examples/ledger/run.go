@@ -126,7 +126,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Batch, "batch", 0, fmt.Sprintf("lines per batched save (0: %d)", state.DefaultBatchSize))
 	fs.IntVar(&o.MaxBatch, "max-batch", 0, fmt.Sprintf("the most lines of a save while the one before it is being written: a save that cannot keep up with the lines gets bigger ones, which cost it less a line (0: %d times --batch; --batch's value: a save waits for the one before once it holds --batch lines)", batchGrowth))
 	fs.DurationVar(&o.BatchInterval, "batch-interval", 0, fmt.Sprintf("longest wait of a staged line for its save (0: %v)", state.DefaultBatchInterval))
-	fs.Int64Var(&o.CacheSize, "cache-size", 0, fmt.Sprintf("bytes of memory for the store's caches of balances and, with Pebble, of its blocks (0: %d MiB; -1: none); with bbolt, half of it (at most 128 MiB) is kept for the memory of a save and the balances get the rest; about 350 bytes an account of the balances' part (700 of the whole with Pebble, whose block cache takes half) keeps every balance in memory; a run of a bbolt or Pebble store sets Go's soft memory limit to 64 MiB plus this, less 8 MiB (GOMEMLIMIT overrides it)", state.DefaultCacheSize>>20))
+	fs.Int64Var(&o.CacheSize, "cache-size", 0, fmt.Sprintf("bytes of memory for the store's caches of balances and, with Pebble, of its blocks (0: %d MiB; -1: none); with bbolt, half of it (at most 128 MiB) is kept for the memory of a save and the balances get the rest; about 350 bytes an account of the balances' part (700 of the whole with Pebble, whose block cache takes half) keeps every balance in memory; a run of a bbolt or Pebble store sets Go's soft memory limit to 64 MiB plus this, less 8 MiB and, with Pebble, its block cache and memtables (state.MemoryLimit; GOMEMLIMIT overrides it)", state.DefaultCacheSize>>20))
 	fs.Int64Var(&o.VerifyMaxBytes, "verify-max-bytes", 0, fmt.Sprintf("a bbolt store of at most this many bytes is checked whole before the run starts; a larger one is checked while the run starts, and the first save waits for the check (0: %d MiB; -1: never)", state.DefaultVerifyMaxBytes>>20))
 	fs.BoolVar(&o.Follow, "follow", false, "tail the input (appends, rotation, truncation) until SIGTERM or SIGINT")
 	fs.DurationVar(&o.Pace, "pace", 0, "sleep this long per line, for demonstrations")
@@ -386,7 +386,9 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 		return exitFailed, err
 	}
 	if pg == nil && standalone {
-		setMemoryLimit(o.CacheSize, logger)
+		if err := setMemoryLimit(spec, sopts, logger); err != nil {
+			return exitFailed, err
+		}
 	}
 	if pg != nil {
 		defer pg.close()
