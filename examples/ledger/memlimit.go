@@ -52,22 +52,26 @@ func memoryCeiling(cacheSize int64) int64 {
 // holds twice the balances. A run of a PostgreSQL store, whose read cache
 // has a budget of its own (state.DefaultReadCache), sets none; nor does a
 // run without a budget.
-func setMemoryLimit(spec string, o *state.Options, log *slog.Logger) error {
+//
+// A data folder whose backend cannot be told before the store opens (its
+// STORE file damaged or unreadable) gets no limit: the open that follows
+// fails, and its error names the damage and what to do.
+func setMemoryLimit(spec string, o *state.Options, log *slog.Logger) {
 	limit, err := state.MemoryLimit(spec, o)
 	if err != nil {
-		return err
+		log.Info("no memory limit set: the store's backend is not known before it opens", "err", err)
+		return
 	}
 	c := memoryCeiling(o.CacheSize)
 	if limit == 0 {
 		log.Info("no memory limit set: the run has no cache budget (--cache-size -1)")
-		return nil
+		return
 	}
 	if v := os.Getenv("GOMEMLIMIT"); v != "" {
 		log.Info("memory limit: GOMEMLIMIT's kept", "GOMEMLIMIT", v, "ceiling_bytes", c)
-		return nil
+		return
 	}
 	debug.SetMemoryLimit(limit)
 	// The limit logged is the runtime's, read back.
 	log.Info("memory limit set: the cache budget and 64 MiB, less a margin and, with Pebble, its block cache and memtables (GOMEMLIMIT overrides it)", "limit_bytes", debug.SetMemoryLimit(-1), "cache_budget_bytes", c-memoryBase)
-	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"strings"
 	"testing"
 )
 
@@ -98,6 +99,42 @@ func TestMemoryCeiling(t *testing.T) {
 	} {
 		if got := memoryCeiling(tc.cache); got != tc.want {
 			t.Errorf("memoryCeiling(%d) = %d, want %d", tc.cache, got, tc.want)
+		}
+	}
+}
+
+// TestRunDamagedStoreFileSetsNoLimit: a data folder whose STORE file is
+// damaged sets no memory limit (its backend is not known before the
+// open), and the run fails with the open's error, which names the damage
+// and what to do.
+func TestRunDamagedStoreFileSetsNoLimit(t *testing.T) {
+	exe := ledgerExe(t)
+	dir := t.TempDir()
+	input := filepath.Join(dir, "in.csv")
+	if err := os.WriteFile(input, []byte("1,alice,10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	run := func() (string, error) {
+		cmd := exec.Command(exe, "run", "--input", input, "--data", data, "--pointer-dir", data, "--progress", "none", "--log-level", "info")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		return stderr.String(), err
+	}
+	if out, err := run(); err != nil {
+		t.Fatalf("ledger run: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(data, "STORE"), []byte("tidemark state store\nbackend bb\x7flt\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run()
+	if err == nil {
+		t.Fatalf("ledger run on a damaged STORE file succeeded:\n%s", out)
+	}
+	for _, want := range []string{`no memory limit set: the store's backend is not known before it opens`, `it is damaged`, `restore the folder from a backup`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ledger run's stderr lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -386,9 +386,7 @@ func Run(ctx context.Context, o RunOptions, stdout, stderr io.Writer) (int, erro
 		return exitFailed, err
 	}
 	if pg == nil && standalone {
-		if err := setMemoryLimit(spec, sopts, logger); err != nil {
-			return exitFailed, err
-		}
+		setMemoryLimit(spec, sopts, logger)
 	}
 	if pg != nil {
 		defer pg.close()
