@@ -167,6 +167,7 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 	for {
 		sched := newPebbleScheduler(delay)
 		po.Experimental.CompactionScheduler = sched
+		po.EventListener.WriteStallBegin = sched.stalled
 		db, err := pebble.Open(path, po)
 		if err != nil {
 			sched.release()

@@ -27,9 +27,12 @@ import (
 // than that compacts as before; a shorter one leaves the tables to the next
 // longer run. Level 0 cannot grow without bound: a write that finds it at
 // L0StopWritesThreshold sublevels waits for a compaction (Pebble's write
-// stall), which the delay holds back for a second at most; and a close that
-// finds level 0 one flush short of that threshold lets compactions run (its
-// flush would stall otherwise) and waits for them.
+// stall), and a stall ends the delay: compactions start at once (stalled);
+// a close that finds level 0 one flush short of that threshold lets
+// compactions run (its flush would stall otherwise) and waits for them.
+// Before the stall ended the delay, a run of 20,000 lines on a store of
+// 100,000 accounts whose short runs had filled level 0 stalled for the rest
+// of its first second: 1.1 s instead of 0.2.
 
 // pebbleL0Stop is the database's L0StopWritesThreshold (Pebble's default):
 // the sublevels of level 0 at which writes, a flush's included, wait for a
@@ -75,6 +78,15 @@ func (s *pebbleScheduler) release() {
 // allowed reports whether a compaction may start now.
 func (s *pebbleScheduler) allowed() bool {
 	return !s.closing.Load() && time.Now().UnixNano() >= s.notBefore.Load()
+}
+
+// stalled is the database's WriteStallBegin: a write waits for a
+// compaction, so the delay ends, and the granter grants the waiting
+// compactions at once. Pebble may call it with its mutex held: it only
+// stores and pokes.
+func (s *pebbleScheduler) stalled(pebble.WriteStallBeginInfo) {
+	s.notBefore.Store(0)
+	s.UpdateGetAllowedWithoutPermission()
 }
 
 // Register is called by the database's Open.
