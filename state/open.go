@@ -228,6 +228,9 @@ type hooks struct {
 	// the time after an open before a compaction may start
 	// (pebbleScheduler).
 	pebbleCompactionDelay time.Duration
+	// pebbleEagerBytes, when not 0, replaces pebbleEagerBytes as the
+	// largest database that compacts from its open; negative: none.
+	pebbleEagerBytes int64
 	// boltCheckBegun runs in a check of a bbolt file once its read
 	// transaction began, before it reads the meta page of it.
 	boltCheckBegun func()

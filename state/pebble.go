@@ -174,6 +174,12 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 		}
 		if err == nil {
 			e.db, e.sched = db, sched
+			if eager := opts.pebbleEagerBytes(); eager >= 0 && db.Metrics().Total().TablesSize <= eager {
+				// A small database compacts from its open (see
+				// pebbleEagerBytes).
+				sched.notBefore.Store(0)
+				sched.UpdateGetAllowedWithoutPermission()
+			}
 			if create {
 				e.vouched.Store(true)
 				// A new database's first WAL was made before Pebble moved

@@ -104,7 +104,8 @@ func TestPebbleShortRunLeavesItsCompactionToALongerOne(t *testing.T) {
 	mustOpenClose(t, be, dir)
 	held := func() *Options {
 		o := testOpts()
-		o.hooks = &hooks{pebbleCompactionDelay: time.Hour}
+		// No database small enough to compact from its open.
+		o.hooks = &hooks{pebbleCompactionDelay: time.Hour, pebbleEagerBytes: -1}
 		return o
 	}
 	line := 0
@@ -168,7 +169,7 @@ func TestPebbleWriteStallLiftsTheDelay(t *testing.T) {
 	be := backend{name: Pebble, open: OpenPebble}
 	mustOpenClose(t, be, dir)
 	o := testOpts()
-	o.hooks = &hooks{pebbleCompactionDelay: time.Hour}
+	o.hooks = &hooks{pebbleCompactionDelay: time.Hour, pebbleEagerBytes: -1}
 	s := mustOpen(t, be, dir, o)
 	defer s.Close()
 	e := s.(*nsStore).c.rawEngine().(*pebbleEngine)
@@ -211,6 +212,55 @@ func TestPebbleWriteStallLiftsTheDelay(t *testing.T) {
 	}
 	if sub, tables := pebbleL0(s); sub >= pebbleL0Stop {
 		t.Fatalf("level 0 has %d sublevels (%d tables) after the stall: no compaction ran", sub, tables)
+	}
+	if v := getInt(t, s, "count"); v != int64(line) {
+		t.Fatalf("count %d after the compaction, want %d", v, line)
+	}
+}
+
+// TestPebbleSmallDatabaseCompactsFromItsOpen: a database whose tables take
+// at most pebbleEagerBytes compacts level 0 from its open, delay or not (a
+// compaction of it costs less than what the tables of level 0 cost each
+// read); a larger one waits for the delay (see the test above).
+func TestPebbleSmallDatabaseCompactsFromItsOpen(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	be := backend{name: Pebble, open: OpenPebble}
+	mustOpenClose(t, be, dir)
+	o := testOpts()
+	o.hooks = &hooks{pebbleCompactionDelay: time.Hour, pebbleEagerBytes: -1}
+	s := mustOpen(t, be, dir, o)
+	line := 0
+	for range 6 {
+		line++
+		applyLine(t, s, del("f", 1, line))
+		if err := s.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.(*nsStore).c.rawEngine().(*pebbleEngine).flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sub, tables := pebbleL0(s); sub < 6 {
+		t.Fatalf("level 0 has %d sublevels (%d tables) after 6 flushes, want 6: compacted within the delay", sub, tables)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o = testOpts()
+	o.hooks = &hooks{pebbleCompactionDelay: time.Hour} // the default bar: a database of a few KiB is under it
+	s = mustOpen(t, be, dir, o)
+	defer s.Close()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		sub, tables := pebbleL0(s)
+		if sub < 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("level 0 of a small database still has %d sublevels (%d tables) a minute after its open: the delay held its compaction back", sub, tables)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	if v := getInt(t, s, "count"); v != int64(line) {
 		t.Fatalf("count %d after the compaction, want %d", v, line)
