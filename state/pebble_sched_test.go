@@ -1,6 +1,7 @@
 package state
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -93,6 +94,43 @@ func pebbleL0(s Store) (sublevels int, tables int64) {
 	return int(m.Levels[0].Sublevels), m.Levels[0].TablesCount
 }
 
+// flushLine applies one more line (line numbers them) to s and flushes
+// Pebble's memtable: a table more in level 0.
+func flushLine(t *testing.T, s Store, line *int) {
+	t.Helper()
+	*line++
+	applyLine(t, s, del("f", 1, *line))
+	if err := flushL0(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// flushL0 commits what s staged and flushes Pebble's memtable.
+func flushL0(ctx context.Context, s Store) error {
+	if err := s.Flush(ctx); err != nil {
+		return err
+	}
+	return s.(*nsStore).c.rawEngine().(*pebbleEngine).flush()
+}
+
+// waitL0Compacted waits until level 0 of s has fewer sublevels than a
+// compaction is due at (4), and fails, saying why it waited, after a
+// minute.
+func waitL0Compacted(t *testing.T, s Store, why string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		sub, tables := pebbleL0(s)
+		if sub < 4 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("level 0 still has %d sublevels (%d tables) a minute %s: no compaction ran", sub, tables, why)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // TestPebbleShortRunLeavesItsCompactionToALongerOne: a run shorter than
 // the delay after its open starts no compaction, at its close neither (its
 // close flush adds a table to level 0, compacted by nobody), so its close
@@ -112,14 +150,7 @@ func TestPebbleShortRunLeavesItsCompactionToALongerOne(t *testing.T) {
 	// Six flushes, each a table of level 0: a compaction is due (4).
 	s := mustOpen(t, be, dir, held())
 	for range 6 {
-		line++
-		applyLine(t, s, del("f", 1, line))
-		if err := s.Flush(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.(*nsStore).c.rawEngine().(*pebbleEngine).flush(); err != nil {
-			t.Fatal(err)
-		}
+		flushLine(t, s, &line)
 	}
 	sub, tables := pebbleL0(s)
 	if sub < 6 {
@@ -139,20 +170,10 @@ func TestPebbleShortRunLeavesItsCompactionToALongerOne(t *testing.T) {
 	}
 
 	o := testOpts()
-	o.hooks = &hooks{pebbleCompactionDelay: time.Millisecond}
+	o.hooks = &hooks{pebbleCompactionDelay: time.Millisecond, pebbleEagerBytes: -1}
 	s = mustOpen(t, be, dir, o)
 	defer s.Close()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		sub, tables := pebbleL0(s)
-		if sub < 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("level 0 still has %d sublevels (%d tables) a minute after the delay: no compaction ran", sub, tables)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitL0Compacted(t, s, "after the delay")
 	if v := getInt(t, s, "count"); v != int64(line) {
 		t.Fatalf("count %d after the compaction, want %d", v, line)
 	}
@@ -174,14 +195,6 @@ func TestPebbleWriteStallLiftsTheDelay(t *testing.T) {
 	defer s.Close()
 	e := s.(*nsStore).c.rawEngine().(*pebbleEngine)
 	line := 0
-	flushLine := func() error {
-		line++
-		applyLine(t, s, del("f", 1, line))
-		if err := s.Flush(t.Context()); err != nil {
-			return err
-		}
-		return e.flush()
-	}
 	for {
 		sub, tables := pebbleL0(s)
 		if sub >= pebbleL0Stop {
@@ -190,14 +203,14 @@ func TestPebbleWriteStallLiftsTheDelay(t *testing.T) {
 		if line > 3*pebbleL0Stop {
 			t.Fatalf("level 0 has %d sublevels (%d tables) after %d flushes: compacted within the delay", sub, tables, line)
 		}
-		if err := flushLine(); err != nil {
-			t.Fatal(err)
-		}
+		flushLine(t, s, &line)
 	}
 	// Level 0 at the threshold: the next flush's write stalls until a
 	// compaction makes room.
+	line++
+	applyLine(t, s, del("f", 1, line))
 	done := make(chan error, 1)
-	go func() { done <- flushLine() }()
+	go func() { done <- flushL0(context.Background(), s) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -232,14 +245,7 @@ func TestPebbleSmallDatabaseCompactsFromItsOpen(t *testing.T) {
 	s := mustOpen(t, be, dir, o)
 	line := 0
 	for range 6 {
-		line++
-		applyLine(t, s, del("f", 1, line))
-		if err := s.Flush(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.(*nsStore).c.rawEngine().(*pebbleEngine).flush(); err != nil {
-			t.Fatal(err)
-		}
+		flushLine(t, s, &line)
 	}
 	if sub, tables := pebbleL0(s); sub < 6 {
 		t.Fatalf("level 0 has %d sublevels (%d tables) after 6 flushes, want 6: compacted within the delay", sub, tables)
@@ -251,17 +257,7 @@ func TestPebbleSmallDatabaseCompactsFromItsOpen(t *testing.T) {
 	o.hooks = &hooks{pebbleCompactionDelay: time.Hour} // the default bar: a database of a few KiB is under it
 	s = mustOpen(t, be, dir, o)
 	defer s.Close()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		sub, tables := pebbleL0(s)
-		if sub < 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("level 0 of a small database still has %d sublevels (%d tables) a minute after its open: the delay held its compaction back", sub, tables)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitL0Compacted(t, s, "after the open of a small database, within the delay")
 	if v := getInt(t, s, "count"); v != int64(line) {
 		t.Fatalf("count %d after the compaction, want %d", v, line)
 	}
