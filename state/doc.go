@@ -398,11 +398,12 @@
 // a page: a bbolt store's commits hold twice the keys, and the value cache
 // of either backend twice the values. Measured (2026-12-06, 100,000
 // random lines into a bbolt store of 10,000,000 accounts, default budget,
-// 3 rounds alternated): 37 to 40 saves in 3.25 to 3.66 s against 73 to 75 in 3.62 to 3.87 s, a peak anonymous RSS of 85
-// to 92 MiB (the ceiling: 96 MiB). The program that commits batches of
-// 10,000 lines without tidemark took 2.86 to 3.01 s and 173 to 190 MiB,
-// and, at the batches this memory allows (2,560 lines), 4.08 to 4.17 s. 1,000,000 new accounts in
-// order cost the same CPU with and without the cut. A commit whose keys of
+// 3 rounds alternated): 37 to 40 saves in 3.25 to 3.66 s against 73 to
+// 75 in 3.62 to 3.87 s, a peak anonymous RSS of 85 to 92 MiB (the
+// ceiling: 96 MiB). The program that commits batches of 10,000 lines
+// without tidemark took 2.86 to 3.01 s and 173 to 190 MiB, and, at the
+// batches this memory allows (2,560 lines), 4.08 to 4.17 s. 1,000,000 new
+// accounts in order cost the same CPU with and without the cut. A commit whose keys of
 // a table all sort at or after the table's last key (keys added in order:
 // ids, times, a first load of sorted balances) fills the table's new pages
 // to nine tenths, where bbolt's default leaves them half full; keys added

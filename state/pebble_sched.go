@@ -26,11 +26,12 @@ import (
 // leftCheckDelay after the open, nor once the store closes. A run longer
 // than that compacts as before; a shorter one leaves the tables to the next
 // longer run, unless the database is small (pebbleEagerBytes): it
-// compacts from its open. Level 0 cannot grow without bound: a write that finds it at
-// L0StopWritesThreshold sublevels waits for a compaction (Pebble's write
-// stall), and a stall ends the delay: compactions start at once (stalled);
-// a close that finds level 0 one flush short of that threshold lets
-// compactions run (its flush would stall otherwise) and waits for them.
+// compacts from its open. Level 0 cannot grow without bound: a write that
+// finds it at L0StopWritesThreshold sublevels waits for a compaction
+// (Pebble's write stall), and a stall ends the delay: compactions start at
+// once (stalled); a close that finds level 0 one flush short of that
+// threshold lets compactions run (its flush would stall otherwise) and
+// waits for them.
 // Before the stall ended the delay, a run of 20,000 lines on a store of
 // 100,000 accounts whose short runs had filled level 0 stalled for the rest
 // of its first second: 1.1 s instead of 0.2.
