@@ -118,9 +118,9 @@ type Options struct {
 	// live twice, for the heap the garbage collector lets grow between
 	// collections; once only when the process runs under a soft memory
 	// limit (read at Open) of at most 64 MiB plus the part of CacheSize
-	// that is Go heap (all of it with bbolt; with Pebble, less its block
-	// cache), under which the collector holds the whole heap within that
-	// limit. A store's
+	// that is Go heap (all of it with bbolt; with Pebble built with cgo,
+	// less its block cache), under which the collector holds the whole
+	// heap within that limit. A store's
 	// anonymous memory is about CacheSize plus its staged batches (at most
 	// two batches of BatchSize lines). Set it to what the state takes to
 	// serve every read from memory: about 350 bytes a key of 20 bytes with
@@ -133,9 +133,9 @@ type Options struct {
 	// runtime's soft memory limit (GOMEMLIMIT, or runtime/debug's
 	// SetMemoryLimit) a little under it, as examples/ledger's run does
 	// ([MemoryLimit]: 64 MiB plus CacheSize, less 8 MiB, and for Pebble
-	// less its block cache and memtables). Measured on a bbolt store of
-	// 10,000,000 keys, 100,000 lines of random keys at the default budget
-	// (2026-12-06, 3 runs each): peak anonymous memory 92 to 123 MiB
+	// built with cgo less its block cache and memtables). Measured on a
+	// bbolt store of 10,000,000 keys, 100,000 lines of random keys at the
+	// default budget (2026-12-06, 3 runs each): peak anonymous memory 92 to 123 MiB
 	// without the limit, 83 MiB with it, in the same time; and once the
 	// store counts live bytes once under it, 85 to 92 MiB, with commits
 	// of twice the keys, in 3.25 to 3.66 s instead of 3.62 to 3.87 s.

@@ -36,9 +36,9 @@ func memoryCeiling(cacheSize int64) int64 {
 
 // setMemoryLimit sets the Go runtime's soft memory limit of a run of the
 // bbolt or Pebble store that spec opens to state.MemoryLimit's: the
-// ceiling less a margin, and with Pebble less its block cache and
-// memtables, which are not Go heap; unless GOMEMLIMIT sets one already. It
-// logs the limit. The cache budget counts the bytes the store keeps live;
+// ceiling less a margin, and with Pebble (built with cgo) less its block
+// cache and memtables, which are not Go heap; unless GOMEMLIMIT sets one
+// already. It logs the limit. The cache budget counts the bytes the store keeps live;
 // Go's collector lets the heap grow to twice what is live before it
 // collects (GOGC=100), which took runs of 100,000 lines on a bbolt store
 // of 10,000,000 accounts to 82 to 123 MiB of anonymous memory against
