@@ -19,8 +19,7 @@ import (
 // memory limit logged: the default budget sets 64 + 32 - 8 MiB, a budget of
 // 128 MiB 184 MiB; a Pebble store's run leaves out Pebble's block cache and
 // memtables in a build with cgo (64 MiB), also for a data folder made
-// before; a run without a
-// budget sets none, and GOMEMLIMIT is kept.
+// before; a run without a budget sets none, and GOMEMLIMIT is kept.
 func TestRunSetsMemoryLimit(t *testing.T) {
 	exe := ledgerExe(t)
 	dir := t.TempDir()
