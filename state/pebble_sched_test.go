@@ -131,37 +131,55 @@ func waitL0Compacted(t *testing.T, s Store, why string) {
 	}
 }
 
+// heldOpts returns the options of a Pebble store that starts no
+// compaction in the hour after its open, however small its database.
+func heldOpts() *Options {
+	o := testOpts()
+	o.hooks = &hooks{pebbleCompactionDelay: time.Hour, pebbleEagerBytes: -1}
+	return o
+}
+
+// openHeldPebble makes a Pebble store in a new folder and opens it again
+// with heldOpts; it returns the folder, the backend and the store.
+func openHeldPebble(t *testing.T) (string, backend, Store) {
+	t.Helper()
+	dir := t.TempDir()
+	be := backend{name: Pebble, open: OpenPebble}
+	mustOpenClose(t, be, dir)
+	return dir, be, mustOpen(t, be, dir, heldOpts())
+}
+
+// fillL0 makes n tables of level 0 of the held store s (n flushes of a
+// line each), and returns its sublevels and tables; it fails if a
+// compaction ran meanwhile.
+func fillL0(t *testing.T, s Store, n int, line *int) (sublevels int, tables int64) {
+	t.Helper()
+	for range n {
+		flushLine(t, s, line)
+	}
+	sublevels, tables = pebbleL0(s)
+	if sublevels < n {
+		t.Fatalf("level 0 has %d sublevels (%d tables) after %d flushes, want %d: compacted within the delay", sublevels, tables, n, n)
+	}
+	return sublevels, tables
+}
+
 // TestPebbleShortRunLeavesItsCompactionToALongerOne: a run shorter than
 // the delay after its open starts no compaction, at its close neither (its
 // close flush adds a table to level 0, compacted by nobody), so its close
 // waits for none; a longer run compacts level 0 as Pebble does.
 func TestPebbleShortRunLeavesItsCompactionToALongerOne(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	be := backend{name: Pebble, open: OpenPebble}
-	mustOpenClose(t, be, dir)
-	held := func() *Options {
-		o := testOpts()
-		// No database small enough to compact from its open.
-		o.hooks = &hooks{pebbleCompactionDelay: time.Hour, pebbleEagerBytes: -1}
-		return o
-	}
+	dir, be, s := openHeldPebble(t)
 	line := 0
 	// Six flushes, each a table of level 0: a compaction is due (4).
-	s := mustOpen(t, be, dir, held())
-	for range 6 {
-		flushLine(t, s, &line)
-	}
-	sub, tables := pebbleL0(s)
-	if sub < 6 {
-		t.Fatalf("level 0 has %d sublevels (%d tables) after 6 flushes, want 6: compacted within the delay", sub, tables)
-	}
+	sub, tables := fillL0(t, s, 6, &line)
 	line++
 	applyLine(t, s, del("f", 1, line)) // for the close's flush
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s = mustOpen(t, be, dir, held())
+	s = mustOpen(t, be, dir, heldOpts())
 	if got, gotTables := pebbleL0(s); got != sub+1 || gotTables != tables+1 {
 		t.Fatalf("after the close, level 0 has %d sublevels and %d tables, want %d and %d: the close's flush only", got, gotTables, sub+1, tables+1)
 	}
@@ -186,12 +204,7 @@ func TestPebbleShortRunLeavesItsCompactionToALongerOne(t *testing.T) {
 // rest of the second, 1.1 s instead of 0.2.)
 func TestPebbleWriteStallLiftsTheDelay(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	be := backend{name: Pebble, open: OpenPebble}
-	mustOpenClose(t, be, dir)
-	o := testOpts()
-	o.hooks = &hooks{pebbleCompactionDelay: time.Hour, pebbleEagerBytes: -1}
-	s := mustOpen(t, be, dir, o)
+	_, _, s := openHeldPebble(t)
 	defer s.Close()
 	e := s.(*nsStore).c.rawEngine().(*pebbleEngine)
 	line := 0
@@ -237,23 +250,13 @@ func TestPebbleWriteStallLiftsTheDelay(t *testing.T) {
 // read); a larger one waits for the delay (see the test above).
 func TestPebbleSmallDatabaseCompactsFromItsOpen(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	be := backend{name: Pebble, open: OpenPebble}
-	mustOpenClose(t, be, dir)
-	o := testOpts()
-	o.hooks = &hooks{pebbleCompactionDelay: time.Hour, pebbleEagerBytes: -1}
-	s := mustOpen(t, be, dir, o)
+	dir, be, s := openHeldPebble(t)
 	line := 0
-	for range 6 {
-		flushLine(t, s, &line)
-	}
-	if sub, tables := pebbleL0(s); sub < 6 {
-		t.Fatalf("level 0 has %d sublevels (%d tables) after 6 flushes, want 6: compacted within the delay", sub, tables)
-	}
+	fillL0(t, s, 6, &line)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	o = testOpts()
+	o := testOpts()
 	o.hooks = &hooks{pebbleCompactionDelay: time.Hour} // the default bar: a database of a few KiB is under it
 	s = mustOpen(t, be, dir, o)
 	defer s.Close()

@@ -21,12 +21,7 @@ import (
 // memtables in a build with cgo (64 MiB), also for a data folder made
 // before; a run without a budget sets none, and GOMEMLIMIT is kept.
 func TestRunSetsMemoryLimit(t *testing.T) {
-	exe := ledgerExe(t)
-	dir := t.TempDir()
-	input := filepath.Join(dir, "in.csv")
-	if err := os.WriteFile(input, []byte("1,alice,10\n2,bob,-3\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	exe, dir, input := ledgerWithInput(t, "1,alice,10\n2,bob,-3\n")
 	// Pebble's limit leaves out its block cache and memtables in a build
 	// with cgo (the ledger is built as this test is): state.MemoryLimit's.
 	pebbleLimit, err := state.MemoryLimit("pebble:"+dir, nil)
@@ -117,12 +112,7 @@ func TestMemoryCeiling(t *testing.T) {
 // open), and the run fails with the open's error, which names the damage
 // and what to do.
 func TestRunDamagedStoreFileSetsNoLimit(t *testing.T) {
-	exe := ledgerExe(t)
-	dir := t.TempDir()
-	input := filepath.Join(dir, "in.csv")
-	if err := os.WriteFile(input, []byte("1,alice,10\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	exe, dir, input := ledgerWithInput(t, "1,alice,10\n")
 	data := filepath.Join(dir, "data")
 	run := func() (string, error) {
 		cmd := exec.Command(exe, "run", "--input", input, "--data", data, "--pointer-dir", data, "--progress", "none", "--log-level", "info")
@@ -146,4 +136,16 @@ func TestRunDamagedStoreFileSetsNoLimit(t *testing.T) {
 			t.Errorf("ledger run's stderr lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// ledgerWithInput returns the ledger's executable, a new folder, and the
+// input in.csv written there with lines.
+func ledgerWithInput(t *testing.T, lines string) (exe, dir, input string) {
+	t.Helper()
+	exe, dir = ledgerExe(t), t.TempDir()
+	input = filepath.Join(dir, "in.csv")
+	if err := os.WriteFile(input, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return exe, dir, input
 }
