@@ -28,7 +28,8 @@ type Processor interface {
 
 // BatchHandler is implemented by processors that handle a run of lines in
 // one call, at a cost per call rather than per line (a processor that
-// applies its lines to a store with state.Namespace.ApplyEach, say).
+// applies its lines to a store with state.Namespace.ApplyEach or
+// ApplyRuns, say).
 //
 // The group uses it on a queue where it is the only processor. With a
 // Config.Observer, each line of a call is timed as its share of the

@@ -63,6 +63,10 @@ type crashConfig struct {
 	// eachRun, and count them finished a run at a time, as the framework
 	// does for a BatchHandler.
 	each bool
+	// runs makes the child apply the same runs with ApplyRuns, each run's
+	// count and sum added once for its lines (with sync, each line is
+	// a run of its own).
+	runs bool
 }
 
 // eachRun is the length of the child's ApplyEach runs: prime, so that
@@ -89,7 +93,8 @@ func (c crashConfig) env(t *testing.T, dir string) []string {
 		"CRASH_STOP_AFTER_OUTPUT="+strconv.Itoa(c.stopAfterOutput),
 		"CRASH_HOLD_COMMIT_AT="+strconv.Itoa(c.holdCommitAt),
 		"CRASH_EPOCH="+strconv.FormatUint(max(c.epoch, 1), 10),
-		"CRASH_EACH="+strconv.FormatBool(c.each),
+		"CRASH_EACH="+strconv.FormatBool(c.each || c.runs),
+		"CRASH_RUNS="+strconv.FormatBool(c.runs),
 	)
 }
 
@@ -171,6 +176,24 @@ func TestCrashChild(t *testing.T) {
 		return err
 	}
 	each, _ := strconv.ParseBool(os.Getenv("CRASH_EACH"))
+	runs, _ := strconv.ParseBool(os.Getenv("CRASH_RUNS"))
+	applyRuns := func(run []tidemark.Delivery) (int, error) {
+		return s.ApplyRuns(ctx, len(run), func(i int) *tidemark.Delivery { return &run[i] }, func(tx *Tx, from, to int) error {
+			var sum int64
+			for i := from; i < to; i++ {
+				n := run[i].Position / lineLen
+				sum += n
+				if _, err := fmt.Fprintf(tx.Output("out.csv"), "%d\n", n); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.AddInt64([]byte("count"), int64(to-from)); err != nil {
+				return err
+			}
+			_, err := tx.AddInt64([]byte("sum"), sum)
+			return err
+		})
+	}
 	if each {
 		run := make([]tidemark.Delivery, 0, eachRun)
 		for n := int(ptr/lineLen) + 1; n <= crashLines; {
@@ -180,11 +203,17 @@ func TestCrashChild(t *testing.T) {
 				d.Origin = origin
 				run = append(run, d)
 			}
-			done, err := s.ApplyEach(ctx, len(run), func(i int) *tidemark.Delivery { return &run[i] }, func(tx *Tx, i int) error {
-				return apply(tx, int(run[i].Position/lineLen))
-			})
+			var done int
+			var err error
+			if runs {
+				done, err = applyRuns(run)
+			} else {
+				done, err = s.ApplyEach(ctx, len(run), func(i int) *tidemark.Delivery { return &run[i] }, func(tx *Tx, i int) error {
+					return apply(tx, int(run[i].Position/lineLen))
+				})
+			}
 			if err == nil && done != len(run) {
-				err = fmt.Errorf("ApplyEach of %d lines did %d", len(run), done)
+				err = fmt.Errorf("ApplyEach or ApplyRuns of %d lines did %d", len(run), done)
 			}
 			if err != nil {
 				fmt.Println("error", err)
@@ -376,6 +405,8 @@ func TestCrashMidBatch(t *testing.T) {
 		{backend: Bolt}, {backend: Pebble}, {backend: Postgres},
 		{backend: Bolt, sync: true}, {backend: Pebble, sync: true}, {backend: Postgres, sync: true},
 		{backend: Bolt, each: true}, {backend: Pebble, each: true}, {backend: Postgres, each: true},
+		{backend: Bolt, runs: true}, {backend: Pebble, runs: true}, {backend: Postgres, runs: true},
+		{backend: Bolt, sync: true, runs: true},
 	} {
 		name := cfg.backend
 		if cfg.sync {
@@ -383,6 +414,9 @@ func TestCrashMidBatch(t *testing.T) {
 		}
 		if cfg.each {
 			name += "/each"
+		}
+		if cfg.runs {
+			name += "/runs"
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -304,6 +304,30 @@
 // writes. A line whose function fails is not applied and ends the call
 // (done is its index); the lines before it stay staged.
 //
+// ApplyRuns ([Namespace].ApplyRuns) goes further: one transaction for each
+// run of the lines (of one feed and epoch, in order, as many as the
+// staging batch takes), whose function applies the run's lines and can
+// write once for all of them what each line changes:
+//
+//	done, err := ledger.ApplyRuns(ctx, len(ds), func(i int) *tidemark.Delivery { return &ds[i] },
+//		func(tx *state.Tx, from, to int) error {
+//			var sum int64
+//			for i := from; i < to; i++ {
+//				if _, err := balances.Add(tx, accounts[i], amounts[i]); err != nil {
+//					return err
+//				}
+//				sum += amounts[i]
+//			}
+//			_, err := total.Add(tx, sum)
+//			return err
+//		})
+//
+// A key written by several lines of a run is logged for undo once, and
+// the run's position is recorded once. When the function fails, nothing
+// of its run is staged and done is the run's first line: a processor that
+// must keep the lines before the one that fails applies the rest with
+// ApplyEach (the ledger example does).
+//
 // # Durability modes
 //
 // Batched (the default). Apply stages the change in memory. A committer

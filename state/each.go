@@ -32,11 +32,8 @@ func (c *core) applyEach(ctx context.Context, ns *nsStore, n int, at func(i int)
 	if n <= 0 {
 		return 0, nil
 	}
-	if !c.applyTok.CompareAndSwap(false, true) {
-		if err := c.acquire(ctx); err != nil {
-			d := at(0)
-			return 0, fmt.Errorf("apply feed %q epoch %d position %d: waiting for another Apply: %w", d.Feed, d.Epoch, d.Position, err)
-		}
+	if err := c.hold(ctx, at(0)); err != nil {
+		return 0, err
 	}
 	var p pending
 	defer func() {
@@ -94,6 +91,18 @@ func (c *core) applyEach(ctx context.Context, ns *nsStore, n int, at func(i int)
 		}
 	}
 	return n, nil
+}
+
+// hold takes the token for ApplyEach or ApplyRuns, whose first line is
+// d's: at once if no other Apply holds it, or once it is released.
+func (c *core) hold(ctx context.Context, d *tidemark.Delivery) error {
+	if c.applyTok.CompareAndSwap(false, true) {
+		return nil
+	}
+	if err := c.acquire(ctx); err != nil {
+		return fmt.Errorf("apply feed %q epoch %d position %d: waiting for another Apply: %w", d.Feed, d.Epoch, d.Position, err)
+	}
+	return nil
 }
 
 // pending are the lines applyEach applied without staging them yet: how

@@ -73,6 +73,97 @@ func readEachState(t *testing.T, be backend, dir string, s Store) eachState {
 	return st
 }
 
+// withRedeliveries returns n deliveries of feed "f" in epoch 1: mostly
+// the next line, and about one time in every a step back of 1 to 5 lines
+// (re-deliveries); and the line after the last.
+func withRedeliveries(rng *rand.Rand, n, every int) ([]tidemark.Delivery, int) {
+	var ds []tidemark.Delivery
+	next := 1
+	for len(ds) < n {
+		if rng.IntN(every) == 0 && next > 5 {
+			back := 1 + rng.IntN(5)
+			for k := next - back; k < next; k++ {
+				ds = append(ds, del("f", 1, k))
+			}
+			continue
+		}
+		ds = append(ds, del("f", 1, next))
+		next++
+	}
+	return ds, next
+}
+
+// openModelPair opens two stores of be with copies of o, each in a folder
+// of its own with the output "out" declared: one for the model's Apply
+// calls, one for the calls it is checked against.
+func openModelPair(t *testing.T, be backend, o *Options) (a, b Store, dirA, dirB string) {
+	t.Helper()
+	dirA, dirB = t.TempDir(), t.TempDir()
+	oa, ob := *o, *o
+	a, b = mustOpen(t, be, dirA, &oa), mustOpen(t, be, dirB, &ob)
+	for _, s := range []Store{a, b} {
+		if _, err := s.Output("out"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, b, dirA, dirB
+}
+
+// applyModel applies ds to s with Apply, one call a line, the function of
+// each eachLine (failing where fails says), appends to ran the lines whose
+// function ran, and returns how many failed.
+func applyModel(t *testing.T, s Store, ds []tidemark.Delivery, fails func(d *tidemark.Delivery) bool, ran *[]int64) int {
+	t.Helper()
+	failed := 0
+	for i := range ds {
+		d := ds[i]
+		n := d.Position / lineLen
+		_, err := s.Apply(context.Background(), d, func(tx *Tx) error {
+			if ran != nil {
+				*ran = append(*ran, n)
+			}
+			return eachLine(tx, n, fails(&d))
+		})
+		if errors.Is(err, errLine) {
+			failed++
+		} else if err != nil {
+			t.Fatalf("Apply of line %d: %v", n, err)
+		}
+	}
+	return failed
+}
+
+// applyCalls applies ds to s in calls of apply of 1 to longest lines,
+// as a caller whose failure policy goes on after a line that fails: a
+// call must apply every line of it, or fail on a line that fails (its
+// index returned with errLine), after which the next call begins with the
+// line after it. One call in about ten is followed by a Flush. It returns
+// how many calls, and how many lines failed.
+func applyCalls(t *testing.T, rng *rand.Rand, s Store, ds []tidemark.Delivery, longest int, fails func(d *tidemark.Delivery) bool, apply func(call []tidemark.Delivery) (int, error)) (calls, failed int) {
+	t.Helper()
+	for i := 0; i < len(ds); {
+		call := ds[i:min(len(ds), i+1+rng.IntN(longest))]
+		calls++
+		done, err := apply(call)
+		switch {
+		case err == nil && done == len(call):
+			i += done
+		case errors.Is(err, errLine) && done < len(call) && fails(&call[done]):
+			// The failed line is not applied; the caller goes on after it.
+			failed++
+			i += done + 1
+		default:
+			t.Fatalf("%d lines from line %d: done %d, err %v", len(call), call[0].Position/lineLen, done, err)
+		}
+		if rng.IntN(10) == 0 {
+			if err := s.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return calls, failed
+}
+
 // TestApplyEachMatchesApply runs the same deliveries through Apply, one
 // call a line, and through ApplyEach in runs of random length, into two
 // stores of each backend, and checks that they end alike: the state, the
@@ -87,35 +178,11 @@ func TestApplyEachMatchesApply(t *testing.T) {
 		for seed := range uint64(4) {
 			t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 17))
-				// The deliveries: mostly the next line, sometimes a step
-				// back to an earlier position (re-deliveries).
-				var ds []tidemark.Delivery
-				next := 1
-				for len(ds) < 600 {
-					if rng.IntN(20) == 0 && next > 5 {
-						back := 1 + rng.IntN(5)
-						for k := next - back; k < next; k++ {
-							ds = append(ds, del("f", 1, k))
-						}
-						continue
-					}
-					ds = append(ds, del("f", 1, next))
-					next++
-				}
+				ds, _ := withRedeliveries(rng, 600, 20)
 				fails := func(d *tidemark.Delivery) bool { return (d.Position/lineLen)%13 == 5 }
-
-				o := func() *Options {
-					o := testOpts()
-					o.BatchSize = 7 + int(seed)
-					return o
-				}
-				dirA, dirB := t.TempDir(), t.TempDir()
-				a, b := mustOpen(t, be, dirA, o()), mustOpen(t, be, dirB, o())
-				for _, s := range []Store{a, b} {
-					if _, err := s.Output("out"); err != nil {
-						t.Fatal(err)
-					}
-				}
+				o := testOpts()
+				o.BatchSize = 7 + int(seed)
+				a, b, dirA, dirB := openModelPair(t, be, o)
 				ctx := context.Background()
 
 				// The model: a line past the recorded position is applied
@@ -130,47 +197,15 @@ func TestApplyEachMatchesApply(t *testing.T) {
 				}
 
 				var ranA, ranB []int64
-				var failedA, failedB int
-				for i := range ds {
-					d := ds[i]
-					n := d.Position / lineLen
-					_, err := a.Apply(ctx, d, func(tx *Tx) error {
-						ranA = append(ranA, n)
-						return eachLine(tx, n, fails(&d))
-					})
-					if errors.Is(err, errLine) {
-						failedA++
-					} else if err != nil {
-						t.Fatalf("Apply of line %d: %v", n, err)
-					}
-				}
+				failedA := applyModel(t, a, ds, fails, &ranA)
 
-				calls := 0
-				for i := 0; i < len(ds); {
-					run := ds[i:min(len(ds), i+1+rng.IntN(40))]
-					calls++
-					done, err := b.ApplyEach(ctx, len(run), func(j int) *tidemark.Delivery { return &run[j] }, func(tx *Tx, j int) error {
+				calls, failedB := applyCalls(t, rng, b, ds, 40, fails, func(run []tidemark.Delivery) (int, error) {
+					return b.ApplyEach(ctx, len(run), func(j int) *tidemark.Delivery { return &run[j] }, func(tx *Tx, j int) error {
 						n := run[j].Position / lineLen
 						ranB = append(ranB, n)
 						return eachLine(tx, n, fails(&run[j]))
 					})
-					switch {
-					case err == nil && done == len(run):
-						i += done
-					case errors.Is(err, errLine) && done < len(run) && fails(&run[done]):
-						// The failed line is not applied; the caller goes
-						// on after it.
-						failedB++
-						i += done + 1
-					default:
-						t.Fatalf("ApplyEach of %d lines from line %d: done %d, err %v", len(run), run[0].Position/lineLen, done, err)
-					}
-					if rng.IntN(10) == 0 {
-						if err := b.Flush(ctx); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
+				})
 				if calls >= len(ds)/2 {
 					t.Fatalf("%d calls for %d lines: the runs are not runs", calls, len(ds))
 				}
@@ -234,12 +269,7 @@ func TestApplyEachPanic(t *testing.T) {
 		// The lines before the panic are staged with their position: a
 		// batch that held their changes without it would apply them
 		// again after a restart.
-		if err := s.Flush(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if a, _ := s.Applied("f"); a.Position != 2*lineLen || getInt(t, s, "count") != 2 {
-			t.Fatalf("after a panic on line 3: position %d and count %d durable, want line 2's (%d) and 2", a.Position, getInt(t, s, "count"), 2*lineLen)
-		}
+		wantDurable(t, s, 2, "after a panic on line 3")
 		// Lines 3 and 4 again, in a new call: the token was released.
 		rest := ds[2:]
 		done, err := s.ApplyEach(context.Background(), len(rest), func(i int) *tidemark.Delivery { return &rest[i] }, func(tx *Tx, i int) error {
@@ -253,6 +283,19 @@ func TestApplyEachPanic(t *testing.T) {
 			t.Fatalf("after a panic on line 3 and lines 3 and 4 again: %+v", st)
 		}
 	})
+}
+
+// wantDurable flushes s and fails t unless lines 1 to n of the model are
+// durable (its position and count), and no more: what a test expects
+// after what.
+func wantDurable(t *testing.T, s Store, n int, after string) {
+	t.Helper()
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := s.Applied("f"); a.Position != int64(n)*lineLen || getInt(t, s, "count") != int64(n) {
+		t.Fatalf("%s: position %d and count %d durable, want line %d's (%d) and %d", after, a.Position, getInt(t, s, "count"), n, int64(n)*lineLen, n)
+	}
 }
 
 // TestApplyEachEdges: no lines is nothing; a run that is all

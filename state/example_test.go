@@ -190,6 +190,72 @@ func ExampleCounter() {
 	// lines 3 sum 125
 }
 
+// A processor handed its lines in batches applies them with ApplyRuns: one
+// transaction for each run of them, in which it writes the count of the
+// run's lines and the sum of their amounts once. A re-delivered line is
+// never handed to the function. (When a run fails, nothing of it is
+// staged: a processor applies the rest again with ApplyEach, line by line,
+// to keep the lines before the one that fails; see ApplyRuns.)
+func ExampleNamespace_applyRuns() {
+	dir, _ := os.MkdirTemp("", "state-runs")
+	defer os.RemoveAll(dir)
+	st, err := state.Open("bbolt:"+filepath.Join(dir, "state"), &state.Options{Unbound: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
+	var (
+		balances = state.NewTable("balances", state.String{}, state.Int64{})
+		totals   = state.NewTable("", state.String{}, state.Int64{})
+		lines    = totals.Counter("lines")
+		sum      = totals.Counter("sum")
+	)
+	type line struct {
+		account string
+		amount  int64
+	}
+	ls := []line{{"alice", 100}, {"bob", -30}, {"alice", 55}, {"bob", 40}}
+	ds := make([]tidemark.Delivery, len(ls))
+	for i := range ds {
+		ds[i] = tidemark.Delivery{Feed: "orders", Epoch: 1, Position: int64(i+1) * 10}
+	}
+	ns := st.Namespace("ledger")
+	apply := func(from, to int) {
+		at := func(i int) *tidemark.Delivery { return &ds[from+i] }
+		_, err := ns.ApplyRuns(context.Background(), to-from, at, func(tx *state.Tx, i, j int) error {
+			var total int64
+			for _, l := range ls[from+i : from+j] {
+				if _, err := balances.Add(tx, l.account, l.amount); err != nil {
+					return err
+				}
+				total += l.amount
+			}
+			fmt.Printf("lines %d to %d in one transaction, up to position %d\n", from+i+1, from+j, tx.Delivery().Position)
+			if _, err := lines.Add(tx, int64(j-i)); err != nil {
+				return err
+			}
+			_, err := sum.Add(tx, total)
+			return err
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+	apply(0, 2)
+	apply(0, 4) // lines 1 and 2 again: re-deliveries, skipped
+	ns.View(func(tx *state.Tx) error {
+		n, _ := lines.Get(tx)
+		total, _ := sum.Get(tx)
+		alice, _, _ := balances.Get(tx, "alice")
+		fmt.Println("lines", n, "sum", total, "alice", alice)
+		return nil
+	})
+	// Output:
+	// lines 1 to 2 in one transaction, up to position 20
+	// lines 3 to 4 in one transaction, up to position 40
+	// lines 4 sum 165 alice 155
+}
+
 // A program that must stay under 64 MiB plus its store's cache budget
 // sets the Go runtime's soft memory limit before it opens the store, to
 // what MemoryLimit gives (unless GOMEMLIMIT sets one): the store then

@@ -68,6 +68,34 @@ type Namespace interface {
 	// Other Apply, ApplyEach and View calls wait while it runs. fn must
 	// not call the store.
 	ApplyEach(ctx context.Context, n int, at func(i int) *tidemark.Delivery, fn func(tx *Tx, i int) error) (done int, err error)
+	// ApplyRuns applies n delivered lines in order, as ApplyEach does,
+	// with one transaction for each run of them instead of one a line:
+	// fn(tx, from, to) applies lines from to to-1 in tx, which then
+	// records the position of line to-1. It costs less a line than
+	// ApplyEach, for what a line's own transaction costs (a record to
+	// undo each of its writes, the bookkeeping of its position) and for
+	// what a processor can write once for a run rather than once a line:
+	// a count, a sum, a key that every line changes.
+	//
+	// A run is lines of one feed, file, epoch and origin in increasing
+	// positions, as many as the staging batch takes before it is full
+	// (Options.BatchSize; MaxBatchSize while the batch before it
+	// commits); a line without an epoch is a run of its own, and with
+	// Options.Sync every line is, durable before the next runs. A
+	// re-delivery is skipped, counted as by Apply, and never in a run.
+	// tx.Delivery() is the run's last line.
+	//
+	// When fn fails (or writes what the backend cannot store), nothing of
+	// its run is staged, not even the lines before the one that failed,
+	// and ApplyRuns returns the run's first line and the error, as it
+	// does for the store's own errors; the runs before stay staged. To go
+	// on line by line from there (to learn which line fails, and keep the
+	// ones before it), apply the rest with ApplyEach. When fn panics, its
+	// run is undone and the runs before stay staged. at is called for
+	// each line, in order, and the Delivery it returns is read only during
+	// the call. Other Apply, ApplyEach and View calls wait while it runs.
+	// fn must not call the store.
+	ApplyRuns(ctx context.Context, n int, at func(i int) *tidemark.Delivery, fn func(tx *Tx, from, to int) error) (done int, err error)
 	// View calls fn with a read-only transaction of this namespace. It sees
 	// every change staged by an Apply that returned, durable or not yet: the
 	// state as the processor knows it. Writes fail with [ErrReadOnly].
@@ -1001,31 +1029,41 @@ func (c *core) apply(ctx context.Context, ns *nsStore, d *tidemark.Delivery, fn 
 // applyHeld applies d for apply or applyEach, whose caller holds the
 // token: with fn, or with fnEach and i (ApplyEach's function and line).
 func (c *core) applyHeld(ctx context.Context, ns *nsStore, d *tidemark.Delivery, fn func(tx *Tx) error, fnEach func(tx *Tx, i int) error, i int) (bool, error) {
+	fs, tx, skip, err := c.begin(ctx, ns, d)
+	if skip || err != nil {
+		return false, err
+	}
+	// fn writes straight into the staging batch: see txWrites.
+	if err := c.run(tx, fn, fnEach, i); err != nil {
+		return false, err
+	}
+	return c.stage(fs, tx, d, 1)
+}
+
+// begin starts the transaction of the line of d, or reports it a
+// re-delivery to skip (see enter). The caller holds the token.
+func (c *core) begin(ctx context.Context, ns *nsStore, d *tidemark.Delivery) (fs *feedState, tx *Tx, skip bool, err error) {
 	// Most lines need not take the lock before their function: the last
 	// Apply left the store usable, with room in the batch, and the
 	// committer changed nothing since (c.ver), so the transaction's view
 	// of the batches is still right; the line is of the same feed, past
 	// its recorded position.
-	fs := c.lastFeed
-	var tx *Tx
+	fs = c.lastFeed
 	if c.fastOK && c.fastVer == c.ver.Load() && fs != nil && fs.fk.feed == d.Feed && fs.fk.file == d.File && fs.fk.ns == ns.ns &&
 		(d.Epoch == 0 || (d.Epoch == fs.latest.Epoch && d.Position > fs.latest.Position) ||
 			(d.Epoch != fs.latest.Epoch && (d.File == "" || fs.renameChecked == d.Epoch) && (fs.latest.Epoch == 0 || d.Position > fs.latest.Position))) {
-		tx = c.newTx(ns, d, false)
-	} else {
-		var skip bool
-		var err error
-		if fs, tx, skip, err = c.enter(ctx, ns, d); skip || err != nil {
-			return false, err
-		}
+		return fs, c.newTx(ns, d, false), false, nil
 	}
+	return c.enter(ctx, ns, d)
+}
 
-	// fn writes straight into the staging batch: see txWrites.
+// stage stages the transaction tx, whose function ran, of k lines of the
+// feed of fs (1, or a run of ApplyRuns), the last of them d's: their
+// count, output bytes and position, in the staging batch; then cuts the
+// batch if it is full, or, with Options.Sync, commits it. The caller
+// holds the token.
+func (c *core) stage(fs *feedState, tx *Tx, d *tidemark.Delivery, k int) (bool, error) {
 	tw := &c.tw
-	if err := c.run(tx, fn, fnEach, i); err != nil {
-		return false, err
-	}
-
 	c.mu.Lock()
 	if c.closed || c.failed != nil {
 		err := c.unusable()
@@ -1051,7 +1089,7 @@ func (c *core) applyHeld(ctx context.Context, ns *nsStore, d *tidemark.Delivery,
 	if tw.oadded > 0 && !c.opts.Sync {
 		c.writeAhead(b, false)
 	}
-	b.count++
+	b.count += k
 	b.keys = len(b.writes)
 	if d.Epoch != 0 {
 		// The position is recorded once per feed per batch: the batch
@@ -1077,7 +1115,7 @@ func (c *core) applyHeld(ctx context.Context, ns *nsStore, d *tidemark.Delivery,
 			}
 		}
 	}
-	c.stats.Applied++
+	c.stats.Applied += uint64(k)
 	if c.opts.Sync {
 		return c.applySync(*d)
 	}
@@ -1095,14 +1133,21 @@ func (c *core) applyHeld(ctx context.Context, ns *nsStore, d *tidemark.Delivery,
 // the line i), and undoes its writes in the staging batch if it fails. The
 // caller holds the token.
 func (c *core) run(tx *Tx, fn func(tx *Tx) error, fnEach func(tx *Tx, i int) error, i int) error {
-	tw := &c.tw
-	tw.open = true
+	c.tw.open = true
 	var err error
 	if fn != nil {
 		err = fn(tx)
 	} else {
 		err = fnEach(tx, i)
 	}
+	return c.ran(tx, err)
+}
+
+// ran ends the transaction tx whose function returned err: its writes are
+// undone if it failed, or if it wrote what the backend cannot store. The
+// caller holds the token.
+func (c *core) ran(tx *Tx, err error) error {
+	tw := &c.tw
 	tx.done = true
 	if err == nil && tw.refused != nil {
 		// A write the backend cannot store refuses the whole line, even
@@ -2188,6 +2233,10 @@ func newNS(c *core, ns string) *nsStore {
 
 func (s *nsStore) Apply(ctx context.Context, d tidemark.Delivery, fn func(tx *Tx) error) (bool, error) {
 	return s.c.apply(ctx, s, &d, fn)
+}
+
+func (s *nsStore) ApplyRuns(ctx context.Context, n int, at func(i int) *tidemark.Delivery, fn func(tx *Tx, from, to int) error) (int, error) {
+	return s.c.applyRuns(ctx, s, n, at, fn)
 }
 
 func (s *nsStore) ApplyEach(ctx context.Context, n int, at func(i int) *tidemark.Delivery, fn func(tx *Tx, i int) error) (int, error) {

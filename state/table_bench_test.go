@@ -73,10 +73,10 @@ func BenchmarkTableLine(b *testing.B) {
 		},
 	}
 	for _, be := range backends() {
-		for _, name := range []string{"bucket", "table-add", "table-counter", "table-get-put", "table-counter-each"} {
+		for _, name := range []string{"bucket", "table-add", "table-counter", "table-get-put", "table-counter-each", "table-counter-runs"} {
 			line := lines[name]
-			if name == "table-counter-each" {
-				b.Run(be.name+"/"+name, func(b *testing.B) { benchEach(b, be, lines["table-counter"]) })
+			if name == "table-counter-each" || name == "table-counter-runs" {
+				b.Run(be.name+"/"+name, func(b *testing.B) { benchEach(b, be, lines["table-counter"], name == "table-counter-runs") })
 				continue
 			}
 			b.Run(be.name+"/"+name, func(b *testing.B) {
@@ -108,8 +108,12 @@ func BenchmarkTableLine(b *testing.B) {
 // benchEach is BenchmarkTableLine's table-counter-each: the line of
 // table-counter applied by ApplyEach, in runs of as many lines as the
 // framework hands a BatchHandler at most in one call (a feed's read of
-// 1,024 lines), against table-counter's Apply of one line at a time.
-func benchEach(b *testing.B, be backend, line func(tx *Tx, n int) error) {
+// 1,024 lines), against table-counter's Apply of one line at a time; and,
+// with runs, table-counter-runs: the same calls with ApplyRuns, one
+// transaction for the lines of a call, whose function writes each line as
+// table-counter does (the counters once a line: what the transaction
+// alone saves).
+func benchEach(b *testing.B, be backend, line func(tx *Tx, n int) error, runs bool) {
 	const run = 1024
 	s, err := be.open(b.TempDir(), &Options{Logger: quietLogger(), Unbound: true, BatchInterval: time.Hour})
 	if err != nil {
@@ -121,6 +125,14 @@ func benchEach(b *testing.B, be backend, line func(tx *Tx, n int) error) {
 	ds := make([]tidemark.Delivery, run)
 	at := func(i int) *tidemark.Delivery { return &ds[i] }
 	fn := func(tx *Tx, i int) error { return line(tx, int(ds[i].Seq)) }
+	fnRuns := func(tx *Tx, from, to int) error {
+		for i := from; i < to; i++ {
+			if err := line(tx, int(ds[i].Seq)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	b.ReportAllocs()
 	n := 0
 	for n < b.N {
@@ -128,7 +140,13 @@ func benchEach(b *testing.B, be backend, line func(tx *Tx, n int) error) {
 		for j := range k {
 			ds[j] = del("f", 1, n+j+1)
 		}
-		if _, err := ns.ApplyEach(ctx, k, at, fn); err != nil {
+		var err error
+		if runs {
+			_, err = ns.ApplyRuns(ctx, k, at, fnRuns)
+		} else {
+			_, err = ns.ApplyEach(ctx, k, at, fn)
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
 		n += k

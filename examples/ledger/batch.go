@@ -26,11 +26,16 @@ type batchLine struct {
 
 // runApplier is a ledger processor's HandleBatch (the file ledger's and a
 // partition's): the lines of a call are applied as Handle would apply them
-// one at a time, with one state.ApplyEach for each run of canonical lines
+// one at a time, with one state.ApplyRuns for each run of canonical lines
 // (the framework hands the processor a feed's read, up to 2,048 lines, in
-// one call, and the store is taken once for the run instead of once a
-// line). A line that is not canonical (or malformed) goes through the
-// processor's Handle, between runs.
+// one call; the store is taken once for the run instead of once a line,
+// and makes one transaction of as many of its lines as its batch takes, in
+// which the two counters are added to once, not once a line). A line that
+// is not canonical (or malformed) goes through the processor's Handle,
+// between runs. When a transaction of ApplyRuns fails (a line whose
+// account the store cannot hold), nothing of it is staged: its lines go
+// again through state.ApplyEach, one transaction each, which keeps the
+// lines before the one that fails.
 type runApplier struct {
 	st state.Namespace
 	// handle is the processor's Handle, for a line that is not canonical.
@@ -55,13 +60,14 @@ type runApplier struct {
 
 	// The run being applied: its lines, the call's Batch they are of (nil
 	// between calls) from line base; the output line's buffer; and the
-	// functions handed to ApplyEach, made once.
-	run   []batchLine
-	batch *framework.Batch
-	base  int
-	buf   []byte
-	at    func(i int) *tidemark.Delivery
-	fn    func(tx *state.Tx, i int) error
+	// functions handed to ApplyRuns and ApplyEach, made once.
+	run    []batchLine
+	batch  *framework.Batch
+	base   int
+	buf    []byte
+	at     func(i int) *tidemark.Delivery
+	fn     func(tx *state.Tx, i int) error
+	fnRuns func(tx *state.Tx, from, to int) error
 }
 
 // handleBatch is HandleBatch: it returns (b.Len(), nil), or the index of
@@ -70,6 +76,7 @@ func (r *runApplier) handleBatch(ctx context.Context, b *framework.Batch) (int, 
 	if r.fn == nil {
 		r.at = func(k int) *tidemark.Delivery { return r.batch.Delivery(r.base + k) }
 		r.fn = r.applyRunLine
+		r.fnRuns = r.applyRunLines
 	}
 	r.batch = b
 	defer func() { r.batch = nil }() // the framework's, valid only during the call
@@ -90,7 +97,7 @@ func (r *runApplier) handleBatch(ctx context.Context, b *framework.Batch) (int, 
 		}
 		r.run, r.base = run, i
 		if len(run) > 0 {
-			done, err := r.st.ApplyEach(ctx, len(run), r.at, r.fn)
+			done, err := r.apply(ctx, run, i)
 			r.count(b, i, run[:done])
 			if err != nil {
 				if errors.Is(err, state.ErrTooLarge) {
@@ -111,7 +118,27 @@ func (r *runApplier) handleBatch(ctx context.Context, b *framework.Batch) (int, 
 	return n, nil
 }
 
-// count counts the lines of run, from line base of b, that ApplyEach went
+// apply applies run, the lines of the call's Batch from line base, with
+// ApplyRuns; when one of its transactions fails, the lines from its first
+// on with ApplyEach, whose error is then the line's. It returns how many
+// lines went through, and the error of the line that failed.
+func (r *runApplier) apply(ctx context.Context, run []batchLine, base int) (int, error) {
+	done, err := r.st.ApplyRuns(ctx, len(run), r.at, r.fnRuns)
+	if err == nil {
+		return done, nil
+	}
+	// Nothing of the failed transaction is staged.
+	rest := run[done:]
+	for k := range rest {
+		rest[k].applied, rest[k].staged = false, 0
+	}
+	r.run, r.base = rest, base+done
+	defer func() { r.run, r.base = run, base }()
+	n, err := r.st.ApplyEach(ctx, len(rest), r.at, r.fn)
+	return done + n, err
+}
+
+// count counts the lines of run, from line base of b, that the store went
 // through: in r.applied and r.skipped, and one by one to r.after.
 func (r *runApplier) count(b *framework.Batch, base int, run []batchLine) {
 	applied := 0
@@ -129,6 +156,43 @@ func (r *runApplier) count(b *framework.Batch, base int, run []batchLine) {
 	if skipped := len(run) - applied; skipped > 0 {
 		r.skipped.Add(uint64(skipped))
 	}
+}
+
+// applyRunLines is the function of the transaction of lines from to to-1
+// of the run for ApplyRuns: each line's balance and output line, as
+// Handle's function writes them, and what stage records with it; then the
+// count of the lines and the sum of their amounts, added once to the
+// counters Handle adds 1 and the amount to (an int64 sum wraps as the
+// counter would, line by line).
+func (r *runApplier) applyRunLines(tx *state.Tx, from, to int) error {
+	out := tx.Output(outputFile)
+	var sum int64
+	for k := from; k < to; k++ {
+		l := &r.run[k]
+		l.applied = true
+		line := r.batch.Line(r.base + k)
+		bal, err := balances.AddEncoded(tx, line[l.a0:l.a1], l.amount)
+		if err != nil {
+			return err
+		}
+		sum += l.amount
+		r.buf = appendOutputOf(r.buf[:0], line, bal)
+		if _, err := out.Write(r.buf); err != nil {
+			return err
+		}
+		if r.stage != nil {
+			n, err := r.stage(tx, r.batch.Delivery(r.base+k))
+			l.staged = int32(n)
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := appliedCounter.Add(tx, int64(to-from)); err != nil {
+		return err
+	}
+	_, err := totalCounter.Add(tx, sum)
+	return err
 }
 
 // applyRunLine is the function of line k of the run for ApplyEach: the

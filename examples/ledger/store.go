@@ -197,14 +197,21 @@ func applyLineOf(tx *state.Tx, e Entry, account, line []byte, d *tidemark.Delive
 		}
 	}
 	if line != nil {
-		buf = append(append(buf[:0], line...), ',')
-		buf = strconv.AppendInt(buf, bal, 10)
-		buf = append(buf, '\n')
+		buf = appendOutputOf(buf[:0], line, bal)
 	} else {
 		buf = AppendOutput(buf[:0], OutputLine{Entry: e, BalanceAfter: bal})
 	}
 	_, err = tx.Output(outputFile).Write(buf)
 	return buf, err
+}
+
+// appendOutputOf appends the output line of a canonical input line (see
+// parseCanonical) whose balance after it is bal: the line itself, then
+// `,bal` and the newline.
+func appendOutputOf(dst, line []byte, bal int64) []byte {
+	dst = append(append(dst, line...), ',')
+	dst = strconv.AppendInt(dst, bal, 10)
+	return append(dst, '\n')
 }
 
 // cmdBalances prints one line `account,balance` per account in byte order,
