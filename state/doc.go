@@ -474,27 +474,28 @@
 // through an index of its own (one multiply hash a key, the bucket's
 // prefix and the key never joined for it); the old value of each key it changes, and the
 // length of each output it appends to, is logged, so that a failure or a
-// panic undoes the line, and a batch is cut only between Apply calls. A
-// line of the same feed as the last enters Apply without the lock when
-// nothing changed meanwhile; ApplyEach takes the token once for its lines,
-// and the lock about once for them. The store's own part of a ledger line
+// panic undoes the line, and a batch is cut only between transactions (a
+// line's, or a run's of ApplyRuns). A line of the same feed as the last
+// enters Apply without the lock when nothing changed meanwhile; ApplyEach
+// takes the token once for its lines, and the lock about once for them;
+// ApplyRuns takes the lock once a run, and logs a key its run writes
+// again once. The store's own part of a ledger line
 // (its Apply, the commits included) is about 0.45 µs of CPU at batch 10000
 // and 100 balances (BenchmarkApplyLedger, at a load of 15); a line of 20
 // accounts with two counters, 136-216 ns through Apply and 119-189 through
 // ApplyEach (BenchmarkTableLine, table-counter and table-counter-each, on
 // a machine whose fsync takes 0.2-0.9 ms, 2026-12-06). `ledger run` as a
 // whole (reading, framing, the group's loop, parsing, the output line),
-// whose processor applies the runs of lines it is handed with ApplyEach,
-// costs about 0.4-0.5 µs of CPU a line at 20 accounts and 1.5-1.8 µs with
-// 10,000 accounts, whose batches change thousands of keys each (bbolt and
-// Pebble, 5,000,000 lines, --max-batch 10000, bench/cmd/benchtable's CPU a
-// line, 2026-12-06 03:24-03:28 UTC, load 1.5-1.9; the program the bench
-// compares it with, which keeps its balances in a map, 0.1-0.3 and 0.8-1.3
-// µs on that machine; 0.3-0.4 and 1.0-1.3 µs for ledger run one line an
-// Apply on a faster one, 2026-12-04, where the naive program took 0.1-0.2
-// and 0.6-0.8). At 20 accounts
-// the group's goroutine runs 93 % of the time (a runtime trace): the rate
-// is the group's CPU a line. With 10,000 accounts the committer's part
+// whose processor applies the runs of lines it is handed with ApplyRuns
+// (one transaction a run, its two counters added once), costs about
+// 0.4-0.5 µs of CPU a line at 20 accounts and 1.5-1.8 µs with 10,000
+// accounts, whose batches change thousands of keys each (bbolt and Pebble,
+// 5,000,000 lines, --max-batch 10000, bench/cmd/benchtable's CPU a line,
+// 2026-12-07 00:25-00:29 UTC, load 1.4-1.8; the program the bench compares
+// it with, which keeps its balances in a map, 0.3 and 1.0-1.6 µs on one
+// core). At 20 accounts the rate is the group's CPU a line: its goroutine
+// took 1.41 s of a 5,000,000-line run with ApplyEach, 0.96-1.16 s with
+// ApplyRuns (pprof). With 10,000 accounts the committer's part
 // (bbolt's Put and commit, the sort of the keys, the fold into the value
 // cache) runs on its own goroutine beside it, and the two cores are the
 // bound. A commit's writes are sorted by the store (writeOrder: the bytes
