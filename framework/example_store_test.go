@@ -130,21 +130,76 @@ func (c *countLinesInRuns) HandleBatch(ctx context.Context, b *framework.Batch) 
 // the counts are those of one run, and the runs were runs.
 func TestCounterInRunsIsExactlyOnce(t *testing.T) {
 	var runs atomic.Int64
+	checkCountsExactlyOnce(t, func() framework.Processor { return &countLinesInRuns{runs: &runs} })
+	if runs.Load() == 0 {
+		t.Fatal("HandleBatch was never handed more than one line")
+	}
+}
+
+// checkCountsExactlyOnce runs the counter that newCounter makes through
+// the test kit's restarts and crashes: the counts of the orders, and the
+// total of lines ("lines", of a counter that keeps one), must be those of
+// one run.
+func checkCountsExactlyOnce(t *testing.T, newCounter func() framework.Processor) {
+	t.Helper()
 	cfg := tidemarktest.Config{Feed: "orders", Processors: func() framework.Processors {
-		return framework.Processors{"counter": &countLinesInRuns{runs: &runs}}
+		return framework.Processors{"counter": newCounter()}
 	}}
 	lines := []string{"o-1", "o-2", "o-1", "o-3", "o-1", "o-2", "o-4", "o-1"}
 	tidemarktest.CheckExactlyOnce(t, cfg, lines, nil, func(h *tidemarktest.Harness) any {
-		var n [4]int64
+		var n [5]int64
 		h.View("", func(tx *state.Tx) error {
-			for i := range n {
+			for i := range 4 {
 				n[i], _ = tx.Bucket("counts").GetInt64([]byte(fmt.Sprintf("o-%d", i+1)))
 			}
+			n[4], _ = tx.GetInt64([]byte("lines"))
 			return nil
 		})
 		return n
 	})
-	if runs.Load() == 0 {
-		t.Fatal("HandleBatch was never handed more than one line")
+}
+
+// countLinesByRun is countLines applying each run of the lines it is
+// handed in one transaction (ApplyRuns), the run's count of lines added
+// to a total once; a run that fails goes again line by line (ApplyEach).
+type countLinesByRun struct {
+	countLines
+	multi *atomic.Int64 // transactions of more than one line
+}
+
+func (c *countLinesByRun) HandleBatch(ctx context.Context, b *framework.Batch) (int, error) {
+	done, err := c.st.ApplyRuns(ctx, b.Len(), b.Delivery, func(tx *state.Tx, from, to int) error {
+		if to-from > 1 {
+			c.multi.Add(1)
+		}
+		for i := from; i < to; i++ {
+			if _, err := counts.Add(tx, b.Line(i), 1); err != nil {
+				return err
+			}
+		}
+		_, err := tx.AddInt64([]byte("lines"), int64(to-from))
+		return err
+	})
+	if err == nil {
+		return done, nil
+	}
+	n, err := c.st.ApplyEach(ctx, b.Len()-done, func(i int) *tidemark.Delivery { return b.Delivery(done + i) }, func(tx *state.Tx, i int) error {
+		if _, err := counts.Add(tx, b.Line(done+i), 1); err != nil {
+			return err
+		}
+		_, err := tx.AddInt64([]byte("lines"), 1)
+		return err
+	})
+	return done + n, err
+}
+
+// A processor that applies its runs of lines in one transaction each,
+// through the test kit's restarts and crashes: the counts and the total
+// are those of one run, and some transactions held several lines.
+func TestCounterByRunIsExactlyOnce(t *testing.T) {
+	var multi atomic.Int64
+	checkCountsExactlyOnce(t, func() framework.Processor { return &countLinesByRun{multi: &multi} })
+	if multi.Load() == 0 {
+		t.Fatal("no transaction of ApplyRuns held more than one line")
 	}
 }
