@@ -209,8 +209,9 @@
 // 26 (BenchmarkTableLine, table-counter against table-add).
 //
 // The first write through a table in a run records the table's [Schema]
-// (its codecs' names) in the store, read back by [Bucket.Schema]: so that
-// tidemark store show decodes its keys and values.
+// (its codecs' names) in the store, with the batch that holds that write,
+// read back by [Bucket.Schema] once it is durable: so that tidemark store
+// show decodes its keys and values.
 //
 // # Iteration
 //

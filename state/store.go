@@ -289,7 +289,11 @@ type batch struct {
 	// forget lists the records of epochs left behind (see keepLeft)
 	// deleted by the batch.
 	forget []feedKey
-	seq    uint64 // 1, 2, ... in the order of the batches
+	// schemas are the schema records of the tables first written in the
+	// batch (see Tx.recordSchema), written with it; no Apply's rollback
+	// takes them back.
+	schemas []write
+	seq     uint64 // 1, 2, ... in the order of the batches
 	// outs are the bytes the batch appends to outputs, in the order of
 	// their first write; an Apply appends to them in place (see
 	// core.outOf).
@@ -2009,7 +2013,7 @@ func (c *core) write(b *batch) error {
 		}
 		b.sorted = nil
 	}
-	n := len(b.applied) + len(b.outs)
+	n := len(b.applied) + len(b.outs) + len(b.schemas)
 	if b.perm == nil {
 		n += len(b.writes)
 	}
@@ -2019,6 +2023,7 @@ func (c *core) write(b *batch) error {
 			ws = append(ws, write{key: e.key, val: e.val, del: e.del})
 		}
 	}
+	ws = append(ws, b.schemas...)
 	for _, fk := range b.forget {
 		// No record in the batch is of these keys (see keepLeft).
 		ws = append(ws, write{key: appliedKey(fk.ns, fk.feed, fk.file), del: true})

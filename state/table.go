@@ -384,10 +384,12 @@ func (b *Bucket) Schema() (Schema, bool, error) {
 // recordSchema records s as the schema of bucket bi, once per bucket and
 // run: the first table to write a bucket in a run records its schema
 // (unless the store holds it already); another table writing the same
-// bucket later in the run does not. It commits at once, outside the
-// batches (as an output's declaration): it happens once per table and
-// store. A failure is a warning: the schema serves tools only. The caller
-// holds the token, in Apply.
+// bucket later in the run does not. The record goes to the backend with
+// the staging batch, which holds the table's first writes (a commit of
+// its own cost the first line of each table of a new store two syncs with
+// bbolt, inside its function); no rollback of the line takes it back. A
+// failure to read the record is a warning: the schema serves tools only.
+// The caller holds the token, in Apply.
 func (tx *Tx) recordSchema(bi *bucketInfo, s *Schema) {
 	bi.schema = s
 	ts := tx.txState
@@ -405,13 +407,12 @@ func (tx *Tx) recordSchema(bi *bucketInfo, s *Schema) {
 	if err == nil && ok && bytes.Equal(old, val) {
 		return
 	}
-	if err == nil {
-		err = c.eng.commit([]write{{key: key, val: val}})
-	}
 	if err != nil {
 		c.log.Warn("state: could not record a table's schema (tools will show its keys and values undecoded)",
 			"store", c.dir, "namespace", bi.ns, "bucket", bi.name, "err", err)
+		return
 	}
+	tx.cur.schemas = append(tx.cur.schemas, write{key: key, val: val})
 }
 
 // stringBytes returns the bytes of s, not a copy: they must not be changed.

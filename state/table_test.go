@@ -333,6 +333,70 @@ func TestTableSchemaIsRecorded(t *testing.T) {
 	})
 }
 
+// A table's schema is recorded with the first batch that holds the
+// table's writes, not in a commit of its own: the first line of a new
+// store does not wait inside its function for the backend, twice, for
+// two tables. It is not in the backend before that batch, and is after
+// it; a line that fails after its table's first write leaves the schema
+// in the batch (it serves tools only).
+func TestTableSchemaGoesWithTheBatch(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		dir := t.TempDir()
+		s := mustOpen(t, be, dir, testOpts())
+		c := s.(*nsStore).c
+		ns := s.Namespace("ledger")
+		ctx := context.Background()
+		inBackend := func(bucket string) bool {
+			t.Helper()
+			_, ok, err := c.eng.get(schemaKey("ledger", bucket))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		}
+		_, err := ns.Apply(ctx, del("f", 1, 1), func(tx *Tx) error {
+			if _, err := testBalances.Add(tx, "alice", 1); err != nil {
+				return err
+			}
+			return testAccounts.Put(tx, "alice", account{"A", 1})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = ns.Apply(ctx, del("f", 1, 2), func(tx *Tx) error {
+			if _, err := NewTable("failed", String{}, Int64{}).Add(tx, "bob", 1); err != nil {
+				return err
+			}
+			return errLine
+		})
+		if !errors.Is(err, errLine) {
+			t.Fatalf("the failing line: %v", err)
+		}
+		for _, b := range []string{"balances", "accounts", "failed"} {
+			if inBackend(b) {
+				t.Fatalf("the schema of %s is in the backend before its batch committed", b)
+			}
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range []string{"balances", "accounts", "failed"} {
+			if !inBackend(b) {
+				t.Fatalf("the schema of %s is not in the backend after its batch committed", b)
+			}
+		}
+		err = ns.View(func(tx *Tx) error {
+			if n, _, err := testBalances.Get(tx, "alice"); err != nil || n != 1 {
+				return fmt.Errorf("alice %d, %v; want 1", n, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // AddEncoded adds to the key whose encoding it is given, as Add does to
 // the key: the same value, staged, durable and read back through the
 // table; the bytes it was given are not kept (the caller's buffer changes
