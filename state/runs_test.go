@@ -119,7 +119,8 @@ func TestApplyRunsMatchesApply(t *testing.T) {
 
 // TestApplyRunsSplits: a run is lines of one feed, file, epoch and origin
 // in increasing positions; a re-delivery is skipped between runs; a line
-// without an epoch is a run of its own.
+// without an epoch is a run of its own, even with a position after the
+// line before; the files of a set are runs apart, each with its record.
 func TestApplyRunsSplits(t *testing.T) {
 	forEachLocalBackend(t, func(t *testing.T, be backend) {
 		s := mustOpen(t, be, t.TempDir(), testOpts())
@@ -130,8 +131,11 @@ func TestApplyRunsSplits(t *testing.T) {
 			del("f", 1, 2), // a re-delivery
 			del("f", 1, 4), del("f", 1, 5),
 			del("f", 1, 5), del("f", 1, 4), // re-deliveries
-			{Feed: "f"}, {Feed: "f"},
+			{Feed: "f", Position: 5 * lineLen}, {Feed: "f", Position: 6 * lineLen}, // no epoch
 			del("f", 1, 6),
+			// Two files of a set: a record each.
+			{Feed: "s", File: "a.log", Epoch: 1, Position: lineLen}, {Feed: "s", File: "a.log", Epoch: 1, Position: 2 * lineLen},
+			{Feed: "s", File: "b.log", Epoch: 1, Position: 3 * lineLen},
 		}
 		var got []string
 		done, err := s.ApplyRuns(ctx, len(ds), func(i int) *tidemark.Delivery { return &ds[i] }, func(tx *Tx, from, to int) error {
@@ -142,11 +146,11 @@ func TestApplyRunsSplits(t *testing.T) {
 		if done != len(ds) || err != nil {
 			t.Fatalf("done %d, err %v", done, err)
 		}
-		if want := "[0-2 3-4 6-7 10-10 11-11 12-12]"; fmt.Sprint(got) != want {
+		if want := "[0-2 3-4 6-7 10-10 11-11 12-12 13-14 15-15]"; fmt.Sprint(got) != want {
 			t.Fatalf("runs %v, want %s", got, want)
 		}
-		if st := s.Stats(); st.Applied != 10 || st.Skipped != 3 || getInt(t, s, "count") != 10 {
-			t.Fatalf("stats %+v, count %d: want 10 applied, 3 skipped, count 10", st, getInt(t, s, "count"))
+		if st := s.Stats(); st.Applied != 13 || st.Skipped != 3 || getInt(t, s, "count") != 13 {
+			t.Fatalf("stats %+v, count %d: want 13 applied, 3 skipped, count 13", st, getInt(t, s, "count"))
 		}
 		if err := s.Flush(ctx); err != nil {
 			t.Fatal(err)
@@ -156,6 +160,13 @@ func TestApplyRunsSplits(t *testing.T) {
 		}
 		if g, _ := s.Applied("g"); g.Position != 2*lineLen {
 			t.Fatalf("feed g at %d, want %d", g.Position, 2*lineLen)
+		}
+		files := map[string]int64{}
+		for _, l := range s.AppliedAll("s") {
+			files[l.File] = l.Position
+		}
+		if files["a.log"] != 2*lineLen || files["b.log"] != 3*lineLen {
+			t.Fatalf("the set's files at %v, want a.log at %d and b.log at %d", files, 2*lineLen, 3*lineLen)
 		}
 	})
 }
@@ -311,6 +322,78 @@ func TestApplyRunsEdges(t *testing.T) {
 		done, err := s.ApplyRuns(ctx, 1, func(i int) *tidemark.Delivery { return &ds[i] }, func(tx *Tx, from, to int) error { return nil })
 		if done != 0 || !errors.Is(err, ErrClosed) {
 			t.Fatalf("after Close: done %d, err %v, want 0 and ErrClosed", done, err)
+		}
+	})
+}
+
+// TestApplyRunsMatchesApplyAcrossFeeds is TestApplyRunsMatchesApply with
+// the lines of two feeds interleaved, new epochs whose positions start
+// again from the first line (a rotation), lines without an epoch, and
+// re-deliveries: every place a run must end. The two stores must end
+// alike, both feeds' records included.
+func TestApplyRunsMatchesApplyAcrossFeeds(t *testing.T) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
+		for seed := range uint64(3) {
+			t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 41))
+				type feedPos struct {
+					epoch uint64
+					next  int
+				}
+				feeds := map[string]*feedPos{"f": {1, 1}, "g": {1, 1}}
+				cur := "f"
+				var ds []tidemark.Delivery
+				for len(ds) < 900 {
+					if rng.IntN(12) == 0 {
+						cur = map[string]string{"f": "g", "g": "f"}[cur]
+					}
+					fp := feeds[cur]
+					switch r := rng.IntN(60); {
+					case r == 0:
+						fp.epoch, fp.next = fp.epoch+1, 1
+					case r == 1:
+						ds = append(ds, tidemark.Delivery{Feed: cur, Position: int64(fp.next) * lineLen})
+						continue
+					case r < 4 && fp.next > 4:
+						for k := fp.next - 1 - rng.IntN(3); k < fp.next; k++ {
+							ds = append(ds, del(cur, fp.epoch, k))
+						}
+						continue
+					}
+					ds = append(ds, del(cur, fp.epoch, fp.next))
+					fp.next++
+				}
+				fails := func(d *tidemark.Delivery) bool { return (d.Position/lineLen)%37 == 11 }
+				o := testOpts()
+				o.BatchSize, o.MaxBatchSize = 13+int(seed), 13+int(seed)
+				a, b, dirA, dirB := openModelPair(t, be, o)
+				ctx := context.Background()
+				failedA := applyModel(t, a, ds, fails, nil)
+				ran, runs := 0, 0
+				_, failedB := applyCalls(t, rng, b, ds, 80, fails, func(call []tidemark.Delivery) (int, error) {
+					return applyRunsThenEach(ctx, b, call, func(tx *Tx, j int) error {
+						return eachLine(tx, call[j].Position/lineLen, fails(&call[j]))
+					}, &ran, &runs)
+				})
+				if failedA != failedB {
+					t.Fatalf("%d lines failed with Apply, %d with ApplyRuns", failedA, failedB)
+				}
+				if runs*2 >= len(ds) {
+					t.Fatalf("%d runs for %d lines: the runs are not runs", runs, len(ds))
+				}
+				sa, sb := readEachState(t, be, dirA, a), readEachState(t, be, dirB, b)
+				if sa != sb {
+					t.Fatalf("Apply left %+v,\nApplyRuns %+v", sa, sb)
+				}
+				ga, _ := a.Applied("g")
+				gb, _ := b.Applied("g")
+				if ga != gb {
+					t.Fatalf("feed g: Apply left %+v, ApplyRuns %+v", ga, gb)
+				}
+				if sa.skippd == 0 || failedA == 0 || sa.applied.Epoch < 2 {
+					t.Fatalf("the model skipped %d lines, failed %d, reached epoch %d of feed f: it must skip, fail and rotate", sa.skippd, failedA, sa.applied.Epoch)
+				}
+			})
 		}
 	})
 }
