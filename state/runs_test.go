@@ -120,11 +120,14 @@ func TestApplyRunsMatchesApply(t *testing.T) {
 // TestApplyRunsSplits: a run is lines of one feed, file, epoch and origin
 // in increasing positions; a re-delivery is skipped between runs; a line
 // without an epoch is a run of its own, even with a position after the
-// line before; the files of a set are runs apart, each with its record.
+// line before; the files of a set are runs apart, each with its record,
+// and so are lines of an epoch on another origin.
 func TestApplyRunsSplits(t *testing.T) {
 	forEachLocalBackend(t, func(t *testing.T, be backend) {
 		s := mustOpen(t, be, t.TempDir(), testOpts())
 		ctx := context.Background()
+		o1 := &tidemark.Origin{Identity: tidemark.Identity{Dev: 1, Ino: 7}}
+		o2 := &tidemark.Origin{Identity: tidemark.Identity{Dev: 1, Ino: 8}}
 		ds := []tidemark.Delivery{
 			del("f", 1, 1), del("f", 1, 2), del("f", 1, 3),
 			del("g", 1, 1), del("g", 1, 2),
@@ -136,6 +139,9 @@ func TestApplyRunsSplits(t *testing.T) {
 			// Two files of a set: a record each.
 			{Feed: "s", File: "a.log", Epoch: 1, Position: lineLen}, {Feed: "s", File: "a.log", Epoch: 1, Position: 2 * lineLen},
 			{Feed: "s", File: "b.log", Epoch: 1, Position: 3 * lineLen},
+			// The same epoch opened on another origin: a run apart.
+			{Feed: "o", Epoch: 1, Position: lineLen, Origin: o1}, {Feed: "o", Epoch: 1, Position: 2 * lineLen, Origin: o1},
+			{Feed: "o", Epoch: 1, Position: 3 * lineLen, Origin: o2},
 		}
 		var got []string
 		done, err := s.ApplyRuns(ctx, len(ds), func(i int) *tidemark.Delivery { return &ds[i] }, func(tx *Tx, from, to int) error {
@@ -146,11 +152,11 @@ func TestApplyRunsSplits(t *testing.T) {
 		if done != len(ds) || err != nil {
 			t.Fatalf("done %d, err %v", done, err)
 		}
-		if want := "[0-2 3-4 6-7 10-10 11-11 12-12 13-14 15-15]"; fmt.Sprint(got) != want {
+		if want := "[0-2 3-4 6-7 10-10 11-11 12-12 13-14 15-15 16-17 18-18]"; fmt.Sprint(got) != want {
 			t.Fatalf("runs %v, want %s", got, want)
 		}
-		if st := s.Stats(); st.Applied != 13 || st.Skipped != 3 || getInt(t, s, "count") != 13 {
-			t.Fatalf("stats %+v, count %d: want 13 applied, 3 skipped, count 13", st, getInt(t, s, "count"))
+		if st := s.Stats(); st.Applied != 16 || st.Skipped != 3 || getInt(t, s, "count") != 16 {
+			t.Fatalf("stats %+v, count %d: want 16 applied, 3 skipped, count 16", st, getInt(t, s, "count"))
 		}
 		if err := s.Flush(ctx); err != nil {
 			t.Fatal(err)
