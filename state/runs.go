@@ -19,8 +19,8 @@ import (
 // key in a transaction records it, see Tx.put), and the run is staged as
 // one line is, with its count and its last line's position. The staging
 // batch is cut between runs, never inside one: a run takes at most the
-// lines the batch has room for (runEnd), and the batch's other limits
-// (its bytes, its keys) are checked after each run, as after each line.
+// lines the batch has room for, and the keys (runEnd); its bytes are
+// checked after each run, as after each line.
 func (c *core) applyRuns(ctx context.Context, ns *nsStore, n int, at func(i int) *tidemark.Delivery, fn func(tx *Tx, from, to int) error) (done int, err error) {
 	if n <= 0 {
 		return 0, nil
@@ -64,7 +64,9 @@ func (c *core) applyRuns(ctx context.Context, ns *nsStore, n int, at func(i int)
 // staging batch b: the lines after it of the same feed, file, epoch and
 // origin, in increasing positions, while b has room for them (up to
 // Options.BatchSize lines; MaxBatchSize while the batch before it
-// commits). A line without an epoch, whose position is not recorded, is a
+// commits; and no more lines than the keys the backend's commit has room
+// for, as if each changed a key of its own, so that a batch is cut at
+// that limit as with one transaction a line). A line without an epoch, whose position is not recorded, is a
 // run of its own, and so is every line with Options.Sync. The caller
 // holds the token, and c.ts is the transaction's view.
 func (c *core) runEnd(d *tidemark.Delivery, i, n int, at func(i int) *tidemark.Delivery, b *batch) int {
@@ -75,7 +77,13 @@ func (c *core) runEnd(d *tidemark.Delivery, i, n int, at func(i int) *tidemark.D
 	if c.ts.sealed != nil {
 		room = c.bmax
 	}
-	room = max(1, room-b.count)
+	room -= b.count
+	if c.keyCap != nil {
+		// The keys the backend's commit has memory for (bbolt's): each
+		// line of a run may change a key of its own, and a run is not cut.
+		room = int(min(int64(room), c.keyCap.Load()-int64(len(b.writes))))
+	}
+	room = max(1, room)
 	pos := d.Position
 	j := i + 1
 	for ; j < n && j-i < room; j++ {

@@ -403,3 +403,37 @@ func TestApplyRunsMatchesApplyAcrossFeeds(t *testing.T) {
 		}
 	})
 }
+
+// TestApplyRunsKeepToTheKeyCap: a run takes no more lines than the keys
+// the backend's commit has memory for leave room for in the staging batch
+// (bbolt's keyCap: about 3,000 random keys with the default budget of a
+// large store), so that a batch of lines that each change a key of their
+// own is cut, as with ApplyEach, at the cap and not a run past it.
+func TestApplyRunsKeepToTheKeyCap(t *testing.T) {
+	s := mustOpen(t, backendNamed(Bolt), t.TempDir(), testOpts())
+	c := s.(*nsStore).c
+	const keyCap = 40
+	c.keyCap.Store(keyCap)
+	ds := make([]tidemark.Delivery, 200)
+	for i := range ds {
+		ds[i] = del("f", 1, i+1)
+	}
+	first := 0
+	_, err := s.ApplyRuns(context.Background(), len(ds), func(i int) *tidemark.Delivery { return &ds[i] }, func(tx *Tx, from, to int) error {
+		if from == 0 {
+			first = to
+		}
+		for i := from; i < to; i++ {
+			if err := tx.Put(fmt.Appendf(nil, "key-%d", i), []byte("v")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first > keyCap {
+		t.Fatalf("the first run took %d lines of a new key each, past the cap of %d keys", first, keyCap)
+	}
+}

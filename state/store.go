@@ -80,9 +80,11 @@ type Namespace interface {
 	// A run is lines of one feed, file, epoch and origin in increasing
 	// positions, as many as the staging batch takes before it is full
 	// (Options.BatchSize; MaxBatchSize while the batch before it
-	// commits); a line without an epoch is a run of its own, and with
-	// Options.Sync every line is, durable before the next runs. A
-	// re-delivery is skipped, counted as by Apply, and never in a run.
+	// commits; with bbolt, no more lines than the keys its commit has
+	// memory for, as if each changed a key of its own); a line without
+	// an epoch is a run of its own, and with Options.Sync every line is,
+	// durable before the next runs. A re-delivery is skipped, counted as
+	// by Apply, and never in a run.
 	// tx.Delivery() is the run's last line.
 	//
 	// When fn fails (or writes what the backend cannot store), nothing of
