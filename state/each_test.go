@@ -93,6 +93,23 @@ func withRedeliveries(rng *rand.Rand, n, every int) ([]tidemark.Delivery, int) {
 	return ds, next
 }
 
+// openModel opens a store of be in a new folder with the output "out"
+// declared, and batches of batch deliveries (0: testOpts'), for a test of
+// the model's lines (eachLine); it returns the store and its folder.
+func openModel(t *testing.T, be backend, batch int) (Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	o := testOpts()
+	if batch > 0 {
+		o.BatchSize, o.MaxBatchSize = batch, batch
+	}
+	s := mustOpen(t, be, dir, o)
+	if _, err := s.Output("out"); err != nil {
+		t.Fatal(err)
+	}
+	return s, dir
+}
+
 // openModelPair opens two stores of be with copies of o, each in a folder
 // of its own with the output "out" declared: one for the model's Apply
 // calls, one for the calls it is checked against.
@@ -243,11 +260,7 @@ func TestApplyEachMatchesApply(t *testing.T) {
 // serves the next call (the token is released).
 func TestApplyEachPanic(t *testing.T) {
 	forEachLocalBackend(t, func(t *testing.T, be backend) {
-		dir := t.TempDir()
-		s := mustOpen(t, be, dir, testOpts())
-		if _, err := s.Output("out"); err != nil {
-			t.Fatal(err)
-		}
+		s, dir := openModel(t, be, 0)
 		ds := []tidemark.Delivery{del("f", 1, 1), del("f", 1, 2), del("f", 1, 3), del("f", 1, 4)}
 		func() {
 			defer func() {
@@ -329,4 +342,420 @@ func TestApplyEachEdges(t *testing.T) {
 			t.Fatalf("after Close: done %d, err %v, want 0 and ErrClosed", done, err)
 		}
 	})
+}
+
+// applyRunsThenEach applies ds to s as a processor that applies its lines
+// in runs does: with ApplyRuns, and, when a run fails, the lines from the
+// run's first on with ApplyEach, which fails on the line that fails and
+// keeps the lines before it. It returns how many lines went through and
+// the error of the line that failed, as ApplyEach returns them; ran counts
+// the lines each function was called for, runs the calls of ApplyRuns's
+// function.
+func applyRunsThenEach(ctx context.Context, s Namespace, ds []tidemark.Delivery, fn func(tx *Tx, i int) error, ran, runs *int) (int, error) {
+	at := func(i int) *tidemark.Delivery { return &ds[i] }
+	done, err := s.ApplyRuns(ctx, len(ds), at, func(tx *Tx, from, to int) error {
+		*runs++
+		for i := from; i < to; i++ {
+			*ran++
+			if err := fn(tx, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		return done, nil
+	}
+	rest := ds[done:]
+	n, err := s.ApplyEach(ctx, len(rest), func(i int) *tidemark.Delivery { return &rest[i] }, func(tx *Tx, i int) error {
+		*ran++
+		return fn(tx, done+i)
+	})
+	return done + n, err
+}
+
+// TestApplyRunsMatchesApply runs the same deliveries through Apply, one
+// call a line, and through ApplyRuns (with ApplyEach after a run that
+// fails) in calls of random length, into two stores of each backend, and
+// checks that they end alike: the state, the recorded position, the
+// counts of applied and skipped lines, the output. The deliveries go
+// forward with re-deliveries of earlier lines, lines whose function fails
+// after writing (the caller goes on after them), and batches small enough
+// that the calls are cut into several runs. Each run's transaction is
+// its last line's (Tx.Delivery), and no run is longer than the staging
+// batch takes.
+func TestApplyRunsMatchesApply(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		for seed := range uint64(4) {
+			t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 29))
+				ds, next := withRedeliveries(rng, 800, 25)
+				fails := func(d *tidemark.Delivery) bool { return (d.Position/lineLen)%31 == 7 }
+				batch := 9 + int(seed)
+				o := testOpts()
+				o.BatchSize, o.MaxBatchSize = batch, batch
+				a, b, dirA, dirB := openModelPair(t, be, o)
+				ctx := context.Background()
+				failedA := applyModel(t, a, ds, fails, nil)
+
+				ran, runs, longest := 0, 0, 0
+				calls, failedB := applyCalls(t, rng, b, ds, 60, fails, func(call []tidemark.Delivery) (int, error) {
+					return applyRunsThenEach(ctx, b, call, func(tx *Tx, j int) error {
+						return eachLine(tx, call[j].Position/lineLen, fails(&call[j]))
+					}, &ran, &runs)
+				})
+				// Each run's length and transaction, from a call of its own.
+				last := func() int64 { p, _ := b.Applied("f"); return p.Position }
+				if err := b.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				more := make([]tidemark.Delivery, 3*batch)
+				for k := range more {
+					more[k] = del("f", 1, next+k)
+				}
+				_, err := b.ApplyRuns(ctx, len(more), func(i int) *tidemark.Delivery { return &more[i] }, func(tx *Tx, from, to int) error {
+					longest = max(longest, to-from)
+					if d := tx.Delivery(); d != more[to-1] {
+						return fmt.Errorf("the run of lines %d to %d has the delivery %+v, want its last line's %+v", from, to-1, d, more[to-1])
+					}
+					for k := from; k < to; k++ {
+						if err := eachLine(tx, more[k].Position/lineLen, false); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if longest != batch {
+					t.Fatalf("the longest run of %d lines after a flush was %d lines, want the batch's %d", len(more), longest, batch)
+				}
+				applyModel(t, a, more, func(*tidemark.Delivery) bool { return false }, nil)
+
+				if runs >= calls+len(ds)/batch*2 || runs*3 >= len(ds) {
+					t.Fatalf("%d runs in %d calls of %d lines: the runs are not runs", runs, calls, len(ds))
+				}
+				if failedA != failedB {
+					t.Fatalf("%d lines failed with Apply, %d with ApplyRuns", failedA, failedB)
+				}
+				sa, sb := readEachState(t, be, dirA, a), readEachState(t, be, dirB, b)
+				if sa != sb {
+					t.Fatalf("Apply left %+v,\nApplyRuns %+v", sa, sb)
+				}
+				if sa.skippd == 0 || failedA == 0 || last() != more[len(more)-1].Position {
+					t.Fatalf("the model skipped %d lines, failed %d, ended at %d: it must skip and fail some, and end at %d", sa.skippd, failedA, last(), more[len(more)-1].Position)
+				}
+			})
+		}
+	})
+}
+
+// TestApplyRunsSplits: a run is lines of one feed, file, epoch and origin
+// in increasing positions; a re-delivery is skipped between runs; a line
+// without an epoch is a run of its own, even with a position after the
+// line before; the files of a set are runs apart, each with its record,
+// and so are lines of an epoch on another origin.
+func TestApplyRunsSplits(t *testing.T) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
+		s := mustOpen(t, be, t.TempDir(), testOpts())
+		ctx := context.Background()
+		o1 := &tidemark.Origin{Identity: tidemark.Identity{Dev: 1, Ino: 7}}
+		o2 := &tidemark.Origin{Identity: tidemark.Identity{Dev: 1, Ino: 8}}
+		ds := []tidemark.Delivery{
+			del("f", 1, 1), del("f", 1, 2), del("f", 1, 3),
+			del("g", 1, 1), del("g", 1, 2),
+			del("f", 1, 2), // a re-delivery
+			del("f", 1, 4), del("f", 1, 5),
+			del("f", 1, 5), del("f", 1, 4), // re-deliveries
+			{Feed: "f", Position: 5 * lineLen}, {Feed: "f", Position: 6 * lineLen}, // no epoch
+			del("f", 1, 6),
+			// Two files of a set: a record each.
+			{Feed: "s", File: "a.log", Epoch: 1, Position: lineLen}, {Feed: "s", File: "a.log", Epoch: 1, Position: 2 * lineLen},
+			{Feed: "s", File: "b.log", Epoch: 1, Position: 3 * lineLen},
+			// The same epoch opened on another origin: a run apart.
+			{Feed: "o", Epoch: 1, Position: lineLen, Origin: o1}, {Feed: "o", Epoch: 1, Position: 2 * lineLen, Origin: o1},
+			{Feed: "o", Epoch: 1, Position: 3 * lineLen, Origin: o2},
+		}
+		var got []string
+		done, err := s.ApplyRuns(ctx, len(ds), func(i int) *tidemark.Delivery { return &ds[i] }, func(tx *Tx, from, to int) error {
+			got = append(got, fmt.Sprintf("%d-%d", from, to-1))
+			_, err := tx.AddInt64([]byte("count"), int64(to-from))
+			return err
+		})
+		if done != len(ds) || err != nil {
+			t.Fatalf("done %d, err %v", done, err)
+		}
+		if want := "[0-2 3-4 6-7 10-10 11-11 12-12 13-14 15-15 16-17 18-18]"; fmt.Sprint(got) != want {
+			t.Fatalf("runs %v, want %s", got, want)
+		}
+		if st := s.Stats(); st.Applied != 16 || st.Skipped != 3 || getInt(t, s, "count") != 16 {
+			t.Fatalf("stats %+v, count %d: want 16 applied, 3 skipped, count 16", st, getInt(t, s, "count"))
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if f, _ := s.Applied("f"); f.Position != 6*lineLen {
+			t.Fatalf("feed f at %d, want %d", f.Position, 6*lineLen)
+		}
+		if g, _ := s.Applied("g"); g.Position != 2*lineLen {
+			t.Fatalf("feed g at %d, want %d", g.Position, 2*lineLen)
+		}
+		files := map[string]int64{}
+		for _, l := range s.AppliedAll("s") {
+			files[l.File] = l.Position
+		}
+		if files["a.log"] != 2*lineLen || files["b.log"] != 3*lineLen {
+			t.Fatalf("the set's files at %v, want a.log at %d and b.log at %d", files, 2*lineLen, 3*lineLen)
+		}
+	})
+}
+
+// TestApplyRunsSync: with Options.Sync every line is a run of its own,
+// durable when ApplyRuns goes on to the next.
+func TestApplyRunsSync(t *testing.T) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
+		o := testOpts()
+		o.Sync = true
+		s := mustOpen(t, be, t.TempDir(), o)
+		ds := []tidemark.Delivery{del("f", 1, 1), del("f", 1, 2), del("f", 1, 3), del("f", 1, 4)}
+		runs := 0
+		done, err := s.ApplyRuns(context.Background(), len(ds), func(i int) *tidemark.Delivery { return &ds[i] }, func(tx *Tx, from, to int) error {
+			runs++
+			if to != from+1 {
+				return fmt.Errorf("a run of lines %d to %d under Sync", from, to-1)
+			}
+			_, err := tx.AddInt64([]byte("count"), 1)
+			return err
+		})
+		if done != len(ds) || err != nil || runs != len(ds) {
+			t.Fatalf("done %d, err %v, %d runs", done, err, runs)
+		}
+		if p, _ := s.Applied("f"); p.Position != 4*lineLen {
+			t.Fatalf("%d durable after ApplyRuns returned under Sync, want %d", p.Position, 4*lineLen)
+		}
+	})
+}
+
+// TestApplyRunsFailure: a run whose function fails (or writes what the
+// backend refuses) leaves nothing of itself staged, not even the lines
+// before the one that failed; the runs before it stay; ApplyRuns returns
+// the run's first line.
+func TestApplyRunsFailure(t *testing.T) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
+		s, dir := openModel(t, be, 3)
+		ctx := context.Background()
+		ds := make([]tidemark.Delivery, 6)
+		for i := range ds {
+			ds[i] = del("f", 1, i+1)
+		}
+		at := func(i int) *tidemark.Delivery { return &ds[i] }
+		done, err := s.ApplyRuns(ctx, len(ds), at, func(tx *Tx, from, to int) error {
+			for i := from; i < to; i++ {
+				if err := eachLine(tx, ds[i].Position/lineLen, i == 4); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if done != 3 || !errors.Is(err, errLine) {
+			t.Fatalf("line 5 fails: done %d, err %v; want 3 (the failed run's first line) and the line's error", done, err)
+		}
+		st := readEachState(t, be, dir, s)
+		if st.count != 3 || st.sum != 6 || st.out != "1\n2\n3\n" || st.applied.Position != 3*lineLen || st.appliedN != 3 {
+			t.Fatalf("after the second run failed: %+v, want lines 1 to 3 only", st)
+		}
+
+		// A key the backend cannot hold refuses the run, even when the
+		// function goes on.
+		maxKey, _ := s.(*nsStore).c.rawEngine().limits()
+		huge := make([]byte, maxKey+1)
+		rest := ds[3:]
+		done, err = s.ApplyRuns(ctx, len(rest), func(i int) *tidemark.Delivery { return &rest[i] }, func(tx *Tx, from, to int) error {
+			for i := from; i < to; i++ {
+				if err := eachLine(tx, rest[i].Position/lineLen, false); err != nil {
+					return err
+				}
+				if i == 1 {
+					_ = tx.Put(huge, []byte("v"))
+				}
+			}
+			return nil
+		})
+		if done != 0 || !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("a key too large in the run: done %d, err %v; want 0 and ErrTooLarge", done, err)
+		}
+		if st := readEachState(t, be, dir, s); st.count != 3 || st.out != "1\n2\n3\n" {
+			t.Fatalf("after a refused run: %+v", st)
+		}
+	})
+}
+
+// TestApplyRunsPanic: a function that panics leaves the runs before it
+// staged and nothing of its own, and the store serves the next call.
+func TestApplyRunsPanic(t *testing.T) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
+		s, dir := openModel(t, be, 2)
+		ds := []tidemark.Delivery{del("f", 1, 1), del("f", 1, 2), del("f", 1, 3), del("f", 1, 4)}
+		at := func(i int) *tidemark.Delivery { return &ds[i] }
+		func() {
+			defer func() {
+				if r := recover(); r != "line 3" {
+					t.Fatalf("recovered %v, want the panic of line 3", r)
+				}
+			}()
+			_, _ = s.ApplyRuns(context.Background(), len(ds), at, func(tx *Tx, from, to int) error {
+				for i := from; i < to; i++ {
+					if err := eachLine(tx, ds[i].Position/lineLen, false); err != nil {
+						return err
+					}
+					if i == 2 {
+						panic("line 3")
+					}
+				}
+				return nil
+			})
+		}()
+		wantDurable(t, s, 2, "after a panic in the run of lines 3 and 4")
+		done, err := s.ApplyRuns(context.Background(), len(ds), at, func(tx *Tx, from, to int) error {
+			for i := from; i < to; i++ {
+				if err := eachLine(tx, ds[i].Position/lineLen, false); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if done != 4 || err != nil {
+			t.Fatalf("ApplyRuns after the panic: done %d, err %v", done, err)
+		}
+		if st := readEachState(t, be, dir, s); st.count != 4 || st.sum != 10 || st.out != "1\n2\n3\n4\n" || st.skippd != 2 {
+			t.Fatalf("after a panic on line 3 and the four lines again: %+v", st)
+		}
+	})
+}
+
+// TestApplyRunsEdges: no lines is nothing; a store that is closed fails
+// the first line.
+func TestApplyRunsEdges(t *testing.T) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
+		s := mustOpen(t, be, t.TempDir(), testOpts())
+		ctx := context.Background()
+		if done, err := s.ApplyRuns(ctx, 0, nil, nil); done != 0 || err != nil {
+			t.Fatalf("no lines: %d, %v", done, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		ds := []tidemark.Delivery{del("f", 1, 1)}
+		done, err := s.ApplyRuns(ctx, 1, func(i int) *tidemark.Delivery { return &ds[i] }, func(tx *Tx, from, to int) error { return nil })
+		if done != 0 || !errors.Is(err, ErrClosed) {
+			t.Fatalf("after Close: done %d, err %v, want 0 and ErrClosed", done, err)
+		}
+	})
+}
+
+// TestApplyRunsMatchesApplyAcrossFeeds is TestApplyRunsMatchesApply with
+// the lines of two feeds interleaved, new epochs whose positions start
+// again from the first line (a rotation), lines without an epoch, and
+// re-deliveries: every place a run must end. The two stores must end
+// alike, both feeds' records included.
+func TestApplyRunsMatchesApplyAcrossFeeds(t *testing.T) {
+	forEachLocalBackend(t, func(t *testing.T, be backend) {
+		for seed := range uint64(3) {
+			t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 41))
+				type feedPos struct {
+					epoch uint64
+					next  int
+				}
+				feeds := map[string]*feedPos{"f": {1, 1}, "g": {1, 1}}
+				cur := "f"
+				var ds []tidemark.Delivery
+				for len(ds) < 900 {
+					if rng.IntN(12) == 0 {
+						cur = map[string]string{"f": "g", "g": "f"}[cur]
+					}
+					fp := feeds[cur]
+					switch r := rng.IntN(60); {
+					case r == 0:
+						fp.epoch, fp.next = fp.epoch+1, 1
+					case r == 1:
+						ds = append(ds, tidemark.Delivery{Feed: cur, Position: int64(fp.next) * lineLen})
+						continue
+					case r < 4 && fp.next > 4:
+						for k := fp.next - 1 - rng.IntN(3); k < fp.next; k++ {
+							ds = append(ds, del(cur, fp.epoch, k))
+						}
+						continue
+					}
+					ds = append(ds, del(cur, fp.epoch, fp.next))
+					fp.next++
+				}
+				fails := func(d *tidemark.Delivery) bool { return (d.Position/lineLen)%37 == 11 }
+				o := testOpts()
+				o.BatchSize, o.MaxBatchSize = 13+int(seed), 13+int(seed)
+				a, b, dirA, dirB := openModelPair(t, be, o)
+				ctx := context.Background()
+				failedA := applyModel(t, a, ds, fails, nil)
+				ran, runs := 0, 0
+				_, failedB := applyCalls(t, rng, b, ds, 80, fails, func(call []tidemark.Delivery) (int, error) {
+					return applyRunsThenEach(ctx, b, call, func(tx *Tx, j int) error {
+						return eachLine(tx, call[j].Position/lineLen, fails(&call[j]))
+					}, &ran, &runs)
+				})
+				if failedA != failedB {
+					t.Fatalf("%d lines failed with Apply, %d with ApplyRuns", failedA, failedB)
+				}
+				if runs*2 >= len(ds) {
+					t.Fatalf("%d runs for %d lines: the runs are not runs", runs, len(ds))
+				}
+				sa, sb := readEachState(t, be, dirA, a), readEachState(t, be, dirB, b)
+				if sa != sb {
+					t.Fatalf("Apply left %+v,\nApplyRuns %+v", sa, sb)
+				}
+				ga, _ := a.Applied("g")
+				gb, _ := b.Applied("g")
+				if ga != gb {
+					t.Fatalf("feed g: Apply left %+v, ApplyRuns %+v", ga, gb)
+				}
+				if sa.skippd == 0 || failedA == 0 || sa.applied.Epoch < 2 {
+					t.Fatalf("the model skipped %d lines, failed %d, reached epoch %d of feed f: it must skip, fail and rotate", sa.skippd, failedA, sa.applied.Epoch)
+				}
+			})
+		}
+	})
+}
+
+// TestApplyRunsKeepToTheKeyCap: a run takes no more lines than the keys
+// the backend's commit has memory for leave room for in the staging batch
+// (bbolt's keyCap: about 3,000 random keys with the default budget of a
+// large store), so that a batch of lines that each change a key of their
+// own is cut, as with ApplyEach, at the cap and not a run past it.
+func TestApplyRunsKeepToTheKeyCap(t *testing.T) {
+	s := mustOpen(t, backendNamed(Bolt), t.TempDir(), testOpts())
+	c := s.(*nsStore).c
+	const keyCap = 40
+	c.keyCap.Store(keyCap)
+	ds := make([]tidemark.Delivery, 200)
+	for i := range ds {
+		ds[i] = del("f", 1, i+1)
+	}
+	first := 0
+	_, err := s.ApplyRuns(context.Background(), len(ds), func(i int) *tidemark.Delivery { return &ds[i] }, func(tx *Tx, from, to int) error {
+		if from == 0 {
+			first = to
+		}
+		for i := from; i < to; i++ {
+			if err := tx.Put(fmt.Appendf(nil, "key-%d", i), []byte("v")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first > keyCap {
+		t.Fatalf("the first run took %d lines of a new key each, past the cap of %d keys", first, keyCap)
+	}
 }
