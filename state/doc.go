@@ -619,7 +619,14 @@
 // Outputs. There are no local files: [Tx.Output] bytes are rows of the
 // store's table (chunks of up to 1 MiB keyed by their offset), written in
 // the transaction of the state, so they are exactly once as a file's are.
-// Read them with [Output.WriteTo]; Output.Path is "".
+// Read them with [Output.WriteTo]; Output.Path is "". The server
+// compresses each chunk: the store's sessions set default_toast_compression
+// to lz4 where the server has it (PostgreSQL 14 and later, built with
+// lz4), unless the DSN sets it. With the server's default, pglz, the
+// compression was most of the server's work for a ledger of few accounts
+// (1,000,000 lines of `ledger run` at 20 accounts: 0.9 to 1.1 s of its
+// CPU against 0.3 s, and runs of 1.2 to 1.4 s against 0.4 to 0.5 s); lz4
+// stores chunks about a fifth larger.
 //
 // Limits: a key (with the store's prefix) of at most 2400 bytes (a btree
 // entry must fit in a third of a page) and a value of at most 64 MiB.

@@ -129,6 +129,11 @@ const (
 	sqlInsert = `INSERT INTO tidemark_kv (store, k, v) SELECT $1, t.k, t.v FROM unnest($2::bytea[], $3::bytea[]) AS t(k, v)`
 	sqlDelete = `DELETE FROM tidemark_kv WHERE store = $1 AND k = ANY($2::bytea[])`
 	sqlGet    = `SELECT v FROM tidemark_kv WHERE store = $1 AND k = $2`
+	// sqlToastCompression sets the session's compression of large values
+	// (the output chunks) to the method $1 where the server has it, and is
+	// a no-op where it has not (a server before 14, or built without it).
+	sqlToastCompression = `SELECT set_config('default_toast_compression', $1, false) FROM pg_settings
+		WHERE name = 'default_toast_compression' AND $1 = ANY(enumvals)`
 	sqlScan   = `SELECT k, v FROM tidemark_kv WHERE store = $1 AND k >= $2 ORDER BY k`
 	sqlScanTo = `SELECT k, v FROM tidemark_kv WHERE store = $1 AND k >= $2 AND k < $3 ORDER BY k`
 	// sqlPreloadPage reads a page of the preload (see preloadPage): the
@@ -219,6 +224,22 @@ func parsePostgres(dsn, store string) (*pgConfig, error) {
 	// (TestPostgresPagesWalkTheIndex).
 	if _, ok := rp["enable_bitmapscan"]; !ok {
 		rp["enable_bitmapscan"] = "off"
+	}
+	// The output chunks, a batch's bytes of an output in one value, are
+	// most of what a store writes, and the server compresses each one.
+	// With its default, pglz, the server spent 3.5 to 3.7 s of CPU on the
+	// 1,000,000 lines of `ledger run` at 10,000 accounts; with lz4, 2.6 to
+	// 3.1 s, for chunks a fifth larger (68 % of the output's bytes against
+	// 56 %). A session of the store compresses with lz4 where the server
+	// has it (sqlToastCompression), unless the DSN names a method; values
+	// written before keep theirs.
+	if _, ok := rp["default_toast_compression"]; !ok {
+		pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			if _, err := conn.Exec(ctx, sqlToastCompression, "lz4"); err != nil {
+				return fmt.Errorf("set default_toast_compression: %w", err)
+			}
+			return nil
+		}
 	}
 	if _, ok := rp["application_name"]; !ok {
 		rp["application_name"] = "tidemark store " + cfg.store

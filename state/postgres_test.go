@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"strings"
 	"testing"
@@ -552,5 +553,77 @@ func TestPgCacheSplitOrders(t *testing.T) {
 		if got := fmt.Sprint(keys(ins), keys(ups), keys(dels)); got != "[d-c d-d] [d-b] [d-a]" {
 			t.Errorf("writes in the order %v: split into %s, want [d-c d-d] [d-b] [d-a]", order, got)
 		}
+	}
+}
+
+// TestPostgresOutputChunksCompressWithLZ4: an output chunk is stored
+// compressed with lz4 where the server has it (PostgreSQL 14 and later,
+// built with lz4, as Debian's, the PGDG packages and the official images
+// are): the server's own default, pglz, cost it 0.6 s of CPU for the
+// output of 1,000,000 ledger lines, a fifth of its work for them. A store
+// whose DSN sets default_toast_compression keeps the DSN's method, and the
+// statement that asks for lz4 is a no-op on a server without it.
+func TestPostgresOutputChunksCompressWithLZ4(t *testing.T) {
+	ctx := context.Background()
+	var line strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&line, "%d,account-%d,%d\n", i, i%97, i*7)
+	}
+	chunk := func(t *testing.T, dir string, params ...string) string {
+		t.Helper()
+		s, err := Open(pgSpec(t, dir, params...), &Options{Logger: quietLogger(), Unbound: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := s.Apply(ctx, del("f", 1, 1), func(tx *Tx) error {
+			_, err := io.WriteString(tx.Output("out.csv"), line.String())
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		o, _ := s.Output("out.csv")
+		var got bytes.Buffer
+		if _, err := o.WriteTo(&got); err != nil || got.String() != line.String() {
+			t.Fatalf("output read back: %d bytes, %v; want the %d written", got.Len(), err, line.Len())
+		}
+		var method *string
+		if err := pgConn(t, dir).QueryRow(ctx, "SELECT pg_column_compression(v) FROM tidemark_kv WHERE store = $1 AND k = $2",
+			dir, outputChunkKey("out.csv", 0)).Scan(&method); err != nil {
+			t.Fatal(err)
+		}
+		if method == nil {
+			t.Fatalf("the chunk of %d bytes is stored uncompressed", line.Len())
+		}
+		return *method
+	}
+	var lz4 bool
+	if err := pgConn(t, t.TempDir()).QueryRow(ctx,
+		"SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'").Scan(&lz4); err != nil {
+		t.Fatal(err)
+	}
+	want := "pglz"
+	if lz4 {
+		want = "lz4"
+	} else {
+		t.Logf("this server has no lz4: the chunks keep its default, pglz")
+	}
+	if got := chunk(t, t.TempDir()); got != want {
+		t.Errorf("a chunk is compressed with %s, want %s", got, want)
+	}
+	if got := chunk(t, t.TempDir(), "default_toast_compression", "pglz"); got != "pglz" {
+		t.Errorf("with default_toast_compression=pglz in the DSN, a chunk is compressed with %s, want pglz", got)
+	}
+	// A method the server lacks changes nothing and fails nothing.
+	conn := pgConn(t, t.TempDir())
+	if _, err := conn.Exec(ctx, sqlToastCompression, "no-such-method"); err != nil {
+		t.Fatalf("asking for a method the server lacks: %v", err)
+	}
+	var cur string
+	if err := conn.QueryRow(ctx, "SHOW default_toast_compression").Scan(&cur); err != nil || cur != "pglz" {
+		t.Fatalf("default_toast_compression %q (%v) after asking for a method the server lacks, want the server's pglz", cur, err)
 	}
 }
