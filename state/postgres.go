@@ -235,7 +235,9 @@ func parsePostgres(dsn, store string) (*pgConfig, error) {
 	// written before keep theirs.
 	if _, ok := rp["default_toast_compression"]; !ok {
 		pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-			if _, err := conn.Exec(ctx, sqlToastCompression, "lz4"); err != nil {
+			// One round trip: no statement to prepare for a connection's
+			// first and only use of it.
+			if _, err := conn.Exec(ctx, sqlToastCompression, pgx.QueryExecModeSimpleProtocol, "lz4"); err != nil {
 				return fmt.Errorf("set default_toast_compression: %w", err)
 			}
 			return nil
