@@ -190,3 +190,28 @@ func TestKeptSection(t *testing.T) {
 		t.Fatalf("a report without the section: kept %q", got)
 	}
 }
+
+// TestVariantsTakeTurnsFirst: each rep runs every program once, and over
+// as many reps as programs each one runs first once (a run right after
+// another pays for what that one left: ledger run, first in every rep,
+// paid it in every rep).
+func TestVariantsTakeTurnsFirst(t *testing.T) {
+	vs := []ledgerVariant{variantTidemark, variantMap, variantBounded, variantTidemarkGrow}
+	first := map[string]int{}
+	for rep := range len(vs) {
+		got := inTurn(vs, rep)
+		seen := map[string]bool{}
+		for _, v := range got {
+			seen[v.key] = true
+		}
+		if len(got) != len(vs) || len(seen) != len(vs) {
+			t.Fatalf("rep %d runs %v, want each of %v once", rep, got, vs)
+		}
+		first[got[0].key]++
+	}
+	for _, v := range vs {
+		if first[v.key] != 1 {
+			t.Errorf("%s ran first in %d of %d reps, want 1", v.key, first[v.key], len(vs))
+		}
+	}
+}
