@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tidemark-go/tidemark/bench"
@@ -728,6 +729,12 @@ func (r *runner) runProc(bin string, args []string) (result, string, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	// The runs before this one left dirty pages (a run of ledger run's
+	// default saves, 1,000,000 lines, tens of MB) that the kernel writes
+	// back in the time that follows: a run then paid for them in its own
+	// syncs, and which program paid depended on the order. Each run starts
+	// once they are written (sync(2), not timed).
+	syscall.Sync()
 	load := load1()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -777,14 +784,9 @@ func load1() float64 {
 }
 
 // inTurn returns the order in which rep runs vs: each rep starts one
-// program further, so that over the reps each program runs first, and
-// after each of the others, as often. A run can pay for what the run
-// before it left (its dirty pages written back while this one syncs, its
-// folder removed), and ledger run ran first in every rep, after the run
-// of its default saves, the one that writes most. By hand, 100,000 lines
-// at 10,000 accounts into a new bbolt folder right after 1,000,000 lines
-// of ledger run, 5 rounds (2026-12-07): the naive program took a median
-// of 161 ms run first and 131 ms run second; ledger run 154 and 157 ms.
+// program further, so that over the reps each program runs first as
+// often, where ledger run ran first in every rep. (What a run left for
+// the next to pay, its dirty pages, runProc has written before each run.)
 func inTurn(vs []ledgerVariant, rep int) []ledgerVariant {
 	out := make([]ledgerVariant, 0, len(vs))
 	for i := range vs {
