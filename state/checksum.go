@@ -119,9 +119,13 @@ func (s *sumEngine) setFormat(n int) {
 // (see formats): in a store of format 2, a transaction that writes an
 // output record with a tail also writes the format record of format 3; in
 // a store of format 1 the records are written without their tails.
-func (s *sumEngine) commit(ws []write) error {
+func (s *sumEngine) commit(ws []write) error { return s.commitSent(ws, nil) }
+
+// commitSent is commit, calling sent as the backend's commitSent does (see
+// sentCommitter) if it is one.
+func (s *sumEngine) commitSent(ws []write, sent func()) error {
 	if !s.sums {
-		return s.engine.commit(withoutTails(ws))
+		return commitTo(s.engine, withoutTails(ws), sent)
 	}
 	bump := !s.format3.Load() && (s.owed.Load() || writesTail(ws))
 	size := 0
@@ -147,7 +151,7 @@ func (s *sumEngine) commit(ws []write) error {
 	if bump {
 		out = append(out, write{key: []byte{tagVersion}, val: []byte(formatVersion)})
 	}
-	if err := s.engine.commit(out); err != nil {
+	if err := commitTo(s.engine, out, sent); err != nil {
 		return err
 	}
 	if bump {

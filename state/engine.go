@@ -42,6 +42,25 @@ type engine interface {
 	limits() (maxKey, maxValue int)
 }
 
+// A sentCommitter is an engine whose commit sends a request to a server
+// and waits for its reply (PostgreSQL). commitSent is its commit, which
+// calls sent, on the caller's goroutine, once the request is on its way
+// and before the reply is read: the server works on the commit from then
+// on, and the store lets its other goroutines run (see core.released).
+// sent is not called if the commit fails before its request is sent.
+type sentCommitter interface {
+	commitSent(ws []write, sent func()) error
+}
+
+// commitTo commits ws to e, calling sent once the request is sent if e
+// is a sentCommitter (and sent is not nil).
+func commitTo(e engine, ws []write, sent func()) error {
+	if sc, ok := e.(sentCommitter); ok && sent != nil {
+		return sc.commitSent(ws, sent)
+	}
+	return e.commit(ws)
+}
+
 // write is one change of a committed transaction.
 type write struct {
 	key, val []byte

@@ -243,6 +243,9 @@ type hooks struct {
 	// pgPreloadRow runs in the preload of a PostgreSQL store's read cache
 	// after its n-th row (pgEngine.preload).
 	pgPreloadRow func(n int)
+	// pgSent runs in a PostgreSQL store's commit once its request is
+	// sent, before its reply is read.
+	pgSent func()
 	// pgPreloadPage, when positive, replaces pgPreloadPage.
 	pgPreloadPage int
 	// pebbleCheck runs when an open checks the levels of a Pebble

@@ -612,7 +612,11 @@ func (e *pgEngine) scan(prefix []byte, fn func(k, v []byte) error) error {
 // reply) fails the commit and the engine for good: a commit in doubt is a
 // failed commit, and the store's owner restarts and reloads what is
 // durable.
-func (e *pgEngine) commit(ws []write) error {
+func (e *pgEngine) commit(ws []write) error { return e.commitSent(ws, nil) }
+
+// commitSent is commit, calling sent (if not nil) once the transaction's
+// statements are sent, before their replies are read (see sentCommitter).
+func (e *pgEngine) commitSent(ws []write, sent func()) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.dead != nil {
@@ -657,28 +661,35 @@ func (e *pgEngine) commit(ws []write) error {
 		b.Queue(sqlDelete, e.store, keys)
 	}
 	b.Queue("COMMIT")
-	sent := time.Now()
-	if err := e.send(b); err != nil {
+	start := time.Now()
+	if err := e.send(b, sent); err != nil {
 		e.dead = err
 		e.publish()
 		return err
 	}
 	e.commits++
 	e.publish()
-	e.renewed = sent
+	e.renewed = start
 	e.cache.commit(ws)
 	return nil
 }
 
-// send runs the batch b and checks that its last statement committed.
-func (e *pgEngine) send(b *pgx.Batch) error {
+// send runs the batch b and checks that its last statement committed. It
+// calls sent, if not nil, once b is sent.
+func (e *pgEngine) send(b *pgx.Batch, sent func()) error {
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres store %q: connect: %w", e.store, err)
 	}
-	br := conn.SendBatch(ctx, b)
+	br := conn.SendBatch(ctx, b) // returns once b is written
+	if e.hooks != nil && e.hooks.pgSent != nil {
+		e.hooks.pgSent()
+	}
+	if sent != nil {
+		sent()
+	}
 	var tag pgconn.CommandTag
 	for range b.Len() {
 		if tag, err = br.Exec(); err != nil {
