@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -99,5 +100,54 @@ func TestPostgresParkedApplyWakesOnceTheNextCommitIsSent(t *testing.T) {
 		if i := slices.Index(got, e); i < sent {
 			t.Errorf("events %q: %q before the second batch's commit was sent", got, e)
 		}
+	}
+}
+
+// TestPostgresParkedApplyWokenWhenTheNextCommitFails: the Apply parked for
+// a batch that the committer cut, and whose wake waits for the commit of
+// that batch to be sent, is woken with the store's error when that commit
+// fails before anything is sent (here, its connection pool closed): it
+// does not wait for ever.
+func TestPostgresParkedApplyWokenWhenTheNextCommitFails(t *testing.T) {
+	g := newGate()
+	commits := 0
+	var e *pgEngine
+	o := testOpts()
+	o.BatchSize = 2
+	o.hooks = &hooks{beforeCommit: func() {
+		commits++ // the committer's
+		switch commits {
+		case 1:
+			g.hook()
+		case 2:
+			e.pool.Close() // the commit cannot get a connection
+		}
+	}}
+	s, err := openPGDir(t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e = pgEngineOf(s)
+	t.Cleanup(func() { g.open(); _ = s.Close() })
+	g.arm()
+	applyLine(t, s, del("f", 1, 1))
+	applyLine(t, s, del("f", 1, 2)) // cut: the committer blocks in its hook
+	<-g.entered
+	applyLine(t, s, del("f", 1, 3))
+	applyLine(t, s, del("f", 1, 4)) // the second batch is full
+	returned := make(chan error, 1)
+	go func() {
+		_, err := s.Apply(context.Background(), del("f", 1, 5), func(tx *Tx) error { return nil })
+		returned <- err
+	}()
+	waitFor(t, "Apply to wait", func() bool { return s.Stats().BackPressure == 1 })
+	g.open()
+	select {
+	case err := <-returned:
+		if !errors.Is(err, ErrFailed) {
+			t.Fatalf("the parked Apply returned %v; want an error wrapping ErrFailed", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the parked Apply was not woken after the commit of its batch failed")
 	}
 }

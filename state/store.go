@@ -1863,12 +1863,19 @@ func (c *core) commit(b *batch) {
 			o.ObserveCommit(b.count, time.Since(start))
 		}
 	}
-	c.released() // if the commit failed before it was sent, or sent nothing
+	// What was left for a send that did not happen (the commit failed
+	// before it, or b was empty): the fold begins now, and the parked
+	// Apply is woken below, once the commit's outcome is known.
+	if f := c.foldLater; f != nil {
+		c.foldLater = nil
+		c.startFold(f)
+	}
 	// b takes the place of the last committed batch: that one's values
 	// are in the value cache before a transaction can stop finding them
 	// in it (see Tx.getOlder).
 	c.waitFold()
 	c.mu.Lock()
+	c.wakeLater = false // the broadcast below wakes the Apply
 	if err != nil && c.failed == nil {
 		c.stats.FailedCommits++
 		c.stats.LastError = err.Error()
@@ -1950,8 +1957,9 @@ func (c *core) commit(b *batch) {
 // writes put in order, their checksums, the statement's arrays), and the
 // server waited for it (at 10,000 accounts, a third of the committer's
 // time between two commits). The sentCommitter calls it (see
-// core.write); the committer calls it again after each commit and before
-// it stops, in case no request was sent. The committer's.
+// core.write). If no request is sent, commit does what it left once the
+// commit ended; and the committer calls it before it stops. The
+// committer's.
 func (c *core) released() {
 	if c.wakeLater {
 		c.mu.Lock()
