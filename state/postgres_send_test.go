@@ -61,19 +61,12 @@ func TestPostgresParkedApplyWakesOnceTheNextCommitIsSent(t *testing.T) {
 	}
 	s := mustOpen(t, backend{Postgres, openPGDir, true}, t.TempDir(), o)
 	t.Cleanup(g.open)
-	g.arm()
-	applyLine(t, s, del("f", 1, 1))
-	applyLine(t, s, del("f", 1, 2)) // cut: the committer blocks in its hook
-	<-g.entered
-	applyLine(t, s, del("f", 1, 3))
-	applyLine(t, s, del("f", 1, 4)) // the second batch is full
-	returned := make(chan struct{})
-	go func() {
-		defer close(returned)
-		applyLine(t, s, del("f", 1, 5))
+	returned := parkApply(t, s, g, func(err error) {
+		if err != nil {
+			t.Error(err)
+		}
 		note("apply returned")
-	}()
-	waitFor(t, "Apply to wait", func() bool { return s.Stats().BackPressure == 1 })
+	})
 	note("opened")
 	g.open()
 	<-returned
@@ -129,25 +122,39 @@ func TestPostgresParkedApplyWokenWhenTheNextCommitFails(t *testing.T) {
 	}
 	e = pgEngineOf(s)
 	t.Cleanup(func() { g.open(); _ = s.Close() })
-	g.arm()
-	applyLine(t, s, del("f", 1, 1))
-	applyLine(t, s, del("f", 1, 2)) // cut: the committer blocks in its hook
-	<-g.entered
-	applyLine(t, s, del("f", 1, 3))
-	applyLine(t, s, del("f", 1, 4)) // the second batch is full
-	returned := make(chan error, 1)
-	go func() {
-		_, err := s.Apply(context.Background(), del("f", 1, 5), func(tx *Tx) error { return nil })
-		returned <- err
-	}()
-	waitFor(t, "Apply to wait", func() bool { return s.Stats().BackPressure == 1 })
+	var applyErr error
+	returned := parkApply(t, s, g, func(err error) { applyErr = err })
 	g.open()
 	select {
-	case err := <-returned:
-		if !errors.Is(err, ErrFailed) {
+	case <-returned:
+		if err := applyErr; !errors.Is(err, ErrFailed) {
 			t.Fatalf("the parked Apply returned %v; want an error wrapping ErrFailed", err)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("the parked Apply was not woken after the commit of its batch failed")
 	}
+}
+
+// parkApply applies lines 1 to 4 of feed f to s, a store of batches of
+// two lines whose committer blocks in the commit of the first batch (the
+// gate g, armed here, until the caller opens it), then the line 5 on a
+// goroutine of its own, which waits for the second batch to be cut; it
+// returns once that Apply is parked, with a channel closed once it
+// returned and done was called with its error.
+func parkApply(t *testing.T, s Store, g *gate, done func(error)) <-chan struct{} {
+	t.Helper()
+	g.arm()
+	applyLine(t, s, del("f", 1, 1))
+	applyLine(t, s, del("f", 1, 2)) // cut: the committer blocks in g
+	<-g.entered
+	applyLine(t, s, del("f", 1, 3))
+	applyLine(t, s, del("f", 1, 4)) // the second batch is full
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		_, err := s.Apply(context.Background(), del("f", 1, 5), func(tx *Tx) error { return nil })
+		done(err)
+	}()
+	waitFor(t, "Apply to wait", func() bool { return s.Stats().BackPressure == 1 })
+	return returned
 }
