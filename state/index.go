@@ -256,6 +256,21 @@ func mergeWrites(ws []write, ents []*entry, perm []int32) []write {
 	return append(out, ws[i:]...)
 }
 
+// mergePresorted returns the writes of ws and pre, each in key order, their
+// keys distinct, as one new list in key order. ws is short (the records
+// and outputs of a batch beside its keys, pre): each of its writes is
+// placed by a binary search, and pre copied in between.
+func mergePresorted(ws, pre []write) []write {
+	out := make([]write, 0, len(ws)+len(pre))
+	for _, w := range ws {
+		i, _ := slices.BinarySearchFunc(pre, w.key, func(x write, k []byte) int { return bytes.Compare(x.key, k) })
+		out = append(out, pre[:i]...)
+		out = append(out, w)
+		pre = pre[i:]
+	}
+	return append(out, pre...)
+}
+
 // rank sorts rk, ranks of writes of ws whose keys share their first off
 // bytes, by those keys.
 func (o *writeOrder) rank(ws []write, rk []keyRank, off int) {

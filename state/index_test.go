@@ -261,6 +261,49 @@ func TestWriteOrderSortsByKey(t *testing.T) {
 	}
 }
 
+// mergePresorted merges a short list of writes in key order into a long
+// one, each write once, in key order, with its value and deletion: the
+// short list's writes before, among and after the long one's, and either
+// list empty.
+func TestMergePresortedMergesInKeyOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for round := range 500 {
+		n := rng.IntN(200)
+		seen := map[string]bool{}
+		var all []write
+		for len(all) < n {
+			k := []byte{byte(rng.IntN(8)), byte(rng.IntN(256)), byte(rng.IntN(4))}[:1+rng.IntN(3)]
+			if seen[string(k)] {
+				continue
+			}
+			seen[string(k)] = true
+			all = append(all, write{key: k, val: []byte{byte(len(all))}, del: rng.IntN(5) == 0})
+		}
+		var short, long []write
+		for _, w := range all {
+			if rng.IntN(10) < round%4 {
+				short = append(short, w)
+			} else {
+				long = append(long, w)
+			}
+		}
+		byKey := func(a, b write) int { return bytes.Compare(a.key, b.key) }
+		slices.SortFunc(short, byKey)
+		slices.SortFunc(long, byKey)
+		want := slices.Clone(all)
+		slices.SortFunc(want, byKey)
+		got := mergePresorted(short, long)
+		if len(got) != len(want) {
+			t.Fatalf("round %d: %d writes, want %d", round, len(got), len(want))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i].key, want[i].key) || !bytes.Equal(got[i].val, want[i].val) || got[i].del != want[i].del {
+				t.Fatalf("round %d: at %d got %+v, want %+v", round, i, got[i], want[i])
+			}
+		}
+	}
+}
+
 // BenchmarkWriteOrder sorts the writes of a ledger's commit: 6,300
 // balances of 10,000 accounts (a batch of 10,000 lines), named as
 // examples/ledger names them, in the order of their first change.

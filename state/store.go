@@ -317,11 +317,15 @@ type batch struct {
 	folded atomic.Bool
 	// sorted is a copy of writes taken when the batch waited, overfull,
 	// for the one before to commit, and perm their order by key, found
-	// meanwhile on a goroutine of its own (core.presort); perm is valid
-	// once sortDone is closed, for as long as writes holds the same
-	// entries. A nil sortDone: the commit sorts the writes itself.
+	// meanwhile on a goroutine of its own (core.presort); or, when the
+	// batch held MaxBatchSize deliveries then (it takes no more, and its
+	// values do not change), pre: its writes in key order with their
+	// values. perm and pre are valid once sortDone is closed, for as long
+	// as writes holds the same entries. A nil sortDone: the commit sorts
+	// the writes itself.
 	sorted   []*entry
 	perm     []int32
+	pre      []write
 	sortDone chan struct{}
 
 	arena []byte  // keys and values of writes
@@ -2024,6 +2028,13 @@ func (c *core) presort(b *batch) {
 	b.sortDone = done
 	ents := slices.Clone(b.writes)
 	b.sorted = ents
+	// A batch of MaxBatchSize deliveries takes no more (see room and
+	// beforeApply): its values are final, and are taken here too, so that
+	// the commit does not visit each entry (mergeWrites, at 10,000
+	// accounts 0.10 s of the committer's CPU over 1,000,000 lines).
+	// Below that (a batch overfull by its bytes or keys, limits that can
+	// move), the values are the commit's to take.
+	final := b.count >= c.bmax
 	go func() {
 		defer close(done)
 		ws := make([]write, len(ents))
@@ -2031,7 +2042,16 @@ func (c *core) presort(b *batch) {
 			ws[i] = write{key: e.key}
 		}
 		o := writeOrders.Get().(*writeOrder)
-		b.perm = o.order(ws)
+		if final {
+			pre := make([]write, len(ents))
+			for j, r := range o.ranks(ws) {
+				e := ents[r.i]
+				pre[j] = write{key: e.key, val: e.val, del: e.del}
+			}
+			b.pre = pre
+		} else {
+			b.perm = o.order(ws)
+		}
 		writeOrders.Put(o)
 	}()
 }
@@ -2062,16 +2082,17 @@ func (c *core) write(b *batch) error {
 	if b.sortDone != nil {
 		<-b.sortDone
 		if !sameEntries(b.writes, b.sorted) {
-			b.perm = nil // changed since: sorted below with the rest
+			b.perm, b.pre = nil, nil // changed since: sorted below with the rest
 		}
 		b.sorted = nil
 	}
+	ahead := b.perm != nil || b.pre != nil
 	n := len(b.applied) + len(b.outs) + len(b.schemas)
-	if b.perm == nil {
+	if !ahead {
 		n += len(b.writes)
 	}
 	ws := make([]write, 0, n)
-	if b.perm == nil {
+	if !ahead {
 		for _, e := range b.writes {
 			ws = append(ws, write{key: e.key, val: e.val, del: e.del})
 		}
@@ -2131,7 +2152,11 @@ func (c *core) write(b *batch) error {
 	// In key order (see writeOrder); the batch's keys, sorted ahead,
 	// merged with the rest.
 	c.order.sort(ws)
-	if b.perm != nil {
+	switch {
+	case b.pre != nil:
+		ws = mergePresorted(ws, b.pre)
+		b.pre = nil
+	case b.perm != nil:
 		ws = mergeWrites(ws, b.writes, b.perm)
 		b.perm = nil
 	}
