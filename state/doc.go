@@ -590,7 +590,7 @@
 // two cores, woken earlier, they took a core from the committer while it
 // prepared the statements the server waited for: with 10,000 accounts,
 // saves of 10,000 lines, the committer's time between two commits over
-// 1,000,000 lines fell from 0.37-0.48 s to 0.24-0.29 s (2026-12-07).
+// 1,000,000 lines fell from 0.31-0.48 s to 0.21-0.29 s (2026-12-07).
 //
 // Ownership. A store has one owner at a time, through a lease row with a
 // token that each take-over increments; leases are timed by the server's
