@@ -408,21 +408,13 @@ func TestBackPressureBlocksApply(t *testing.T) {
 		o.hooks = &hooks{beforeCommit: g.hook}
 		s := mustOpen(t, be, t.TempDir(), o)
 		t.Cleanup(g.open) // runs before Close if the test fails
-		g.arm()
-		applyLine(t, s, del("f", 1, 1))
-		applyLine(t, s, del("f", 1, 2)) // cut: the committer blocks in it
-		<-g.entered
-		applyLine(t, s, del("f", 1, 3))
-		applyLine(t, s, del("f", 1, 4)) // the second batch is full
-		returned := make(chan bool)
-		go func() {
-			ok, err := s.Apply(context.Background(), del("f", 1, 5), func(tx *Tx) error { return nil })
+		var applied bool
+		returned := parkApply(t, s, g, func(ok bool, err error) {
 			if err != nil {
 				t.Error(err)
 			}
-			returned <- ok
-		}()
-		waitFor(t, "Apply to wait", func() bool { return s.Stats().BackPressure == 1 })
+			applied = ok
+		})
 		select {
 		case <-returned:
 			t.Fatal("Apply returned while two batches were pending")
@@ -438,7 +430,8 @@ func TestBackPressureBlocksApply(t *testing.T) {
 			t.Fatalf("Apply with a cancelled context while blocked: %v", err)
 		}
 		g.open()
-		if !<-returned {
+		<-returned
+		if !applied {
 			t.Fatal("line 5 not applied")
 		}
 		if err := s.Flush(context.Background()); err != nil {

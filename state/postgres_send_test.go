@@ -61,7 +61,7 @@ func TestPostgresParkedApplyWakesOnceTheNextCommitIsSent(t *testing.T) {
 	}
 	s := mustOpen(t, backend{Postgres, openPGDir, true}, t.TempDir(), o)
 	t.Cleanup(g.open)
-	returned := parkApply(t, s, g, func(err error) {
+	returned := parkApply(t, s, g, func(_ bool, err error) {
 		if err != nil {
 			t.Error(err)
 		}
@@ -123,7 +123,7 @@ func TestPostgresParkedApplyWokenWhenTheNextCommitFails(t *testing.T) {
 	e = pgEngineOf(s)
 	t.Cleanup(func() { g.open(); _ = s.Close() })
 	var applyErr error
-	returned := parkApply(t, s, g, func(err error) { applyErr = err })
+	returned := parkApply(t, s, g, func(_ bool, err error) { applyErr = err })
 	g.open()
 	select {
 	case <-returned:
@@ -133,28 +133,4 @@ func TestPostgresParkedApplyWokenWhenTheNextCommitFails(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the parked Apply was not woken after the commit of its batch failed")
 	}
-}
-
-// parkApply applies lines 1 to 4 of feed f to s, a store of batches of
-// two lines whose committer blocks in the commit of the first batch (the
-// gate g, armed here, until the caller opens it), then the line 5 on a
-// goroutine of its own, which waits for the second batch to be cut; it
-// returns once that Apply is parked, with a channel closed once it
-// returned and done was called with its error.
-func parkApply(t *testing.T, s Store, g *gate, done func(error)) <-chan struct{} {
-	t.Helper()
-	g.arm()
-	applyLine(t, s, del("f", 1, 1))
-	applyLine(t, s, del("f", 1, 2)) // cut: the committer blocks in g
-	<-g.entered
-	applyLine(t, s, del("f", 1, 3))
-	applyLine(t, s, del("f", 1, 4)) // the second batch is full
-	returned := make(chan struct{})
-	go func() {
-		defer close(returned)
-		_, err := s.Apply(context.Background(), del("f", 1, 5), func(tx *Tx) error { return nil })
-		done(err)
-	}()
-	waitFor(t, "Apply to wait", func() bool { return s.Stats().BackPressure == 1 })
-	return returned
 }
