@@ -61,17 +61,18 @@ func (o *Options) valueCacheSize(kind string) int64 {
 // group's goroutine (at 10,000 accounts, most lines).
 //
 // It holds durable values only, and stays the backend's mirror for its
-// keys. Each batch committed is folded into it (fold, on a goroutine the
-// committer starts), before the batch stops being one a transaction looks
-// in first (the sealed batch, then the last committed until its fold
-// ends, see Tx.getOlder): a key a transaction finds in no batch is either
-// one of the cache, up to date, or one no commit changes while the
-// transaction runs (only the sealed batch commits then, and it does not
-// hold the key), read from the backend and put here. The holder of the token (Apply and View) reads and
-// puts; mu serializes it with the committer's folds, which take it for a
-// few hundred keys at a time. A value handed out by get is one that no
-// fold changes while its transaction runs: a fold changes only keys of
-// the batch it folds, which that transaction finds in the batch.
+// keys. Each batch committed is folded into it (fold, off the committer's
+// way: see core.startFold), before the batch stops being one a
+// transaction looks in first (the sealed batch, then the last committed
+// until its fold ends, see Tx.getOlder): a key a transaction finds in no
+// batch is either one of the cache, up to date, or one no commit changes
+// while the transaction runs (only the sealed batch commits then, and it
+// does not hold the key), read from the backend and put here. The holder
+// of the token (Apply and View) reads and puts; mu serializes it with the
+// folds, which take it for a few hundred keys at a time. A value handed
+// out by get is one that no fold changes while its transaction runs: a
+// fold changes only keys of the batch it folds, which that transaction
+// finds in the batch.
 //
 // Memory: each entry counts its key, its value and cacheEntryOverhead
 // bytes; above its budget, random entries (Go's map order) are dropped
@@ -298,8 +299,8 @@ func (vc *valueCache) evict(target int64) {
 // transaction that reads the cache meanwhile waits for that many at most.
 const foldChunk = 256
 
-// fold records the values of a committed batch, on a goroutine of its
-// own (core.startFold) once the batch is durable and the last committed:
+// fold records the values of a committed batch, off the committer's way
+// (core.startFold) once the batch is durable and the last committed:
 // until it returns, transactions look in the batch before the cache
 // (batch.folded), and the next commit waits for it (core.waitFold).
 func (vc *valueCache) fold(b *batch) {

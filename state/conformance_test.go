@@ -443,6 +443,68 @@ func TestBackPressureBlocksApply(t *testing.T) {
 	})
 }
 
+// TestParkedApplyFoldsTheCommittedBatch: the Apply parked for a batch to
+// commit, woken once it committed, folds that batch into the value cache
+// itself before it goes on, rather than a goroutine the committer starts:
+// on two cores that goroutine took the committer's core while the Apply
+// ran on the other, and the next commit waited for it.
+func TestParkedApplyFoldsTheCommittedBatch(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		g := newGate()
+		var (
+			folded    = make(chan struct{}) // closed once the first fold began
+			folder    uint64                // its goroutine
+			firstWait = true                // the committer's
+		)
+		o := testOpts()
+		o.BatchSize = 2
+		o.hooks = &hooks{
+			beforeCommit: g.hook,
+			beforeWaitFold: func() {
+				// The committer folds the last committed batch itself if
+				// no one did by the time it needs it folded: the first
+				// time, it waits here for the fold, so that the Apply has
+				// the time to wake.
+				if firstWait {
+					firstWait = false
+					select {
+					case <-folded:
+					case <-time.After(10 * time.Second):
+						// No one folded it: the committer does, and the
+						// test fails below.
+					}
+				}
+			},
+			beforeFold: func() {
+				select {
+				case <-folded: // the folds of a store run one at a time
+				default:
+					folder = goroutineID()
+					close(folded)
+				}
+			},
+		}
+		s := mustOpen(t, be, t.TempDir(), o)
+		t.Cleanup(g.open)
+		var applier uint64
+		returned := parkApply(t, s, g, func(_ bool, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			applier = goroutineID() // the Apply's, which calls this
+		})
+		g.open()
+		<-returned
+		<-folded
+		if folder != applier {
+			t.Fatalf("the first batch was folded on goroutine %d, not on the parked Apply's (%d)", folder, applier)
+		}
+		if err := s.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 func TestSyncModeCommitsEachApply(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		o := testOpts()

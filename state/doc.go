@@ -363,7 +363,7 @@
 // A read of a key that none of those batches holds is served from the
 // store's value cache, or read from the backend and cached: the cache holds
 // durable values (and absent keys) read or committed, and the committer
-// folds every batch it commits into it (on its own goroutine) before any
+// folds every batch it commits into it (off its own way) before any
 // transaction stops finding the batch's values in the batch itself, so it
 // never serves a value older than the backend's. A bbolt or Pebble store
 // that held no data when it opened knows every key it holds while its cache

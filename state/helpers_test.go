@@ -1,14 +1,18 @@
 package state
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -321,4 +325,17 @@ func parkApply(t *testing.T, s Store, g *gate, done func(applied bool, err error
 	}()
 	waitFor(t, "Apply to wait", func() bool { return s.Stats().BackPressure == 1 })
 	return returned
+}
+
+// goroutineID returns the number of the calling goroutine, as its stack
+// trace gives it.
+func goroutineID() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	n, err := strconv.ParseUint(string(b[:bytes.IndexByte(b, ' ')]), 10, 64)
+	if err != nil {
+		panic(fmt.Sprintf("goroutineID: %q: %v", buf[:], err))
+	}
+	return n
 }

@@ -210,8 +210,11 @@ type hooks struct {
 	// (one that no batch and the value cache hold), on its goroutine.
 	engineRead func(key []byte)
 	// beforeFold runs before a committed batch is folded into the value
-	// cache, on the fold's goroutine.
+	// cache, on the goroutine that folds it.
 	beforeFold func()
+	// beforeWaitFold runs in the committer before it waits for the fold
+	// of the last committed batch, or runs it (see core.waitFold).
+	beforeWaitFold func()
 	// whileCutting runs in the committer while it holds the token to cut
 	// a batch.
 	whileCutting func()

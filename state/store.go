@@ -574,9 +574,13 @@ type core struct {
 
 	// order sorts the writes of a commit; the committer's.
 	order writeOrder
-	// folding is closed when the fold of the last committed batch into
-	// the value cache ends; nil when none runs. The committer's.
-	folding chan struct{}
+	// folding is the fold of the last committed batch into the value
+	// cache, until the committer saw it end (waitFold); nil when none
+	// runs. The committer's.
+	folding *foldJob
+	// foldFor is the fold left to the parked Apply the committer woke
+	// (under mu; see startFold). The Apply clears it.
+	foldFor *foldJob
 
 	wake     chan struct{}
 	stop     chan struct{}
@@ -612,7 +616,7 @@ type core struct {
 	// foldLater until then.
 	wakeOnSent bool
 	wakeLater  bool
-	foldLater  *batch
+	foldLater  *foldJob
 
 	// preloading is set by an open that found data keys in a bbolt or
 	// Pebble store with a value cache: newCore starts the preload, and
@@ -1309,6 +1313,16 @@ func (c *core) beforeApply(ctx context.Context, d tidemark.Delivery) error {
 			}
 		}
 		c.parked = false
+		// The commit that woke this Apply left the fold of its batch to
+		// it (see startFold), unless the committer took it back.
+		if j := c.foldFor; j != nil {
+			c.foldFor = nil
+			if j.claimed.CompareAndSwap(false, true) {
+				c.mu.Unlock()
+				c.fold(j)
+				c.mu.Lock()
+			}
+		}
 		if err := c.unusable(); err != nil {
 			return c.applyErr(d, err)
 		}
@@ -1872,7 +1886,7 @@ func (c *core) commit(b *batch) {
 	// Apply is woken below, once the commit's outcome is known.
 	if f := c.foldLater; f != nil {
 		c.foldLater = nil
-		c.startFold(f)
+		c.startFold(f, false)
 	}
 	// b takes the place of the last committed batch: that one's values
 	// are in the value cache before a transaction can stop finding them
@@ -1933,15 +1947,24 @@ func (c *core) commit(b *batch) {
 		}
 	}
 	later := c.wakeLater
+	var fold *foldJob
+	byApply := false
+	if b.err == nil && !b.empty() && c.vc != nil {
+		fold = &foldJob{b: b, done: make(chan struct{})}
+		if c.parked && !later {
+			// The Apply woken below folds b (see startFold).
+			c.foldFor, byApply = fold, true
+		}
+	}
 	if !later {
 		c.broadcast()
 	}
 	c.mu.Unlock()
-	if b.err == nil && !b.empty() && c.vc != nil {
+	if fold != nil {
 		if later {
-			c.foldLater = b
+			c.foldLater = fold
 		} else {
-			c.startFold(b)
+			c.startFold(fold, byApply)
 		}
 	}
 	if b.err == nil {
@@ -1965,45 +1988,83 @@ func (c *core) commit(b *batch) {
 // commit ended; and the committer calls it before it stops. The
 // committer's.
 func (c *core) released() {
+	byApply := false
 	if c.wakeLater {
 		c.mu.Lock()
 		c.wakeLater = false
+		if j := c.foldLater; j != nil && c.parked {
+			c.foldFor, byApply = j, true
+		}
 		c.broadcast()
 		c.mu.Unlock()
 	}
-	if b := c.foldLater; b != nil {
+	if j := c.foldLater; j != nil {
 		c.foldLater = nil
-		c.startFold(b)
+		c.startFold(j, byApply)
 	}
 }
 
-// startFold folds b, the last committed batch, into the value cache on a
-// goroutine of its own, while the committer goes on to the next batch:
-// the fold (at 10,000 accounts, a map write for each of about 6,300 keys a
-// batch) runs while the next commit waits for its syncs, rather than on
-// the committer's way from one commit to the next. Until it ends,
-// transactions look in b before the cache (b.folded), and the commit of
-// the next batch waits for it before it takes b's place (waitFold). The
-// committer's.
-func (c *core) startFold(b *batch) {
-	done := make(chan struct{})
-	c.folding = done
-	go func() {
-		defer close(done)
-		if h := c.opts.hooks; h != nil && h.beforeFold != nil {
-			h.beforeFold()
-		}
-		c.vc.fold(b)
-		b.folded.Store(true)
-	}()
+// startFold begins j, the fold of the last committed batch into the value
+// cache, off the committer's way from one commit to the next (at 10,000
+// accounts, a map write for each of about 6,300 keys a batch). Until it
+// ends, transactions look in the batch before the cache (batch.folded),
+// and the commit of the next batch waits for it before it takes the
+// batch's place (waitFold).
+//
+// byApply says that the commit woke an Apply that waited, parked, for
+// the batch to commit (c.foldFor): that Apply folds it before it goes on
+// (beforeApply), on its own goroutine, which had nothing to do while the
+// batch committed. Otherwise j runs on a goroutine of its own. On a
+// machine of two cores, that goroutine took the committer's core once
+// the woken Apply had the other (the committer waited for it, in
+// waitFold, and to run again after its syncs): 5,000,000 lines at 10,000
+// accounts into bbolt, saves of 10,000 lines, 8 rounds alternated, took
+// 2.83 to 3.81 s (median 2.98) against 2.98 to 3.40 s (median 3.16)
+// (2026-12-07). The committer's.
+func (c *core) startFold(j *foldJob, byApply bool) {
+	c.folding = j
+	if byApply {
+		return
+	}
+	j.claimed.Store(true)
+	go c.fold(j)
 }
 
-// waitFold waits for the fold startFold began, if any. The committer's.
+// foldJob is the fold of a committed batch into the value cache, run
+// once by whoever claims it first: the Apply it was left to, a goroutine
+// of its own, or the committer once it needs the batch folded.
+type foldJob struct {
+	b       *batch
+	claimed atomic.Bool
+	done    chan struct{}
+}
+
+// fold runs j, claimed by the caller.
+func (c *core) fold(j *foldJob) {
+	defer close(j.done)
+	if h := c.opts.hooks; h != nil && h.beforeFold != nil {
+		h.beforeFold()
+	}
+	c.vc.fold(j.b)
+	j.b.folded.Store(true)
+}
+
+// waitFold waits for the fold startFold began, if any, or runs it if no
+// one claimed it yet. The committer's.
 func (c *core) waitFold() {
-	if c.folding != nil {
-		<-c.folding
-		c.folding = nil
+	j := c.folding
+	if j == nil {
+		return
 	}
+	c.folding = nil
+	if h := c.opts.hooks; h != nil && h.beforeWaitFold != nil {
+		h.beforeWaitFold()
+	}
+	if j.claimed.CompareAndSwap(false, true) {
+		c.fold(j)
+		return
+	}
+	<-j.done
 }
 
 // presortMin is the fewest changed keys a batch has sorted ahead
