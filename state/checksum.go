@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"hash/crc32"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 )
 
@@ -42,6 +44,15 @@ type sumEngine struct {
 	// what names the store's data for errors: the backend, the folder and
 	// the file.
 	backend, dir, file string
+	// scratch is the memory of the last commit's summed writes, for the
+	// next: at 10,000 accounts, about 400 KiB a commit that the collector
+	// had to reclaim. A commit that finds it taken (an output's
+	// declaration while the committer commits) makes its own.
+	scratch struct {
+		sync.Mutex
+		buf []byte
+		out []write
+	}
 }
 
 func newSumEngine(kind, dir string, e engine) *sumEngine {
@@ -136,8 +147,22 @@ func (s *sumEngine) commitSent(ws []write, sent func()) error {
 	}
 	// One buffer for the whole transaction; ws is the caller's, so the
 	// summed writes go to a copy.
-	buf := make([]byte, 0, size)
-	out := make([]write, len(ws), len(ws)+1)
+	var (
+		buf []byte
+		out []write
+	)
+	if s.scratch.TryLock() {
+		buf, out = s.scratch.buf, s.scratch.out
+		defer func() {
+			s.scratch.out = keepWrites(out)
+			if s.scratch.buf = buf[:0]; cap(buf) > maxScratchBytes {
+				s.scratch.buf = nil
+			}
+			s.scratch.Unlock()
+		}()
+	}
+	buf = slices.Grow(buf[:0], size)
+	out = slices.Grow(out[:0], len(ws)+1)[:len(ws)]
 	for i, w := range ws {
 		out[i] = w
 		if w.del || isVersionKey(w.key) {
@@ -159,6 +184,10 @@ func (s *sumEngine) commitSent(ws []write, sent func()) error {
 	}
 	return nil
 }
+
+// maxScratchBytes is the largest buffer of summed values a sumEngine keeps
+// for its next commit.
+const maxScratchBytes = 4 << 20
 
 // isTailRecord reports whether w writes an output record with a tail, of
 // format 3 (see outputRec).

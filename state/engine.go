@@ -31,7 +31,9 @@ type engine interface {
 	// its checksum (see sumEngine); nil means the values are as written.
 	backup(ctx context.Context, dir string, verify func(k, v []byte) ([]byte, error)) (kind string, outputs map[string]int64, err error)
 	// commit writes ws in one transaction and makes it durable before it
-	// returns. On error nothing of ws may be visible after a reopen.
+	// returns. On error nothing of ws may be visible after a reopen. ws,
+	// its keys and its values are the caller's once commit returns: the
+	// committer uses their memory again for its next commit.
 	commit(ws []write) error
 	// close releases the backend.
 	close() error

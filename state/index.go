@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"slices"
+	"sync"
 	"unsafe"
 )
 
@@ -190,6 +191,46 @@ func (ix *index) place(s slot) {
 type writeOrder struct {
 	rk, rk2 []keyRank // rk2: sortRanks's scratch
 	tmp     []write
+	keys    []write // presort's keys to rank, without their values
+}
+
+// maxWriteList is the most writes a list kept for reuse has room for
+// (keepWrites): 3.5 MiB, the writes of a batch of 65,536 keys. A batch
+// of more keys has its lists made anew (and its other memory is of that
+// size).
+const maxWriteList = 1 << 16
+
+// keepWrites returns ws emptied, its writes cleared (they hold a batch's
+// keys and values, which it would keep from the collector), for reuse;
+// nil if it is larger than maxWriteList.
+func keepWrites(ws []write) []write {
+	if cap(ws) > maxWriteList {
+		return nil
+	}
+	clear(ws[:cap(ws)])
+	return ws[:0]
+}
+
+// writeLists are lists of writes for reuse: the writes of a batch sorted
+// ahead (core.presort) go back once committed. Each allocation of such
+// a list (at 10,000 accounts, 350 KiB a batch) was memory the collector
+// had to reclaim.
+var writeLists sync.Pool // of *[]write
+
+// getWrites returns an empty list of writes with room for n, from
+// writeLists if it has one.
+func getWrites(n int) []write {
+	if p, ok := writeLists.Get().(*[]write); ok {
+		return slices.Grow((*p)[:0], n)
+	}
+	return make([]write, 0, n)
+}
+
+// putWrites gives ws back to writeLists.
+func putWrites(ws []write) {
+	if ws = keepWrites(ws); cap(ws) > 0 {
+		writeLists.Put(&ws)
+	}
 }
 
 // keyRank is a key's rank from the offset a sort level starts at: the 8
@@ -240,10 +281,10 @@ func (o *writeOrder) ranks(ws []write) []keyRank {
 
 // mergeWrites returns the writes of ws, in key order, and those of the
 // entries ents in the order perm gives (key order), with their values as
-// they are now, as one new list in key order; the keys of the two are
-// distinct.
-func mergeWrites(ws []write, ents []*entry, perm []int32) []write {
-	out := make([]write, 0, len(ws)+len(perm))
+// they are now, as one list in key order, in dst's memory if it has room
+// (dst shares none with ws); the keys of the two are distinct.
+func mergeWrites(dst, ws []write, ents []*entry, perm []int32) []write {
+	out := slices.Grow(dst[:0], len(ws)+len(perm))
 	i := 0
 	for _, p := range perm {
 		e := ents[p]
@@ -257,11 +298,12 @@ func mergeWrites(ws []write, ents []*entry, perm []int32) []write {
 }
 
 // mergePresorted returns the writes of ws and pre, each in key order, their
-// keys distinct, as one new list in key order. ws is short (the records
-// and outputs of a batch beside its keys, pre): each of its writes is
-// placed by a binary search, and pre copied in between.
-func mergePresorted(ws, pre []write) []write {
-	out := make([]write, 0, len(ws)+len(pre))
+// keys distinct, as one list in key order, in dst's memory if it has room
+// (dst shares none with ws and pre). ws is short (the records and outputs
+// of a batch beside its keys, pre): each of its writes is placed by a
+// binary search, and pre copied in between.
+func mergePresorted(dst, ws, pre []write) []write {
+	out := slices.Grow(dst[:0], len(ws)+len(pre))
 	for _, w := range ws {
 		i, _ := slices.BinarySearchFunc(pre, w.key, func(x write, k []byte) int { return bytes.Compare(x.key, k) })
 		out = append(out, pre[:i]...)

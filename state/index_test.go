@@ -264,9 +264,10 @@ func TestWriteOrderSortsByKey(t *testing.T) {
 // mergePresorted merges a short list of writes in key order into a long
 // one, each write once, in key order, with its value and deletion: the
 // short list's writes before, among and after the long one's, and either
-// list empty.
+// list empty; into the memory of the list of the round before.
 func TestMergePresortedMergesInKeyOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
+	var got []write
 	for round := range 500 {
 		n := rng.IntN(200)
 		seen := map[string]bool{}
@@ -292,7 +293,7 @@ func TestMergePresortedMergesInKeyOrder(t *testing.T) {
 		slices.SortFunc(long, byKey)
 		want := slices.Clone(all)
 		slices.SortFunc(want, byKey)
-		got := mergePresorted(short, long)
+		got = mergePresorted(got, short, long)
 		if len(got) != len(want) {
 			t.Fatalf("round %d: %d writes, want %d", round, len(got), len(want))
 		}

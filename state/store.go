@@ -574,6 +574,9 @@ type core struct {
 
 	// order sorts the writes of a commit; the committer's.
 	order writeOrder
+	// wlist and wmerged are the memory of the lists of writes of the last
+	// commit (see core.write), for the next; the committer's.
+	wlist, wmerged []write
 	// folding is the fold of the last committed batch into the value
 	// cache, until the committer saw it end (waitFold); nil when none
 	// runs. The committer's.
@@ -2098,21 +2101,22 @@ func (c *core) presort(b *batch) {
 	final := b.count >= c.bmax
 	go func() {
 		defer close(done)
-		ws := make([]write, len(ents))
-		for i, e := range ents {
-			ws[i] = write{key: e.key}
-		}
 		o := writeOrders.Get().(*writeOrder)
+		ws := o.keys[:0]
+		for _, e := range ents {
+			ws = append(ws, write{key: e.key})
+		}
 		if final {
-			pre := make([]write, len(ents))
-			for j, r := range o.ranks(ws) {
+			pre := getWrites(len(ents)) // given back by the commit
+			for _, r := range o.ranks(ws) {
 				e := ents[r.i]
-				pre[j] = write{key: e.key, val: e.val, del: e.del}
+				pre = append(pre, write{key: e.key, val: e.val, del: e.del})
 			}
 			b.pre = pre
 		} else {
 			b.perm = o.order(ws)
 		}
+		o.keys = keepWrites(ws)
 		writeOrders.Put(o)
 	}()
 }
@@ -2152,7 +2156,8 @@ func (c *core) write(b *batch) error {
 	if !ahead {
 		n += len(b.writes)
 	}
-	ws := make([]write, 0, n)
+	// The lists of writes are the committer's, from commit to commit.
+	ws := slices.Grow(c.wlist[:0], n)
 	if !ahead {
 		for _, e := range b.writes {
 			ws = append(ws, write{key: e.key, val: e.val, del: e.del})
@@ -2213,13 +2218,18 @@ func (c *core) write(b *batch) error {
 	// In key order (see writeOrder); the batch's keys, sorted ahead,
 	// merged with the rest.
 	c.order.sort(ws)
+	list := ws
+	defer func() { c.wlist = keepWrites(list) }()
 	switch {
 	case b.pre != nil:
-		ws = mergePresorted(ws, b.pre)
-		b.pre = nil
+		merged := mergePresorted(c.wmerged, ws, b.pre)
+		defer func() { c.wmerged = keepWrites(merged) }()
+		putWrites(b.pre)
+		ws, b.pre = merged, nil
 	case b.perm != nil:
-		ws = mergeWrites(ws, b.writes, b.perm)
-		b.perm = nil
+		merged := mergeWrites(c.wmerged, ws, b.writes, b.perm)
+		defer func() { c.wmerged = keepWrites(merged) }()
+		ws, b.perm = merged, nil
 	}
 	// A snapshot does not begin while the backend commits: Pebble makes a
 	// batch visible to reads before the sync of its log has ended (its

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,7 +20,7 @@ type recorder struct {
 
 func (r *recorder) commit(ws []write) error {
 	r.mu.Lock()
-	r.commits = append(r.commits, ws)
+	r.commits = append(r.commits, slices.Clone(ws)) // ws is the store's again after the commit
 	r.mu.Unlock()
 	return r.engine.commit(ws)
 }
