@@ -72,6 +72,25 @@ func valueSum(key, val []byte) uint32 {
 	return crc32.Update(crc32.Update(0, crcTable, key), crcTable, val)
 }
 
+// appendSummed appends val and its checksum, as the store writes the value
+// of key to its backend, to buf.
+func appendSummed(buf, key, val []byte) []byte {
+	return binary.BigEndian.AppendUint32(append(buf, val...), valueSum(key, val))
+}
+
+// summed reports whether w is written with its checksum.
+func summed(w write) bool { return !w.del && !isVersionKey(w.key) }
+
+// summing reports whether the store's values are written with their
+// checksums (format 2 on), for a caller that sums them ahead (see
+// write.summed): false when the engine is not the store's sumEngine (a
+// test's wrapper). A store's format only moves up, and only while no
+// batch is staged (an upgrade).
+func (c *core) summing() bool {
+	s, ok := c.eng.(*sumEngine)
+	return ok && s.sums
+}
+
 // verify returns v without its checksum, or a *CorruptError.
 func (s *sumEngine) verify(k, v []byte) ([]byte, error) {
 	if !s.sums || isVersionKey(k) {
@@ -136,12 +155,17 @@ func (s *sumEngine) commit(ws []write) error { return s.commitSent(ws, nil) }
 // sentCommitter) if it is one.
 func (s *sumEngine) commitSent(ws []write, sent func()) error {
 	if !s.sums {
+		for _, w := range ws {
+			if w.summed {
+				return fmt.Errorf("state: internal error: a value of key %q with its checksum for a store of format 1 (%s)", w.key, s.dir)
+			}
+		}
 		return commitTo(s.engine, withoutTails(ws), sent)
 	}
 	bump := !s.format3.Load() && (s.owed.Load() || writesTail(ws))
 	size := 0
 	for i := range ws {
-		if !ws[i].del {
+		if !ws[i].del && !ws[i].summed {
 			size += len(ws[i].val) + sumLen
 		}
 	}
@@ -165,12 +189,11 @@ func (s *sumEngine) commitSent(ws []write, sent func()) error {
 	out = slices.Grow(out[:0], len(ws)+1)[:len(ws)]
 	for i, w := range ws {
 		out[i] = w
-		if w.del || isVersionKey(w.key) {
+		if !summed(w) || w.summed {
 			continue
 		}
 		n := len(buf)
-		buf = append(buf, w.val...)
-		buf = binary.BigEndian.AppendUint32(buf, valueSum(w.key, w.val))
+		buf = appendSummed(buf, w.key, w.val)
 		out[i].val = buf[n:len(buf):len(buf)]
 	}
 	if bump {

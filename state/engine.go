@@ -67,6 +67,9 @@ func commitTo(e engine, ws []write, sent func()) error {
 type write struct {
 	key, val []byte
 	del      bool
+	// summed says that val ends with its checksum already (see
+	// sumEngine): the values of a batch sorted ahead (core.presort).
+	summed bool
 }
 
 // snapshot is a consistent read-only view of a backend's durable state.

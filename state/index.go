@@ -226,6 +226,27 @@ func getWrites(n int) []write {
 	return make([]write, 0, n)
 }
 
+// byteBufs are buffers for reuse: the checksummed values of a batch
+// sorted ahead (core.presort) go back once committed.
+var byteBufs sync.Pool // of *[]byte
+
+// getBytes returns an empty buffer with room for n bytes, from byteBufs
+// if it has one.
+func getBytes(n int) []byte {
+	if p, ok := byteBufs.Get().(*[]byte); ok {
+		return slices.Grow((*p)[:0], n)
+	}
+	return make([]byte, 0, n)
+}
+
+// putBytes gives b back to byteBufs, unless it is larger than
+// maxScratchBytes.
+func putBytes(b []byte) {
+	if b = b[:0]; cap(b) > 0 && cap(b) <= maxScratchBytes {
+		byteBufs.Put(&b)
+	}
+}
+
 // putWrites gives ws back to writeLists.
 func putWrites(ws []write) {
 	if ws = keepWrites(ws); cap(ws) > 0 {

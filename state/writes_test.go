@@ -105,7 +105,8 @@ func testPresorted(t *testing.T, be backend, stale bool) {
 				once.Do(func() { <-release })
 			}
 		}}
-		s := mustOpen(t, be, t.TempDir(), o)
+		dir := t.TempDir()
+		s := mustOpen(t, be, dir, o)
 		c := s.(*nsStore).c
 		c.stopPreload()
 		// The output is declared before the engine is wrapped: whether
@@ -114,8 +115,11 @@ func testPresorted(t *testing.T, be backend, stale bool) {
 			_, err := tx.Output("out.csv").Write([]byte("declared\n"))
 			return err
 		})
-		rec := &recorder{engine: c.eng}
-		c.eng = rec
+		// Under the checksums: it records what the backend is given,
+		// and the values of a batch sorted ahead come with theirs.
+		sums := c.eng.(*sumEngine)
+		rec := &recorder{engine: sums.engine}
+		sums.engine = rec
 		armed.Store(true)
 		ctx := context.Background()
 		key := func(i int) []byte { return []byte("k" + strconv.Itoa((i*7919)%6000)) }
@@ -186,6 +190,32 @@ func testPresorted(t *testing.T, be backend, stale bool) {
 		for k, v := range want {
 			if got := getInt(t, s, k); got != v {
 				t.Fatalf("%s = %d, want %d", k, got, v)
+			}
+		}
+		// The values sorted ahead came with their checksums, unless
+		// the batch changed since; each checksum is the one the store
+		// checks: reopened without a value cache, every read is the
+		// backend's, checked.
+		ahead := 0
+		for _, ws := range rec.commits {
+			for _, w := range ws {
+				if w.summed {
+					ahead++
+				}
+			}
+		}
+		if stale && ahead > 0 || !stale && ahead == 0 {
+			t.Fatalf("%d values were written with the checksums of the sort ahead (the batch changed since: %v)", ahead, stale)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		o = testOpts()
+		o.CacheSize = -1
+		s = mustOpen(t, be, dir, o)
+		for k, v := range want {
+			if got := getInt(t, s, k); got != v {
+				t.Fatalf("reopened: %s = %d, want %d", k, got, v)
 			}
 		}
 	}
