@@ -503,7 +503,8 @@
 // for into the value cache itself (core.startFold), where a goroutine of
 // its own had taken the committer's core; the lists of a commit's writes
 // serve again from commit to commit (over 5,000,000 lines, half the memory
-// a run allocated, 55 collections against 120). A commit's writes are sorted by the store (writeOrder: the bytes
+// a run allocated, 55 collections against 120); and a batch sorted ahead
+// gets its values' checksums on the sort's goroutine (core.presort). A commit's writes are sorted by the store (writeOrder: the bytes
 // a group of keys shares skipped, the next 8 ranked by radix), so that the
 // backend gets its keys in order. A batch that fills while the one before
 // commits, and waits for it, has its keys sorted on a goroutine of its own
