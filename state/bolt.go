@@ -94,6 +94,13 @@ func boltCommitShare(cacheSize int64) int64 {
 	return min(cacheSize/2, boltCommitShareMax)
 }
 
+// boltCommitShareMisses is the commit's part of the cache budget once the
+// value cache finds too few of the keys looked for (see core.rebalance):
+// three quarters of it, at most boltCommitShareMax.
+func boltCommitShareMisses(cacheSize int64) int64 {
+	return min(cacheSize*3/4, boltCommitShareMax)
+}
+
 // boltKeyCap returns the most keys a batch may change for its commit to
 // take at most share bytes in a tree of pages pages, at cost bytes a page
 // changed (Options.boltPageCost): k random keys change
@@ -159,9 +166,21 @@ func (e *boltEngine) updateKeyCap(written, keys int64) {
 		e.keyCap.Store(math.MaxInt64)
 		return
 	}
+	e.keyCap.Store(boltKeyCap(e.commitShare, e.pageCost, e.pagesInUse(), e.lastWritten, e.lastKeys))
+}
+
+// pagesInUse is the tree's pages: the file's, less the free ones.
+func (e *boltEngine) pagesInUse() int64 {
 	st := e.db.Stats()
-	pages := e.size()/int64(e.db.Info().PageSize) - int64(st.FreePageN+st.PendingPageN)
-	e.keyCap.Store(boltKeyCap(e.commitShare, e.pageCost, pages, e.lastWritten, e.lastKeys))
+	return e.size()/int64(e.db.Info().PageSize) - int64(st.FreePageN+st.PendingPageN)
+}
+
+// setCommitShare sets the part of the cache budget that bounds a commit's
+// memory, and the cap of keys a batch that follows from it. The
+// committer's.
+func (e *boltEngine) setCommitShare(share int64) {
+	e.commitShare = share
+	e.updateKeyCap(0, 0)
 }
 
 // guard runs in a deferred call of every method that calls into bbolt,

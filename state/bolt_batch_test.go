@@ -85,25 +85,11 @@ func TestBoltBatchCutByCommitMemory(t *testing.T) {
 	// A tree of many pages: 20,000 keys in order, in one line.
 	const keys = 20_000
 	n := 1
-	if _, err := s.Apply(t.Context(), del("f", 1, n), func(tx *Tx) error {
-		for k := range keys {
-			if _, err := tx.Bucket("acct").AddInt64(fmt.Appendf(nil, "account-%08d", k), 1); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	addAccounts(t, s, n, 0, keys)
 	rng := rand.New(rand.NewPCG(17, 17))
 	apply := func(k int) {
 		n++
-		if _, err := s.Apply(t.Context(), del("f", 1, n), func(tx *Tx) error {
-			_, err := tx.Bucket("acct").AddInt64(fmt.Appendf(nil, "account-%08d", k), 1)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		addAccounts(t, s, n, k, k+1)
 	}
 	if err := s.Flush(t.Context()); err != nil {
 		t.Fatal(err)
@@ -159,6 +145,22 @@ func TestBoltBatchCutByCommitMemory(t *testing.T) {
 	}
 }
 
+// addAccounts applies line n of feed f, which adds 1 to the balances of
+// accounts from to to-1 of bucket acct.
+func addAccounts(t *testing.T, s Store, n, from, to int) {
+	t.Helper()
+	if _, err := s.Apply(t.Context(), del("f", 1, n), func(tx *Tx) error {
+		for k := from; k < to; k++ {
+			if _, err := tx.Bucket("acct").AddInt64(fmt.Appendf(nil, "account-%08d", k), 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // sumInt64s returns the sum of the int64 values of bucket in s's default
 // namespace, read in one View.
 func sumInt64s(t *testing.T, s Store, bucket string) int64 {
@@ -174,4 +176,106 @@ func sumInt64s(t *testing.T, s Store, bucket string) int64 {
 		t.Fatal(err)
 	}
 	return sum
+}
+
+// A bbolt store whose value cache, full, finds under a quarter of the
+// keys looked for in it (random keys of a tree many times the entries it
+// has room for) gives three quarters of the cache budget to its commits:
+// the cache shrinks within its new budget, the cap of keys a batch rises,
+// and every line is still applied once. Lines that change a few hot keys
+// keep the budget split in halves, and lines that turn to them give the
+// cache its half back.
+func TestBoltCacheBudgetGoesToTheCommitWhenTheCacheMisses(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		phases []int // the keys each phase's lines change, 0 for every key of the tree
+		shift  bool
+	}{
+		{"random keys", []int{0}, true},
+		{"hot keys", []int{2000}, false},
+		{"random keys then hot keys", []int{0, 2000}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := testOpts()
+			// Commits 4 MiB (about 340 pages), the value cache the rest (2
+			// MiB of live bytes, about 12,000 entries).
+			o.CacheSize = 8 << 20
+			s := mustOpen(t, backend{name: Bolt, open: OpenBolt}, t.TempDir(), o)
+			defer s.Close()
+			core := s.(*nsStore).c
+			e := core.rawEngine().(*boltEngine)
+			share, budget := e.commitShare, core.vc.budget
+			if share != o.CacheSize/2 {
+				t.Fatalf("commit share of a new store %d, want %d", share, o.CacheSize/2)
+			}
+			const keys = 100_000 // about 1,200 pages
+			n := 1
+			addAccounts(t, s, n, 0, keys)
+			if err := s.Flush(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			// The next commit waits for that batch's fold into the value
+			// cache: the lines below look for their keys in the cache, not
+			// in the batch.
+			n++
+			applyFlush(t, s, del("f", 1, n), func(*Tx) error { return nil })
+			rng := rand.New(rand.NewPCG(3, 3))
+			const lines = 3 * cacheWindow // a phase's
+			shifted := false
+			for _, hot := range c.phases {
+				for i := range lines {
+					k := rng.IntN(keys)
+					if hot > 0 {
+						k = rng.IntN(hot)
+					}
+					n++
+					addAccounts(t, s, n, k, k+1)
+					// Batches of 1,000 lines: a hot key is looked for in
+					// the cache by the first line of each batch to change it.
+					if i%1000 == 999 {
+						if err := s.Flush(t.Context()); err != nil {
+							t.Fatal(err)
+						}
+						shifted = shifted || e.commitShare != share
+					}
+				}
+			}
+			if err := s.Flush(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			st := s.Stats()
+			if looked := st.CacheHits + st.CacheMisses; looked < 2*cacheWindow*uint64(len(c.phases)) {
+				t.Fatalf("%d hits and %d misses of the value cache, want at least %d lookups", st.CacheHits, st.CacheMisses, 2*cacheWindow*len(c.phases))
+			}
+			core.vc.mu.Lock()
+			vcBudget, vcSize := core.vc.budget, core.vc.size
+			core.vc.mu.Unlock()
+			if vcSize > vcBudget || st.CacheBudget != vcBudget {
+				t.Errorf("value cache holds %d bytes, budget %d (Stats: %d)", vcSize, vcBudget, st.CacheBudget)
+			}
+			if !c.shift {
+				if e.commitShare != share || vcBudget != budget {
+					t.Errorf("commit share %d and value cache budget %d, want them as they were: %d and %d (hits %d, misses %d)", e.commitShare, vcBudget, share, budget, st.CacheHits, st.CacheMisses)
+				}
+				if len(c.phases) > 1 && !shifted {
+					t.Errorf("the random keys' phase did not give the commits three quarters (hits %d, misses %d)", st.CacheHits, st.CacheMisses)
+				}
+			} else {
+				if want := o.CacheSize * 3 / 4; e.commitShare != want {
+					t.Errorf("commit share %d, want three quarters of the budget, %d (hits %d, misses %d)", e.commitShare, want, st.CacheHits, st.CacheMisses)
+				}
+				if want := budget / 2; vcBudget != want {
+					t.Errorf("value cache budget %d, want %d (a quarter of the cache budget where it had half)", vcBudget, want)
+				}
+				halves := boltKeyCap(share, e.pageCost, e.pagesInUse(), e.lastWritten, e.lastKeys)
+				if got := e.keyCap.Load(); got <= halves {
+					t.Errorf("cap of keys a batch %d, want above the cap %d of the split in halves", got, halves)
+				}
+			}
+			// Every line applied once.
+			if sum := sumInt64s(t, s, "acct"); sum != keys+int64(lines*len(c.phases)) {
+				t.Errorf("sum of the balances %d, want %d", sum, keys+lines*len(c.phases))
+			}
+		})
+	}
 }

@@ -101,6 +101,11 @@ type valueCache struct {
 	// commit): the preload stops at its next key, since a key dropped may
 	// hold a value newer than the one the preload read of it.
 	loading, lost bool
+	// hits and misses count the lookups that found their key, and those
+	// that did not and went to the backend (the cache not complete),
+	// since the last window (see window); allHits and allMisses those of
+	// the windows before (Stats).
+	hits, misses, allHits, allMisses uint64
 }
 
 // cachedValue is a durable value, or the absence of its key (ok false).
@@ -135,8 +140,44 @@ func (vc *valueCache) lookup(key []byte) (v cachedValue, ok, complete bool) {
 	vc.mu.Lock()
 	v, ok = vc.m[string(key)]
 	complete = vc.complete
+	if ok {
+		vc.hits++
+	} else if !complete {
+		vc.misses++
+	}
 	vc.mu.Unlock()
 	return v, ok, complete
+}
+
+// cacheWindow is the fewest lookups a window of the value cache's hits
+// and misses counts (see core.rebalance).
+const cacheWindow = 8192
+
+// window returns the hits and misses of the lookups since the last
+// window, and starts a new one, once they are at least n (ok); full says
+// that the cache holds at least half its budget and not every key of the
+// backend: it has dropped entries for room.
+func (vc *valueCache) window(n uint64) (hits, misses uint64, full, ok bool) {
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	if vc.hits+vc.misses < n {
+		return 0, 0, false, false
+	}
+	hits, misses = vc.hits, vc.misses
+	vc.allHits, vc.allMisses = vc.allHits+hits, vc.allMisses+misses
+	vc.hits, vc.misses = 0, 0
+	return hits, misses, !vc.complete && vc.size >= vc.budget/2, true
+}
+
+// resize sets the cache's budget, and drops entries at once to stay
+// within a smaller one.
+func (vc *valueCache) resize(budget int64) {
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	vc.budget = budget
+	if vc.size > budget {
+		vc.evict(budget)
+	}
 }
 
 // setComplete sets whether the cache holds every data key of the backend

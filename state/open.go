@@ -112,7 +112,13 @@ type Options struct {
 	// the keys whose pages fill the share (at 1,000,000 random keys and
 	// the default budget, about 1,400 keys a batch instead of BatchSize
 	// lines, 2,600 under a memory limit as below; a larger budget makes
-	// larger batches, and costs less CPU a line). A Pebble store gives
+	// larger batches, and costs less CPU a line). When the value cache,
+	// full, finds fewer than a quarter of the keys looked for in it (random
+	// keys of a state many times what it holds), a bbolt store gives three
+	// quarters of the budget (at most 128 MiB) to its commits, and the
+	// cache shrinks to the rest; it gets its half back once it finds more
+	// than half of them ([Stats].CacheHits, CacheMisses, CacheBudget). A
+	// Pebble store gives
 	// half (at least 8 MiB) to Pebble's block cache and the rest to its
 	// value cache. The value cache and the commit count what they keep
 	// live twice, for the heap the garbage collector lets grow between
