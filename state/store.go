@@ -2031,16 +2031,12 @@ type cacheSplit struct {
 // file. The same memory given to the commits lets a batch change more
 // keys (boltKeyCap), and its commit writes fewer pages for each: such a
 // cache gives half its budget to the commits (the cache drops its entries
-// first, then the batches grow). 300,000 random lines into a store of
-// 1,000,000 accounts, the default budget, 6 rounds alternated: 60 saves
-// in 4.66 to 5.37 s (median 5.04) against 96 saves in 5.03 to 6.51 s
-// (median 5.44), peak anonymous memory 86 to 87 MiB against 81 (its
-// ceiling 96); the naive program that reads its misses from bbolt, a
-// median of 5.00 s (2026-12-07). When, so shrunk, it
-// finds more than half of them (the lines turned to fewer keys), the
-// commits give it back: the cap falls at once, and the cache grows two
-// commits later, once no batch cut at the higher cap is committing.
-// The committer's, after each commit of a batch.
+// first, then the batches grow; see "Memory and the cache budget" in
+// doc.go for what it measured). When, so shrunk, it finds more than half
+// of them (the lines turned to fewer keys), the commits give it back: the
+// cap falls at once, and the cache grows two commits later, once no batch
+// cut at the higher cap is committing. The committer's, after each commit
+// of a batch.
 func (c *core) rebalance() {
 	sp := c.split
 	if sp == nil {
