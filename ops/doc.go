@@ -151,6 +151,7 @@
 //	  tidemark_store_batches_committed_total, _failed_commits_total,
 //	  _failed (0/1), _applied_total, _redeliveries_skipped_total,
 //	  _redeliveries_skipped_by_lineage_total, _staged, _backpressure_total,
+//	  _cache_hits_total, _cache_misses_total, _cache_budget_bytes,
 //	  _durable_position_bytes{feed}, _durable_epoch{feed}
 //	the listener itself
 //	  tidemark_ops_status_errors (feeds whose status failed at this scrape),

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -145,6 +146,16 @@ func TestStoreMetricsAndStatus(t *testing.T) {
 	// A re-delivery is skipped and counted.
 	_, err = st.Apply(context.Background(), tidemark.Delivery{Feed: "orders", Epoch: 7, Position: 20, Seq: 4}, func(*state.Tx) error { return nil })
 	require.NoError(t, err)
+	// The first line's key, committed two batches ago, is read from the
+	// value cache: a hit.
+	require.NoError(t, st.View(func(tx *state.Tx) error {
+		v, ok, err := tx.Get([]byte{1})
+		require.True(t, ok)
+		require.Empty(t, v)
+		return err
+	}))
+	budget := st.Stats().CacheBudget
+	require.Positive(t, budget)
 
 	fs := &fakeServer{}
 	fs.set(framework.FeedStatus{Name: "orders"})
@@ -162,9 +173,14 @@ func TestStoreMetricsAndStatus(t *testing.T) {
 		`tidemark_store_staged{store="ledger"}`:                               "0",
 		`tidemark_store_durable_position_bytes{feed="orders",store="ledger"}`: "30",
 		`tidemark_store_durable_epoch{feed="orders",store="ledger"}`:          "7",
+		`tidemark_store_cache_hits_total{store="ledger"}`:                     "1",
+		`tidemark_store_cache_misses_total{store="ledger"}`:                   "0",
 	} {
 		require.Equal(t, want, metric(body, sample), "%s in\n%s", sample, body)
 	}
+	got, err := strconv.ParseFloat(metric(body, `tidemark_store_cache_budget_bytes{store="ledger"}`), 64)
+	require.NoError(t, err, body)
+	require.Equal(t, float64(budget), got)
 
 	req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/status", nil)
 	req.RemoteAddr = "127.0.0.1:1"
@@ -177,6 +193,9 @@ func TestStoreMetricsAndStatus(t *testing.T) {
 	require.Equal(t, "ledger", s.Name)
 	require.Equal(t, state.Bolt, s.Backend)
 	require.EqualValues(t, 3, s.Commits)
+	require.EqualValues(t, 1, s.CacheHits)
+	require.EqualValues(t, 0, s.CacheMisses)
+	require.Equal(t, budget, s.CacheBudget)
 	require.Equal(t, []ops.StorePosition{{Feed: "orders", Epoch: 7, Position: 30}}, s.Positions)
 }
 

@@ -167,6 +167,9 @@ var (
 	dByLineage  = desc("tidemark_store_redeliveries_skipped_by_lineage_total", "Re-deliveries a store recognised through the lineage of an earlier epoch.", lStore)
 	dStaged     = desc("tidemark_store_staged", "Applied deliveries not yet durable.", lStore)
 	dBackPress  = desc("tidemark_store_backpressure_total", "Apply calls that waited for a batch to commit.", lStore)
+	dCacheHits  = desc("tidemark_store_cache_hits_total", "Reads of a store's value cache that found their key.", lStore)
+	dCacheMiss  = desc("tidemark_store_cache_misses_total", "Reads of a store's value cache that did not find their key and read the backend.", lStore)
+	dCacheBytes = desc("tidemark_store_cache_budget_bytes", "The budget of a store's value cache now, in live bytes (a bbolt store whose cache finds few of its keys gives part of it to its commits).", lStore)
 	dDurPos     = desc("tidemark_store_durable_position_bytes", "Last position of a feed a store made durable.", lStoreFeed)
 	dDurEpoch   = desc("tidemark_store_durable_epoch", "Epoch of the last position of a feed a store made durable.", lStoreFeed)
 	dGroupState = desc("tidemark_group_state", "1 for the processor group's current state (running, fenced, dead, removed, restarting).", []string{"group", "state"})
@@ -179,7 +182,7 @@ var (
 		dFailed, dSkipped, dOversize, dPartDrop, dReleased, dPollErr, dCommitErr, dPending, dCommitLag, dConsumers,
 		dStalled, dSettled, dState, dReopens, dRewinds, dDepth, dProcessed, dQFailures, dQSkipped, dQByReason, dQDropped,
 		dFenced, dHeld, dCommits, dFailedCmt, dStoreFail, dApplied, dRedeliv, dByLineage, dStaged,
-		dBackPress, dDurPos, dDurEpoch, dGroupState, dScrapeErr, dConns, dEvicted, dRefused,
+		dBackPress, dCacheHits, dCacheMiss, dCacheBytes, dDurPos, dDurEpoch, dGroupState, dScrapeErr, dConns, dEvicted, dRefused,
 		dFReadPos, dFPtrPos, dFSize, dFBehind, dFLines, dFCaughtUp,
 	}
 	allStates      = []feed.State{feed.StateStarting, feed.StateWaiting, feed.StateBehind, feed.StateCaughtUp, feed.StateDone, feed.StateStopped}
@@ -384,6 +387,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(dByLineage, r.SkippedByLineage, sc.Name)
 		gauge(dStaged, float64(r.Staged), sc.Name)
 		counter(dBackPress, r.BackPressure, sc.Name)
+		counter(dCacheHits, r.CacheHits, sc.Name)
+		counter(dCacheMiss, r.CacheMisses, sc.Name)
+		gauge(dCacheBytes, float64(r.CacheBudget), sc.Name)
 		for _, p := range r.Positions {
 			gauge(dDurPos, float64(p.Position), sc.Name, p.Feed)
 			gauge(dDurEpoch, float64(p.Epoch), sc.Name, p.Feed)

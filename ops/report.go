@@ -168,20 +168,25 @@ type QueueReport struct {
 // StoreReport is a store's counters ([state.Stats]) and its durable
 // position per feed.
 type StoreReport struct {
-	Name             string          `json:"name"`
-	Dir              string          `json:"dir,omitempty"`
-	Backend          string          `json:"backend"`
-	Sync             bool            `json:"sync"`
-	Applied          uint64          `json:"applied"`
-	Skipped          uint64          `json:"skipped"`
-	SkippedByLineage uint64          `json:"skippedByLineage"`
-	Staged           int             `json:"staged"`
-	Commits          uint64          `json:"commits"`
-	FailedCommits    uint64          `json:"failedCommits"`
-	LastError        string          `json:"lastError,omitempty"`
-	Failed           bool            `json:"failed"`
-	BackPressure     uint64          `json:"backPressure"`
-	Positions        []StorePosition `json:"positions,omitempty"`
+	Name             string `json:"name"`
+	Dir              string `json:"dir,omitempty"`
+	Backend          string `json:"backend"`
+	Sync             bool   `json:"sync"`
+	Applied          uint64 `json:"applied"`
+	Skipped          uint64 `json:"skipped"`
+	SkippedByLineage uint64 `json:"skippedByLineage"`
+	Staged           int    `json:"staged"`
+	Commits          uint64 `json:"commits"`
+	FailedCommits    uint64 `json:"failedCommits"`
+	LastError        string `json:"lastError,omitempty"`
+	Failed           bool   `json:"failed"`
+	BackPressure     uint64 `json:"backPressure"`
+	// CacheHits, CacheMisses and CacheBudget are the value cache's
+	// ([state.Stats]).
+	CacheHits   uint64          `json:"cacheHits"`
+	CacheMisses uint64          `json:"cacheMisses"`
+	CacheBudget int64           `json:"cacheBudget"`
+	Positions   []StorePosition `json:"positions,omitempty"`
 }
 
 // StorePosition is the last position a store made durable for a feed.
@@ -273,6 +278,9 @@ func newStoreReport(sc StoreConfig, feeds []string) StoreReport {
 		LastError:        s.LastError,
 		Failed:           s.Failed,
 		BackPressure:     s.BackPressure,
+		CacheHits:        s.CacheHits,
+		CacheMisses:      s.CacheMisses,
+		CacheBudget:      s.CacheBudget,
 	}
 	for _, f := range feeds {
 		if l, ok := sc.Store.Applied(f); ok {
