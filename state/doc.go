@@ -448,7 +448,7 @@
 // budget it finds about one in ten, and a miss costs one search of bbolt's
 // mapped file), the cache shrinks to a quarter of the budget and the
 // commits get three quarters (at most 128 MiB), in that order, so that the
-// two never hold more than the budget: a save then takes about 5,000 random
+// two never hold more than the budget: a save then takes about 4,800 random
 // keys instead of 3,000. When the cache, so shrunk, finds more than half of
 // them (the lines turned to fewer keys), the commits give its half back:
 // their cap falls at once, and the cache grows two commits later, when no
