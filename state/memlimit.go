@@ -79,9 +79,14 @@ func (o *Options) boltPageCost() int64 {
 // at 77 MiB (2026-12-06).
 const memoryMargin = 8 << 20
 
-// pebbleMemTables is the most memory Pebble's memtables take, allocated
-// outside the Go heap as its block cache is: Pebble's defaults, which the
-// store keeps (two memtables of 4 MiB).
+// pebbleMemTables is the memory MemoryLimit leaves for Pebble's memtables
+// beside its block cache, both allocated outside the Go heap in a build
+// with cgo: two memtables of Pebble's default size (4 MiB). Pebble
+// reserves its memtables' memory (and a large batch's, until its flush)
+// in the block cache (Cache.Reserve), which evicts blocks to make room:
+// larger memtables (pebbleMemTableSize) take the place of blocks, not
+// memory beyond the block cache, unless what Pebble reserves passes the
+// block cache's size. This margin is for that.
 func pebbleMemTables() int64 {
 	var po pebble.Options
 	po.EnsureDefaults()

@@ -121,7 +121,10 @@ type Options struct {
 	// than half of them ([Stats].CacheHits, CacheMisses, CacheBudget). A
 	// Pebble store gives
 	// half (at least 8 MiB) to Pebble's block cache and the rest to its
-	// value cache. The value cache and the commit count what they keep
+	// value cache; Pebble reserves its two memtables in the block cache,
+	// each an eighth of it, between 4 MiB (Pebble's default) and 64 MiB,
+	// so that a save of many keys stays in a memtable instead of making a
+	// table of its own. The value cache and the commit count what they keep
 	// live twice, for the heap the garbage collector lets grow between
 	// collections; once only when the process runs under a soft memory
 	// limit (read at Open) of at most 64 MiB plus the part of CacheSize

@@ -103,6 +103,8 @@ func openPebble(dir string, opts *Options, create bool) (*pebbleEngine, error) {
 		FormatMajorVersion: pebble.FormatWALSyncChunks,
 		// Pebble's default, named: see pebbleScheduler.
 		L0StopWritesThreshold: pebbleL0Stop,
+		// See pebbleMemTableSize.
+		MemTableSize: opts.pebbleMemTableSize(),
 	}
 	// The block cache (its part of Options.CacheSize) keeps index and
 	// filter blocks, and the data blocks read last. Bloom filters (10 bits
