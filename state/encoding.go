@@ -53,7 +53,10 @@ const (
 	formatV1      = "tidemark-state 1"
 	// formatV4 is the format of a new bbolt store: format 3, each table's
 	// keys in a bucket of their own (see bolt_tables.go).
-	formatV4   = "tidemark-state 4"
+	formatV4 = "tidemark-state 4"
+	// formatV5 is the format of a new PostgreSQL store: format 3, its
+	// rows in tidemark_data under its sid (see pgSchema).
+	formatV5   = "tidemark-state 5"
 	lineageV1  = 1
 	lineageLen = 1 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 8 + 4
 )

@@ -344,8 +344,8 @@ func TestNewerFormatIsRefusedFirst(t *testing.T) {
 			newest       int
 			format       string
 		}{
-			{"format 5", "tidemark-state 5", 0, "format 5"},
-			{"upgrade to 5 under way", "tidemark-state 4 to 5, through k", 0, "format 5"},
+			{"format 6", "tidemark-state 6", 0, "format 6"},
+			{"upgrade to 6 under way", "tidemark-state 5 to 6, through k", 0, "format 6"},
 			{"format 12", "tidemark-state 12", 0, "format 12"},
 			// The store's own format record (4 for bbolt, 3 for the
 			// others), opened as a version of the format before.
@@ -413,10 +413,26 @@ func TestNewerFormatIsRefusedFirst(t *testing.T) {
 // newFormatRecord is the format record of a new store of be: format 4
 // for bbolt, 3 for the others.
 func newFormatRecord(be backend) string {
-	if be.name == Bolt {
+	switch be.name {
+	case Bolt:
 		return formatV4
+	case Postgres:
+		return formatV5
 	}
 	return formatVersion
+}
+
+// TestFormat5IsPostgresOnly: a format record of format 5 in a bbolt or
+// Pebble store is damage, refused at the open (a PostgreSQL store of
+// format 5: see TestPostgresNewStoreKeepsItsRowsBySid).
+func TestFormat5IsPostgresOnly(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		if be.name == Postgres {
+			return
+		}
+		dir := t.TempDir()
+		refuseFormatRecord(t, be, dir, mustOpen(t, be, dir, testOpts()), formatV5, "a format only PostgreSQL stores have")
+	})
 }
 
 // TestFormat4IsBboltsOnly: a bbolt store of format 4 (a new one, see
@@ -438,21 +454,29 @@ func TestFormat4IsBboltsOnly(t *testing.T) {
 			}
 			return
 		}
-		if err := s.(*nsStore).c.rawEngine().commit([]write{{key: []byte{tagVersion}, val: []byte(formatV4)}}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		s, err := be.open(dir, testOpts())
-		if err == nil {
-			s.Close()
-			t.Fatalf("a %s store of format 4 opened", be.name)
-		}
-		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "a format only bbolt stores have") {
-			t.Fatalf("open: %v; want ErrCorrupt, saying only bbolt stores have format 4", err)
-		}
+		refuseFormatRecord(t, be, dir, s, formatV4, "a format only bbolt stores have")
 	})
+}
+
+// refuseFormatRecord writes the format record record in s (of be, in
+// dir), closes it, and checks that the open that follows fails with
+// ErrCorrupt, saying want.
+func refuseFormatRecord(t *testing.T, be backend, dir string, s Store, record, want string) {
+	t.Helper()
+	if err := s.(*nsStore).c.rawEngine().commit([]write{{key: []byte{tagVersion}, val: []byte(record)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := be.open(dir, testOpts())
+	if err == nil {
+		s.Close()
+		t.Fatalf("a %s store of format record %q opened", be.name, record)
+	}
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("open: %v; want ErrCorrupt, saying %q", err, want)
+	}
 }
 
 // TestFormatNumber reads the format of a format record.

@@ -114,11 +114,13 @@ func testOpts() *Options {
 }
 
 // format3Opts are testOpts that make a new bbolt store of format 3, as
-// versions before format 4 made it (hooks.boltFormat3): the tests of
-// older formats make their stores from one.
+// versions before format 4 made it (hooks.boltFormat3), and a new
+// PostgreSQL store of format 3, its rows by name, as versions before
+// format 5 made it (hooks.pgByName): the tests of older formats make
+// their stores from one.
 func format3Opts() *Options {
 	o := testOpts()
-	o.hooks = &hooks{boltFormat3: true}
+	o.hooks = &hooks{boltFormat3: true, pgByName: true}
 	return o
 }
 

@@ -275,6 +275,10 @@ type hooks struct {
 	// the store's bucket, as versions before format 4 made it: the tests
 	// of older formats start from one.
 	boltFormat3 bool
+	// pgByName makes a PostgreSQL store read and write its rows in
+	// tidemark_kv under its name whatever it holds, as versions before
+	// format 5 did: a new store is of format 3.
+	pgByName bool
 }
 
 func (o *Options) logger() *slog.Logger {

@@ -121,7 +121,7 @@ func (l *bareLedger) commit(ctx context.Context, pool *pgxpool.Pool, store strin
 	l.ks, l.vs = append(l.ks, l.keys[bareLedgerAccounts:]...), append(l.vs, l.vals[bareLedgerAccounts:]...)
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
-	batch.Queue(sqlUpsert, store, l.ks, l.vs)
+	batch.Queue(pgRowsByName.upsert, store, l.ks, l.vs)
 	batch.Queue("COMMIT")
 	return pool.SendBatch(ctx, batch).Close()
 }
@@ -262,7 +262,8 @@ func TestPostgresBareLedgerWritesWhatTheStoreWrites(t *testing.T) {
 
 	rows := func(dir string) map[string][]byte {
 		m := map[string][]byte{}
-		rs, err := pgConn(t, dir).Query(ctx, "SELECT k, v FROM tidemark_kv WHERE store = $1", dir)
+		r, id := pgRowsOf(t, dir)
+		rs, err := pgConn(t, dir).Query(ctx, "SELECT k, v FROM "+r.table+" WHERE "+r.col+" = $1", id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -182,7 +182,8 @@ func TestPostgresConnectionEndedDuringCommit(t *testing.T) {
 	slowKey := append(newBucketInfo("", "").prefix, "slow"...)
 	pgExec(t, dir, `CREATE FUNCTION tidemark_slow() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN PERFORM pg_sleep(3600); RETURN NEW; END $$`)
-	pgExec(t, dir, fmt.Sprintf(`CREATE TRIGGER tidemark_slow BEFORE INSERT ON tidemark_kv FOR EACH ROW
+	rs, _ := pgRowsOf(t, dir)
+	pgExec(t, dir, fmt.Sprintf(`CREATE TRIGGER tidemark_slow BEFORE INSERT ON `+rs.table+` FOR EACH ROW
 		WHEN (NEW.k = '\x%x'::bytea) EXECUTE FUNCTION tidemark_slow()`, slowKey))
 	for n := 11; n <= 12; n++ {
 		applyLine(t, s, del("f", 1, n))
@@ -214,7 +215,7 @@ func TestPostgresConnectionEndedDuringCommit(t *testing.T) {
 	if err := s.Close(); !errors.Is(err, ErrFailed) {
 		t.Fatalf("Close of the failed store: %v", err)
 	}
-	pgExec(t, dir, `DROP TRIGGER tidemark_slow ON tidemark_kv`)
+	pgExec(t, dir, `DROP TRIGGER tidemark_slow ON `+rs.table)
 	// The store is not held: the failed one released its lease.
 	s = mustOpen(t, be, dir, &Options{Unbound: true, LockTimeout: 50 * time.Millisecond})
 	if l, _ := s.Applied("f"); l.Position != 100 || getInt(t, s, "count") != 10 {

@@ -96,7 +96,8 @@ func pgReadOutput(t testing.TB, dir, name string) []byte {
 		return nil
 	}
 	var lenb []byte
-	err := conn.QueryRow(ctx, "SELECT v FROM tidemark_kv WHERE store = $1 AND k = $2", dir, outputKey(name)).Scan(&lenb)
+	rs, id := pgRowsOf(t, dir)
+	err := conn.QueryRow(ctx, rs.get, id, outputKey(name)).Scan(&lenb)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -109,7 +110,7 @@ func pgReadOutput(t testing.TB, dir, name string) []byte {
 		t.Fatalf("output %s: length record %x", name, lenb)
 	}
 	prefix := outputDataPrefix(name)
-	rows, err := conn.Query(ctx, "SELECT k, v FROM tidemark_kv WHERE store = $1 AND k >= $2 AND k < $3 ORDER BY k", dir, prefix, prefixEnd(prefix))
+	rows, err := conn.Query(ctx, rs.scanTo, id, prefix, prefixEnd(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,12 +167,32 @@ func pgFault(t testing.TB, dir, name string, failAt int, sticky bool, code strin
 			END IF;
 			RETURN NEW;
 		END $$`, op, failAt, code))
-	pgExec(t, dir, fmt.Sprintf(`CREATE TRIGGER tidemark_fault BEFORE INSERT ON tidemark_kv FOR EACH ROW
-		WHEN (NEW.store = %s AND substring(NEW.k FROM 1 FOR %d) = '\x%x'::bytea) EXECUTE FUNCTION tidemark_fault('%s')`,
-		quoteLiteral(dir), len(prefix), prefix, name))
+	// On the rows of either layout (see pgSchema): the schema of dir holds
+	// one store.
+	for _, table := range []string{"tidemark_kv", "tidemark_data"} {
+		pgExec(t, dir, fmt.Sprintf(`CREATE TRIGGER tidemark_fault BEFORE INSERT ON %s FOR EACH ROW
+		WHEN (substring(NEW.k FROM 1 FOR %d) = '\x%x'::bytea) EXECUTE FUNCTION tidemark_fault('%s')`,
+			table, len(prefix), prefix, name))
+	}
 	return func() {
 		pgExec(t, dir, `DROP TRIGGER tidemark_fault ON tidemark_kv`)
+		pgExec(t, dir, `DROP TRIGGER tidemark_fault ON tidemark_data`)
 	}
+}
+
+// pgRowsOf returns the statements on the rows of the store of dir, and
+// its name or sid in them (see pgSchema).
+func pgRowsOf(t testing.TB, dir string) (*pgRows, any) {
+	t.Helper()
+	var sid int32
+	err := pgConn(t, dir).QueryRow(context.Background(), "SELECT sid FROM tidemark_ids WHERE store = $1", dir).Scan(&sid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return pgRowsByName, dir
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pgRowsBySid, sid
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

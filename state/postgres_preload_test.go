@@ -248,7 +248,7 @@ func TestPostgresPagesWalkTheIndex(t *testing.T) {
 		args []any
 	}{
 		{"a page of a cursor", cursorSQL, cursorArgs},
-		{"a page of the preload", sqlPreloadPage, []any{e.store, []byte{}, []byte{tagOutputData}, []byte{tagOutputData + 1}, pgPreloadPage}},
+		{"a page of the preload", e.rows.preloadPage, []any{e.id, []byte{}, []byte{tagOutputData}, []byte{tagOutputData + 1}, pgPreloadPage}},
 	} {
 		rows, err := e.pool.Query(ctx, "EXPLAIN "+q.sql, q.args...)
 		if err != nil {
@@ -266,7 +266,7 @@ func TestPostgresPagesWalkTheIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 		text := strings.Join(plan, "\n")
-		if !strings.Contains(text, "Index Scan using tidemark_kv_pkey") || strings.Contains(text, "Sort") || strings.Contains(text, "Bitmap") {
+		if !strings.Contains(text, "Index Scan using "+e.rows.table+"_pkey") || strings.Contains(text, "Sort") || strings.Contains(text, "Bitmap") {
 			t.Fatalf("%s, on a table without statistics, is planned as\n%s\nwant an index scan of the primary key, without a sort", q.what, text)
 		}
 	}

@@ -62,8 +62,8 @@ func (e *pgEngine) fillPage(ctx context.Context, q pgQuerier, p *pager) error {
 // pageQuery returns the query of the page of p that follows its last key,
 // and its arguments.
 func (e *pgEngine) pageQuery(p *pager) (string, []any) {
-	sql := `SELECT k, v FROM tidemark_kv WHERE store = $1`
-	args := []any{e.store}
+	sql := `SELECT k, v FROM ` + e.rows.table + ` WHERE ` + e.rows.col + ` = $1`
+	args := []any{e.id}
 	lo := p.lo
 	if lo == nil {
 		lo = []byte{} // the least bytea; nil would be NULL
@@ -124,7 +124,7 @@ func (e *pgEngine) snapshot(ctx context.Context) (snapshot, error) {
 
 func (s *pgSnap) get(key []byte) ([]byte, bool, error) {
 	var v []byte
-	err := s.tx.QueryRow(s.ctx, sqlGet, s.e.store, key).Scan(&v)
+	err := s.tx.QueryRow(s.ctx, s.e.rows.get, s.e.id, key).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil
 	}
@@ -199,6 +199,13 @@ func (e *pgEngine) backup(ctx context.Context, dir string, verify func(k, v []by
 					}
 				}
 				switch {
+				case isVersionKey(k) && string(raw) == formatV5:
+					// The copy is a bbolt store of format 3, its keys in
+					// its bucket: the format of the rows, less where they
+					// were (see formats). The record has no checksum.
+					if err := b.Put(k, []byte(formatVersion)); err != nil {
+						return err
+					}
 				case isOutputChunk(k):
 					if err := writeChunk(dir, files, written, sums, outs, k, v); err != nil {
 						return err

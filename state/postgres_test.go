@@ -126,7 +126,8 @@ func TestPostgresFenceRefusesAStaleOwnersCommit(t *testing.T) {
 		t.Fatalf("Apply after the fence: %v", err)
 	}
 	var n int
-	if err := pgConn(t, dir).QueryRow(context.Background(), "SELECT count(*) FROM tidemark_kv WHERE store = $1 AND k = $2", dir, append(newBucketInfo("", "").prefix, "stale"...)).Scan(&n); err != nil || n != 0 {
+	rs, id := pgRowsOf(t, dir)
+	if err := pgConn(t, dir).QueryRow(context.Background(), "SELECT count(*) FROM "+rs.table+" WHERE "+rs.col+" = $1 AND k = $2", id, append(newBucketInfo("", "").prefix, "stale"...)).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("the refused batch's key is in the table (%d rows, %v)", n, err)
 	}
 	if err := a.Close(); !errors.Is(err, ErrFailed) {
@@ -329,7 +330,8 @@ func TestPostgresOutputRowsAreChecked(t *testing.T) {
 		}
 	}
 	o, _ := s.Output("out.csv")
-	pgExec(t, dir, "DELETE FROM tidemark_kv WHERE store = $1 AND k = $2", dir, outputChunkKey("out.csv", 0))
+	rs, id := pgRowsOf(t, dir)
+	pgExec(t, dir, "DELETE FROM "+rs.table+" WHERE "+rs.col+" = $1 AND k = $2", id, outputChunkKey("out.csv", 0))
 	var buf bytes.Buffer
 	if _, err := o.WriteTo(&buf); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "out.csv") {
 		t.Fatalf("WriteTo with a chunk missing: %v", err)
@@ -462,7 +464,8 @@ func TestPostgresKeyWrittenBehindTheStoreFailsTheCommit(t *testing.T) {
 	}
 
 	key := append(newBucketInfo("", "").prefix, "b"...)
-	pgExec(t, dir, "INSERT INTO tidemark_kv (store, k, v) VALUES ($1, $2, $3)", dir, key, []byte("by hand"))
+	rs, id := pgRowsOf(t, dir)
+	pgExec(t, dir, "INSERT INTO "+rs.table+" ("+rs.col+", k, v) VALUES ($1, $2, $3)", id, key, []byte("by hand"))
 	put(4, "b")
 	put(5, "a")
 	err = s.Flush(context.Background())
@@ -470,7 +473,7 @@ func TestPostgresKeyWrittenBehindTheStoreFailsTheCommit(t *testing.T) {
 		t.Fatalf("Flush of a batch inserting a key put in the table by hand: %v; want ErrFailed saying the table was written behind the store's back", err)
 	}
 	var v []byte
-	if err := pgConn(t, dir).QueryRow(context.Background(), "SELECT v FROM tidemark_kv WHERE store = $1 AND k = $2", dir, key).Scan(&v); err != nil || string(v) != "by hand" {
+	if err := pgConn(t, dir).QueryRow(context.Background(), rs.get, id, key).Scan(&v); err != nil || string(v) != "by hand" {
 		t.Fatalf("the row put by hand: %q, %v", v, err)
 	}
 	s.Close()
@@ -592,8 +595,9 @@ func TestPostgresOutputChunksCompressWithLZ4(t *testing.T) {
 			t.Fatalf("output read back: %d bytes, %v; want the %d written", got.Len(), err, line.Len())
 		}
 		var method *string
-		if err := pgConn(t, dir).QueryRow(ctx, "SELECT pg_column_compression(v) FROM tidemark_kv WHERE store = $1 AND k = $2",
-			dir, outputChunkKey("out.csv", 0)).Scan(&method); err != nil {
+		rs, id := pgRowsOf(t, dir)
+		if err := pgConn(t, dir).QueryRow(ctx, "SELECT pg_column_compression(v) FROM "+rs.table+" WHERE "+rs.col+" = $1 AND k = $2",
+			id, outputChunkKey("out.csv", 0)).Scan(&method); err != nil {
 			t.Fatal(err)
 		}
 		if method == nil {

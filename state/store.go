@@ -222,10 +222,11 @@ type Stats struct {
 	CacheHits, CacheMisses uint64
 	CacheBudget            int64
 	// Format is the store's format, as its format record says (see
-	// [Upgrade]): 1 (values without checksums), 2 or 3, or 4 for a bbolt
-	// store whose tables' keys are in buckets of their own. A bbolt store
-	// of format 1 to 3 and a store of format 1 get to the newest format of
-	// their backend with [Upgrade] (tidemark store upgrade DIR).
+	// [Upgrade]): 1 (values without checksums), 2 or 3, 4 for a bbolt
+	// store whose tables' keys are in buckets of their own, 5 for a
+	// PostgreSQL store whose rows are under a sid. A bbolt or PostgreSQL
+	// store of format 1 to 3 and a store of format 1 get to the newest
+	// format of their backend with [Upgrade] (tidemark store upgrade DIR).
 	Format int
 }
 
@@ -736,6 +737,9 @@ func (c *core) load() error {
 		if tables != nil {
 			format = formatV4
 		}
+		if pe, ok := c.rawEngine().(*pgEngine); ok && pe.bySid() {
+			format = formatV5 // the record goes in tidemark_kv too
+		}
 		if err := c.eng.commit([]write{{key: []byte{tagVersion}, val: []byte(format)}}); err != nil {
 			return fmt.Errorf("open store %s: write version: %w", c.dir, err)
 		}
@@ -754,6 +758,16 @@ func (c *core) load() error {
 				Detail: fmt.Sprintf("it says %q, a format only bbolt stores have: the record is damaged, or the folder's backend files were replaced", v)}
 		}
 		tables.useTables()
+		sums.setFormat(3)
+	case string(v) == formatV5:
+		pe, ok := c.rawEngine().(*pgEngine)
+		if !ok || !pe.bySid() {
+			return &CorruptError{Backend: c.kind, Dir: c.dir, File: sums.file, Record: "the store's format record",
+				Detail: fmt.Sprintf("it says %q, a format only PostgreSQL stores have, whose format record in tidemark_kv says so too: the record is damaged, or the store's files or rows were replaced", v)}
+		}
+		if err := pe.keepMarker(); err != nil {
+			return err
+		}
 		sums.setFormat(3)
 	case string(v) == formatVersion:
 		sums.setFormat(3)
@@ -807,12 +821,16 @@ func (c *core) load() error {
 		c.log.Info("state: the store was created before values carried checksums (format 1): it is read and written as it is, and damage to its values cannot be detected; stop the program and run \"tidemark store upgrade DIR\" (state.Upgrade) to give them checksums in place",
 			"store", c.dir, "backend", c.kind)
 	default:
-		return fmt.Errorf("open store %s: format %q, want %q, %q, %q or %q: %w", c.dir, v, formatV4, formatVersion, formatV2, formatV1, ErrCorrupt)
+		return fmt.Errorf("open store %s: format %q, want %q, %q, %q, %q or %q: %w", c.dir, v, formatV5, formatV4, formatVersion, formatV2, formatV1, ErrCorrupt)
 	}
 	if !checked {
 		if err := c.checkStore(sums); err != nil {
 			return err
 		}
+	}
+	if pe, ok := c.rawEngine().(*pgEngine); ok && !pe.bySid() && sums.sums && !(c.opts.hooks != nil && c.opts.hooks.pgByName) {
+		c.log.Info("state: the PostgreSQL store is of format "+strconv.Itoa(c.format())+", made by a version before format 5: its rows are in tidemark_kv under its name; stop the program and run \"tidemark store upgrade SPEC\" (state.Upgrade) to move them to tidemark_data under a number, as a new store keeps them (less work for the server a key)",
+			"store", c.dir, "backend", c.kind)
 	}
 	if be, ok := c.rawEngine().(*boltEngine); ok && !be.tables && sums.sums {
 		c.log.Info("state: the bbolt store is of format "+strconv.Itoa(c.format())+", made by a version before format 4: each of its keys carries its table's name; stop the program and run \"tidemark store upgrade DIR\" (state.Upgrade) to move each table's keys into a bucket of their own, as in a new bbolt store (smaller trees, faster commits)",
@@ -2479,9 +2497,12 @@ func (c *core) statsNow() Stats {
 func (c *core) format() int {
 	sums := c.eng.(*sumEngine)
 	be, isBolt := c.rawEngine().(*boltEngine)
+	pe, isPG := c.rawEngine().(*pgEngine)
 	switch {
 	case isBolt && be.tables:
 		return 4
+	case isPG && pe.bySid():
+		return 5
 	case sums.format3.Load():
 		return 3
 	case sums.sums:

@@ -24,9 +24,17 @@ import (
 //	                       table, without the table's prefix
 //	                       (bolt_tables.go); a version that knows only
 //	                       format 3 refuses it at its format record
+//	5  "tidemark-state 5"  PostgreSQL stores only: as 3, and the store's
+//	                       rows are in tidemark_data under its sid, a
+//	                       number, instead of in tidemark_kv under its
+//	                       name; its format record is in both tables
+//	                       (see pgSchema), and a version that knows
+//	                       only format 4 refuses it at the record
 //
-// A new bbolt store is of format 4, a new Pebble or PostgreSQL store of
-// format 3 (format 4 would change nothing in them). A bbolt store of an
+// A new bbolt store is of format 4, a new PostgreSQL store of format 5, a
+// new Pebble store of format 3 (formats 4 and 5 would change nothing in
+// it). A PostgreSQL store of an earlier format keeps its rows in
+// tidemark_kv, and is read and written there. A bbolt store of an
 // earlier format keeps its keys where they are (in the store's bucket,
 // each with its table's prefix) until it is upgraded ([Upgrade]), which
 // moves them into their tables' buckets (moveTables). A store of format 2 becomes one of
@@ -39,7 +47,7 @@ import (
 // each open) until it is upgraded ([Upgrade]), which makes it one of
 // format 3 (a bbolt store: 4). A format record of a newer format than newestFormat fails the
 // open with [ErrNewerFormat].
-const newestFormat = 4
+const newestFormat = 5
 
 // formatNumber returns the format a format record names: N of
 // "tidemark-state N", or B of an upgrade under way, "tidemark-state A to
@@ -100,9 +108,12 @@ const (
 // store checks on every read (format 3). A bbolt store of format 1, 2 or
 // 3 also gets a bucket per table (format 4): every data key moves into its
 // table's bucket, without the table's prefix, as a new bbolt store keeps
-// them (smaller, shallower trees, faster commits and lookups). A Pebble or
-// PostgreSQL store of format 2 or 3 needs nothing (one of format 2
-// becomes one of format 3 by itself, see formats). The store must not be
+// them (smaller, shallower trees, faster commits and lookups). A
+// PostgreSQL store of format 1 to 3 also gets a sid (format 5): its rows
+// move from tidemark_kv, under its name, to tidemark_data, under the sid,
+// in one transaction (see pgSchema; the server does less for each key). A
+// Pebble store of format 2 or 3 needs nothing (one of format 2 becomes
+// one of format 3 by itself, see formats). The store must not be
 // open elsewhere (Upgrade holds its lock). A bbolt file is checked first
 // (see [Options].VerifyMaxBytes): a damaged file is not given checksums
 // that would vouch for it, nor copied into another layout. The upgrade
@@ -126,7 +137,9 @@ func Upgrade(config string, opts *Options) (upgraded bool, err error) {
 	sums := c.eng.(*sumEngine)
 	be, _ := c.rawEngine().(*boltEngine)
 	move := be != nil && !be.tables
-	if sums.sums && !move {
+	pe, _ := c.rawEngine().(*pgEngine)
+	movePG := pe != nil && !pe.bySid()
+	if sums.sums && !move && !movePG {
 		return false, nil
 	}
 	c.stopPreload()
@@ -146,6 +159,13 @@ func Upgrade(config string, opts *Options) (upgraded bool, err error) {
 		}
 		sums.setFormat(3)
 		c.log.Info("state: the store was upgraded to format 4: each table's keys are in a bucket of their own", "store", c.dir, "backend", c.kind)
+	}
+	if movePG {
+		n, err := pe.moveToSid()
+		if err != nil {
+			return false, fmt.Errorf("upgrade store %s to format 5: %w", c.dir, err)
+		}
+		c.log.Info("state: the store was upgraded to format 5: its rows are in tidemark_data under its sid", "store", c.dir, "backend", c.kind, "rows", n)
 	}
 	return true, nil
 }
