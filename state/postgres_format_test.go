@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidemark-go/tidemark/internal/pgtest"
 )
 
 // pgRowCount returns the rows of table whose col is id, in the schema of
@@ -197,11 +199,11 @@ func TestPostgresFormat5Damaged(t *testing.T) {
 	})
 }
 
-// TestPostgresUpgradeMovesRowsToASid: Upgrade moves the rows of a store of
-// format 3 (by name) into tidemark_data under a new sid in one
-// transaction, and makes its format record name format 5 in both tables;
-// the store then reads as before, and a second Upgrade has nothing to do.
-func TestPostgresUpgradeMovesRowsToASid(t *testing.T) {
+// pgFormat3Store makes a PostgreSQL store of format 3, by name, as a
+// version before format 5 made it, of five lines, and returns its name,
+// its backend, and its rows in tidemark_kv.
+func pgFormat3Store(t *testing.T) (string, backend, int) {
+	t.Helper()
 	dir := t.TempDir()
 	be := backend{name: Postgres, open: openPGDir}
 	s := mustOpen(t, be, dir, format3Opts())
@@ -211,7 +213,15 @@ func TestPostgresUpgradeMovesRowsToASid(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rows := pgRowCount(t, dir, "tidemark_kv", "store", dir)
+	return dir, be, pgRowCount(t, dir, "tidemark_kv", "store", dir)
+}
+
+// TestPostgresUpgradeMovesRowsToASid: Upgrade moves the rows of a store of
+// format 3 (by name) into tidemark_data under a new sid in one
+// transaction, and makes its format record name format 5 in both tables;
+// the store then reads as before, and a second Upgrade has nothing to do.
+func TestPostgresUpgradeMovesRowsToASid(t *testing.T) {
+	dir, be, rows := pgFormat3Store(t)
 	spec := pgSpec(t, dir)
 	up, err := Upgrade(spec, &Options{Logger: quietLogger()})
 	if err != nil || !up {
@@ -230,7 +240,7 @@ func TestPostgresUpgradeMovesRowsToASid(t *testing.T) {
 	if m := pgMarker(t, dir); m != formatV5 {
 		t.Fatalf("format record in tidemark_kv %q, want %q", m, formatV5)
 	}
-	s = mustOpen(t, be, dir, testOpts())
+	s := mustOpen(t, be, dir, testOpts())
 	if !pgEngineOf(s).bySid() {
 		t.Fatal("the upgraded store opened by name")
 	}
@@ -288,5 +298,61 @@ func TestPostgresMoveRefusedOnceTakenOver(t *testing.T) {
 	}
 	if v := getInt(t, b, "count"); v != 1 {
 		t.Fatalf("the new owner reads count %d, want 1", v)
+	}
+}
+
+// TestPostgresUpgradeCutOffMovesNothing: an Upgrade whose connection is
+// cut in the middle of the move (its server process terminated, as when
+// the process or its machine dies) moves nothing: the store stays of
+// format 3, by name, with every row, and the next Upgrade moves it.
+func TestPostgresUpgradeCutOffMovesNothing(t *testing.T) {
+	dir, be, rows := pgFormat3Store(t)
+	pgExec(t, dir, `CREATE FUNCTION tidemark_slow() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(3600); RETURN NEW; END $$`)
+	pgExec(t, dir, `CREATE TRIGGER tidemark_slow BEFORE INSERT ON tidemark_data FOR EACH ROW EXECUTE FUNCTION tidemark_slow()`)
+	spec := pgSpec(t, dir)
+	done := make(chan error, 1)
+	go func() {
+		_, err := Upgrade(spec, &Options{Logger: quietLogger()})
+		done <- err
+	}()
+	ctx := t.Context()
+	conn := pgConn(t, dir)
+	var pid int
+	waitFor(t, "the move to reach the trigger", func() bool {
+		err := conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE starts_with(application_name, 'tidemark store ') AND wait_event = 'PgSleep'`).Scan(&pid)
+		return err == nil
+	})
+	dsn, _ := pgDSN(dir)
+	if n, err := pgtest.Terminate(ctx, dsn, pid); n != 1 || err != nil {
+		t.Fatalf("terminate %d: %d, %v", pid, n, err)
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "nothing was moved") {
+		t.Fatalf("Upgrade cut off in its move: %v; want an error saying nothing was moved", err)
+	}
+	pgExec(t, dir, `DROP TRIGGER tidemark_slow ON tidemark_data`)
+	if n := pgRowCount(t, dir, "tidemark_kv", "store", dir); n != rows {
+		t.Fatalf("%d rows in tidemark_kv after the cut-off move, want %d", n, rows)
+	}
+	if m := pgMarker(t, dir); m != formatVersion {
+		t.Fatalf("format record %q after the cut-off move, want %q", m, formatVersion)
+	}
+	if rs, _ := pgRowsOf(t, dir); rs != pgRowsByName {
+		t.Fatal("the cut-off move left the store a sid")
+	}
+	s := mustOpen(t, be, dir, &Options{Logger: quietLogger(), Unbound: true, LockTimeout: time.Minute})
+	if pgEngineOf(s).bySid() || getInt(t, s, "count") != 5 {
+		t.Fatalf("after the cut-off move: by sid %v, count %d; want by name, 5", pgEngineOf(s).bySid(), getInt(t, s, "count"))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if up, err := Upgrade(spec, &Options{Logger: quietLogger()}); err != nil || !up {
+		t.Fatalf("Upgrade after the cut-off one: %v, %v", up, err)
+	}
+	s = mustOpen(t, be, dir, testOpts())
+	defer s.Close()
+	if !pgEngineOf(s).bySid() || getInt(t, s, "count") != 5 {
+		t.Fatalf("after the upgrade: by sid %v, count %d; want by sid, 5", pgEngineOf(s).bySid(), getInt(t, s, "count"))
 	}
 }
