@@ -390,7 +390,13 @@
 // entries are dropped. A Pebble store gives
 // half of the budget to Pebble's block cache (index, filter and data
 // blocks) and writes a bloom filter of 10 bits a key into every table, so a
-// miss of the value cache costs about one block read, and a new key none.
+// miss of the value cache costs about one block read, and a new key none;
+// Pebble reserves its two memtables in that block cache, each an eighth of
+// it (4 MiB, Pebble's default, up to 64 MiB), so that a save of tens of
+// thousands of keys stays in a memtable instead of making a table of level
+// 0 of its own (a budget for every balance of 1,000,000 accounts: 300,000
+// random lines in a median of 1.56 s instead of 2.44 s, see
+// pebbleMemTableSize in cache.go).
 // bbolt's pages are the operating system's page cache (file-backed memory,
 // not counted in the budget). A store's anonymous memory is its cache budget
 // plus the staged batches (their keys, values and outputs), plus, with bbolt,
