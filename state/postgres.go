@@ -544,11 +544,11 @@ func (e *pgEngine) moveToSid() (rows int64, err error) {
 	// No deadline: 10,000,000 rows take longer than a commit may.
 	ctx := context.Background()
 	start := time.Now()
+	var sid int32
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlNewSid, e.store); err != nil {
 			return err
 		}
-		var sid int32
 		if err := tx.QueryRow(ctx, sqlSid, e.store).Scan(&sid); err != nil {
 			return err
 		}
@@ -564,24 +564,24 @@ func (e *pgEngine) moveToSid() (rows int64, err error) {
 		if _, err := tx.Exec(ctx, sqlSetMarker, e.store, []byte(formatV5)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, sqlFence, e.store, e.token, e.commits, e.lease.Milliseconds()); err != nil {
-			return err
-		}
-		e.id = sid
-		return nil
+		_, err = tx.Exec(ctx, sqlFence, e.store, e.token, e.commits, e.lease.Milliseconds())
+		return err
 	})
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == pgFenceCode {
 			err = fmt.Errorf("%s: %w", pe.Message, ErrFenced)
 		}
-		e.id = e.store
-		return 0, fmt.Errorf("postgres store %q: move its rows into tidemark_data (nothing was moved): %w", e.store, err)
+		// The engine is done: the layout of a move whose COMMIT's reply
+		// was lost is not known here (the next open reads it).
+		e.dead = fmt.Errorf("postgres store %q: move its rows into tidemark_data: %w; the move is one transaction: it moved nothing, unless only its COMMIT's reply was lost, and the next open finds the rows where the store's format record in tidemark_kv says", e.store, err)
+		e.publish()
+		return 0, e.dead
 	}
 	e.commits++
 	e.publish()
 	e.renewed = start // the fence extended the lease from the transaction's start
-	e.rows, e.marked = pgRowsBySid, true
+	e.rows, e.id, e.marked = pgRowsBySid, sid, true
 	return rows, nil
 }
 

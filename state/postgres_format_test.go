@@ -327,8 +327,8 @@ func TestPostgresUpgradeCutOffMovesNothing(t *testing.T) {
 	if n, err := pgtest.Terminate(ctx, dsn, pid); n != 1 || err != nil {
 		t.Fatalf("terminate %d: %d, %v", pid, n, err)
 	}
-	if err := <-done; err == nil || !strings.Contains(err.Error(), "nothing was moved") {
-		t.Fatalf("Upgrade cut off in its move: %v; want an error saying nothing was moved", err)
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "moved nothing") {
+		t.Fatalf("Upgrade cut off in its move: %v; want an error saying it moved nothing", err)
 	}
 	pgExec(t, dir, `DROP TRIGGER tidemark_slow ON tidemark_data`)
 	if n := pgRowCount(t, dir, "tidemark_kv", "store", dir); n != rows {
