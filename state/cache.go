@@ -58,10 +58,10 @@ func (o *Options) pebbleBlockCache() int64 {
 // these; 6 runs of each, alternated, 1.47 to 1.64 s (median 1.56) against
 // 2.29 to 2.50 s (median 2.44), the program without tidemark that keeps
 // every balance in a map 2.22 to 2.55 s (median 2.40); peak anonymous
-// memory 243 and 258 MiB against 268 and 272. With the default budget the memtables stay at 4 MiB: larger
-// ones, reserved in its 16 MiB block cache, left too little of it for the
-// index and filter blocks (3.5 and 3.7 s for the same lines against 5.0
-// and 5.1 with 8 MiB).
+// memory 243 and 258 MiB against 268 and 272. With the default budget the
+// memtables stay at 4 MiB: larger ones, reserved in its 16 MiB block
+// cache, left too little of it for the index and filter blocks (3.5 and
+// 3.7 s for the same lines against 5.0 and 5.1 with 8 MiB).
 const (
 	pebbleMemTableShare = 8
 	minPebbleMemTable   = 4 << 20 // Pebble's default

@@ -763,7 +763,7 @@ func (c *core) load() error {
 		pe, ok := c.rawEngine().(*pgEngine)
 		if !ok || !pe.bySid() {
 			return &CorruptError{Backend: c.kind, Dir: c.dir, File: sums.file, Record: "the store's format record",
-				Detail: fmt.Sprintf("it says %q, a format only PostgreSQL stores have, whose format record in tidemark_kv says so too: the record is damaged, or the store's files or rows were replaced", v)}
+				Detail: fmt.Sprintf("it says %q, a format only PostgreSQL stores have (their rows under a sid): the record is damaged, or the store's files or rows were replaced", v)}
 		}
 		if err := pe.keepMarker(); err != nil {
 			return err
