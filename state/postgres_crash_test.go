@@ -180,11 +180,8 @@ func TestPostgresConnectionEndedDuringCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	slowKey := append(newBucketInfo("", "").prefix, "slow"...)
-	pgExec(t, dir, `CREATE FUNCTION tidemark_slow() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN PERFORM pg_sleep(3600); RETURN NEW; END $$`)
 	rs, _ := pgRowsOf(t, dir)
-	pgExec(t, dir, fmt.Sprintf(`CREATE TRIGGER tidemark_slow BEFORE INSERT ON `+rs.table+` FOR EACH ROW
-		WHEN (NEW.k = '\x%x'::bytea) EXECUTE FUNCTION tidemark_slow()`, slowKey))
+	heal := pgSlowInserts(t, dir, rs.table, fmt.Sprintf(`NEW.k = '\x%x'::bytea`, slowKey))
 	for n := 11; n <= 12; n++ {
 		applyLine(t, s, del("f", 1, n))
 	}
@@ -194,18 +191,7 @@ func TestPostgresConnectionEndedDuringCommit(t *testing.T) {
 	flushed := make(chan error, 1)
 	go func() { flushed <- s.Flush(ctx) }()
 	// The commit's server process, asleep in the trigger.
-	conn := pgConn(t, dir)
-	var pid int
-	waitFor(t, "the commit to reach the trigger", func() bool {
-		// (application_name is cut at 63 bytes: the test's schema and
-		// trigger are its own, the sleep tells the commit.)
-		err := conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE starts_with(application_name, 'tidemark store ') AND wait_event = 'PgSleep'`).Scan(&pid)
-		return err == nil
-	})
-	dsn, _ := pgDSN(dir)
-	if n, err := pgtest.Terminate(ctx, dsn, pid); n != 1 || err != nil {
-		t.Fatalf("terminate %d: %d, %v", pid, n, err)
-	}
+	pgTerminateSleeper(t, dir, "the commit to reach the trigger")
 	if err := <-flushed; !errors.Is(err, ErrFailed) {
 		t.Fatalf("Flush whose commit lost its connection: %v", err)
 	}
@@ -215,7 +201,7 @@ func TestPostgresConnectionEndedDuringCommit(t *testing.T) {
 	if err := s.Close(); !errors.Is(err, ErrFailed) {
 		t.Fatalf("Close of the failed store: %v", err)
 	}
-	pgExec(t, dir, `DROP TRIGGER tidemark_slow ON `+rs.table)
+	heal()
 	// The store is not held: the failed one released its lease.
 	s = mustOpen(t, be, dir, &Options{Unbound: true, LockTimeout: 50 * time.Millisecond})
 	if l, _ := s.Applied("f"); l.Position != 100 || getInt(t, s, "count") != 10 {

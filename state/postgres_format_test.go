@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/tidemark-go/tidemark/internal/pgtest"
 )
 
 // pgRowCount returns the rows of table whose col is id, in the schema of
@@ -85,18 +83,26 @@ func TestPostgresNewStoreKeepsItsRowsBySid(t *testing.T) {
 	}
 }
 
-// TestPostgresStoreByNameStaysByName: a store of format 3, made by a
-// version before format 5 (format3Opts), is read and written where it
-// is, under its name in tidemark_kv, and stays of format 3.
-func TestPostgresStoreByNameStaysByName(t *testing.T) {
+// pgOneLineStore makes a PostgreSQL store opened with o, applies line 1
+// to it and closes it, and returns its name.
+func pgOneLineStore(t *testing.T, o *Options) string {
+	t.Helper()
 	dir := t.TempDir()
-	be := backend{name: Postgres, open: openPGDir}
-	s := mustOpen(t, be, dir, format3Opts())
+	s := mustOpen(t, backend{name: Postgres, open: openPGDir}, dir, o)
 	applyLine(t, s, del("f", 1, 1))
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s = mustOpen(t, be, dir, testOpts())
+	return dir
+}
+
+// TestPostgresStoreByNameStaysByName: a store of format 3, made by a
+// version before format 5 (format3Opts), is read and written where it
+// is, under its name in tidemark_kv, and stays of format 3.
+func TestPostgresStoreByNameStaysByName(t *testing.T) {
+	be := backend{name: Postgres, open: openPGDir}
+	dir := pgOneLineStore(t, format3Opts())
+	s := mustOpen(t, be, dir, testOpts())
 	defer s.Close()
 	if pgEngineOf(s).bySid() {
 		t.Fatal("a store of format 3 opened by sid")
@@ -125,13 +131,8 @@ func TestPostgresStoreByNameStaysByName(t *testing.T) {
 // ErrNewerFormat, writing nothing, instead of taking it for a new store
 // and applying every line again.
 func TestPostgresFormat5RefusedByAnOlderVersion(t *testing.T) {
-	dir := t.TempDir()
 	be := backend{name: Postgres, open: openPGDir}
-	s := mustOpen(t, be, dir, testOpts())
-	applyLine(t, s, del("f", 1, 1))
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir := pgOneLineStore(t, testOpts())
 	_, id := pgRowsOf(t, dir)
 	rows := pgRowCount(t, dir, "tidemark_data", "sid", id)
 	o := testOpts()
@@ -148,7 +149,7 @@ func TestPostgresFormat5RefusedByAnOlderVersion(t *testing.T) {
 	if n := pgRowCount(t, dir, "tidemark_data", "sid", id); n != rows {
 		t.Fatalf("%d rows in tidemark_data after the refused open, want %d", n, rows)
 	}
-	s = mustOpen(t, be, dir, testOpts())
+	s := mustOpen(t, be, dir, testOpts())
 	defer s.Close()
 	if v := getInt(t, s, "count"); v != 1 {
 		t.Fatalf("count %d, want 1", v)
@@ -161,17 +162,8 @@ func TestPostgresFormat5RefusedByAnOlderVersion(t *testing.T) {
 // finds its rows by its sid, and writes the record again.
 func TestPostgresFormat5Damaged(t *testing.T) {
 	be := backend{name: Postgres, open: openPGDir}
-	make := func(t *testing.T) string {
-		dir := t.TempDir()
-		s := mustOpen(t, be, dir, testOpts())
-		applyLine(t, s, del("f", 1, 1))
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
 	t.Run("sid", func(t *testing.T) {
-		dir := make(t)
+		dir := pgOneLineStore(t, testOpts())
 		pgExec(t, dir, "DELETE FROM tidemark_ids WHERE store = $1", dir)
 		s, err := be.open(dir, testOpts())
 		if err == nil {
@@ -186,7 +178,7 @@ func TestPostgresFormat5Damaged(t *testing.T) {
 		}
 	})
 	t.Run("marker", func(t *testing.T) {
-		dir := make(t)
+		dir := pgOneLineStore(t, testOpts())
 		pgExec(t, dir, "DELETE FROM tidemark_kv WHERE store = $1", dir)
 		s := mustOpen(t, be, dir, testOpts())
 		defer s.Close()
@@ -263,18 +255,7 @@ func TestPostgresUpgradeMovesRowsToASid(t *testing.T) {
 func TestPostgresMoveRefusedOnceTakenOver(t *testing.T) {
 	dir := t.TempDir()
 	o := &Options{Logger: quietLogger(), Unbound: true, BatchSize: 1 << 20, BatchInterval: time.Hour, hooks: &hooks{pgByName: true}}
-	a, err := Open(pgSpec(t, dir, "lease", "300ms"), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	applyLine(t, a, del("f", 1, 1))
-	if err := a.Flush(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	ea := pgEngineOf(a)
-	stopRenewals(ea)
-	waitLeaseExpired(t, dir)
+	_, ea := pgStaleOwner(t, dir, o)
 	b, err := Open(pgSpec(t, dir, "lease", "1m"), &Options{Logger: quietLogger(), Unbound: true})
 	if err != nil {
 		t.Fatal(err)
@@ -307,30 +288,18 @@ func TestPostgresMoveRefusedOnceTakenOver(t *testing.T) {
 // format 3, by name, with every row, and the next Upgrade moves it.
 func TestPostgresUpgradeCutOffMovesNothing(t *testing.T) {
 	dir, be, rows := pgFormat3Store(t)
-	pgExec(t, dir, `CREATE FUNCTION tidemark_slow() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN PERFORM pg_sleep(3600); RETURN NEW; END $$`)
-	pgExec(t, dir, `CREATE TRIGGER tidemark_slow BEFORE INSERT ON tidemark_data FOR EACH ROW EXECUTE FUNCTION tidemark_slow()`)
+	heal := pgSlowInserts(t, dir, "tidemark_data", "")
 	spec := pgSpec(t, dir)
 	done := make(chan error, 1)
 	go func() {
 		_, err := Upgrade(spec, &Options{Logger: quietLogger()})
 		done <- err
 	}()
-	ctx := t.Context()
-	conn := pgConn(t, dir)
-	var pid int
-	waitFor(t, "the move to reach the trigger", func() bool {
-		err := conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE starts_with(application_name, 'tidemark store ') AND wait_event = 'PgSleep'`).Scan(&pid)
-		return err == nil
-	})
-	dsn, _ := pgDSN(dir)
-	if n, err := pgtest.Terminate(ctx, dsn, pid); n != 1 || err != nil {
-		t.Fatalf("terminate %d: %d, %v", pid, n, err)
-	}
+	pgTerminateSleeper(t, dir, "the move to reach the trigger")
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "moved nothing") {
 		t.Fatalf("Upgrade cut off in its move: %v; want an error saying it moved nothing", err)
 	}
-	pgExec(t, dir, `DROP TRIGGER tidemark_slow ON tidemark_data`)
+	heal()
 	if n := pgRowCount(t, dir, "tidemark_kv", "store", dir); n != rows {
 		t.Fatalf("%d rows in tidemark_kv after the cut-off move, want %d", n, rows)
 	}

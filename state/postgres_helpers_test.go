@@ -180,6 +180,67 @@ func pgFault(t testing.TB, dir, name string, failAt int, sticky bool, code strin
 	}
 }
 
+// pgOwner opens the store of dir with o and a lease of 300 ms, applies
+// line 1 and makes it durable, and returns the store and its engine.
+func pgOwner(t *testing.T, dir string, o *Options) (Store, *pgEngine) {
+	t.Helper()
+	a, err := Open(pgSpec(t, dir, "lease", "300ms"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	applyLine(t, a, del("f", 1, 1))
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return a, pgEngineOf(a)
+}
+
+// pgStaleOwner is pgOwner, whose renewals then stop, as in a paused
+// process, and whose lease it waits to run out: the next open takes the
+// store over.
+func pgStaleOwner(t *testing.T, dir string, o *Options) (Store, *pgEngine) {
+	t.Helper()
+	a, ea := pgOwner(t, dir, o)
+	stopRenewals(ea) // a paused process renews nothing
+	waitLeaseExpired(t, dir)
+	return a, ea
+}
+
+// pgSlowInserts makes every insert into table of the schema of dir whose
+// row matches when (SQL over NEW; "" for every row) sleep for an hour, and
+// returns the function that ends that.
+func pgSlowInserts(t testing.TB, dir, table, when string) (heal func()) {
+	t.Helper()
+	pgExec(t, dir, `CREATE FUNCTION tidemark_slow() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(3600); RETURN NEW; END $$`)
+	if when != "" {
+		when = "WHEN (" + when + ") "
+	}
+	pgExec(t, dir, `CREATE TRIGGER tidemark_slow BEFORE INSERT ON `+table+` FOR EACH ROW `+when+`EXECUTE FUNCTION tidemark_slow()`)
+	return func() { pgExec(t, dir, `DROP TRIGGER tidemark_slow ON `+table) }
+}
+
+// pgTerminateSleeper waits (saying what for) until a session of a store
+// sleeps in the trigger of pgSlowInserts, and terminates its server
+// process, as when the store's process or its machine dies.
+func pgTerminateSleeper(t testing.TB, dir, what string) {
+	t.Helper()
+	ctx := context.Background()
+	conn := pgConn(t, dir)
+	var pid int
+	waitFor(t, what, func() bool {
+		// (application_name is cut at 63 bytes: the test's schema and
+		// trigger are its own, the sleep tells the session.)
+		err := conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE starts_with(application_name, 'tidemark store ') AND wait_event = 'PgSleep'`).Scan(&pid)
+		return err == nil
+	})
+	dsn, _ := pgDSN(dir)
+	if n, err := pgtest.Terminate(ctx, dsn, pid); n != 1 || err != nil {
+		t.Fatalf("terminate %d: %d, %v", pid, n, err)
+	}
+}
+
 // pgRowsOf returns the statements on the rows of the store of dir, and
 // its name or sid in them (see pgSchema).
 func pgRowsOf(t testing.TB, dir string) (*pgRows, any) {

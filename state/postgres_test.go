@@ -82,20 +82,8 @@ func TestPostgresSpec(t *testing.T) {
 // transaction: ErrFenced, and nothing of it is visible.
 func TestPostgresFenceRefusesAStaleOwnersCommit(t *testing.T) {
 	dir := t.TempDir()
-	spec := pgSpec(t, dir, "lease", "300ms")
 	o := &Options{Logger: quietLogger(), Unbound: true, BatchSize: 1 << 20, BatchInterval: time.Hour}
-	a, err := Open(spec, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	applyLine(t, a, del("f", 1, 1))
-	if err := a.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ea := pgEngineOf(a)
-	stopRenewals(ea) // a paused process renews nothing
-	waitLeaseExpired(t, dir)
+	a, ea := pgStaleOwner(t, dir, o)
 
 	// The new owner's lease is long: the check that it still holds it at
 	// the end must not depend on the timing of its renewals.
@@ -144,7 +132,7 @@ func TestPostgresFenceRefusesAStaleOwnersCommit(t *testing.T) {
 	}
 	o2 := *o
 	o2.LockTimeout = 50 * time.Millisecond
-	if _, err := Open(spec, &o2); !errors.Is(err, ErrLocked) {
+	if _, err := Open(pgSpec(t, dir, "lease", "300ms"), &o2); !errors.Is(err, ErrLocked) {
 		t.Fatalf("open while the new owner holds the lease: %v", err)
 	}
 }
@@ -154,18 +142,7 @@ func TestPostgresFenceRefusesAStaleOwnersCommit(t *testing.T) {
 // being sent.
 func TestPostgresIdleOwnerLearnsItLostTheLease(t *testing.T) {
 	dir := t.TempDir()
-	spec := pgSpec(t, dir, "lease", "300ms")
-	o := &Options{Logger: quietLogger(), Unbound: true}
-	a, err := Open(spec, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	applyLine(t, a, del("f", 1, 1))
-	if err := a.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ea := pgEngineOf(a)
+	a, ea := pgOwner(t, dir, &Options{Logger: quietLogger(), Unbound: true})
 	// Take the lease away behind the owner's back (an operator, or a
 	// clock that jumped): the token moves on.
 	pgExec(t, dir, "UPDATE tidemark_owner SET token = token + 1, owner = 'someone else' WHERE store = $1", dir)
