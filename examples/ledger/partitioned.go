@@ -496,10 +496,10 @@ func redactURL(s string) string {
 }
 
 // partitionStoreOptions are the options of a partition's store: the
-// flags' batching (--max-batch as in a file run: 4 times --batch by
-// default), sync and cache budget.
+// flags' batching (--max-batch as in a file run of a PostgreSQL store:
+// 20 times --batch by default), sync and cache budget.
 func partitionStoreOptions(o RunOptions) *state.Options {
-	return &state.Options{Sync: o.Sync, BatchSize: o.Batch, MaxBatchSize: o.maxBatch(), BatchInterval: o.BatchInterval, CacheSize: o.CacheSize}
+	return &state.Options{Sync: o.Sync, BatchSize: o.Batch, MaxBatchSize: o.maxBatch(true), BatchInterval: o.BatchInterval, CacheSize: o.CacheSize}
 }
 
 // cmdRunPartitioned checks the flags of a partitioned run and runs it.

@@ -260,12 +260,12 @@ func TestPartitionedMistakes(t *testing.T) {
 	_ = os.Remove(input)
 }
 
-// A partition's store batches as a file run's does: --max-batch reaches
-// it, 4 times --batch by default.
+// A partition's store batches as a file run's of a PostgreSQL store does:
+// --max-batch reaches it, 20 times --batch by default.
 func TestPartitionStoreOptions(t *testing.T) {
 	for _, c := range []struct {
 		batch, max, want int
-	}{{0, 0, 4 * state.DefaultBatchSize}, {500, 0, 2000}, {500, 700, 700}, {500, 500, 500}} {
+	}{{0, 0, 20 * state.DefaultBatchSize}, {500, 0, 10000}, {500, 700, 700}, {500, 500, 500}} {
 		o := partitionStoreOptions(RunOptions{Batch: c.batch, MaxBatch: c.max})
 		if o.BatchSize != c.batch || o.MaxBatchSize != c.want {
 			t.Errorf("--batch %d --max-batch %d: BatchSize %d, MaxBatchSize %d; want %d, %d", c.batch, c.max, o.BatchSize, o.MaxBatchSize, c.batch, c.want)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tidemark-go/tidemark/feed"
+	"github.com/tidemark-go/tidemark/state"
 )
 
 func runLedger(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -377,6 +378,32 @@ func TestFeedConfig(t *testing.T) {
 		}
 		if fc.File.Filename != o.Input || fc.Name != feedName {
 			t.Errorf("dedupe %v: feed %q of file %q, want %q of %q", tc.dedupe, fc.Name, fc.File.Filename, feedName, o.Input)
+		}
+	}
+}
+
+// TestMaxBatchByBackend: a save grows, while the one before it is being
+// written, to 4 times --batch with bbolt and Pebble and to 20 times with
+// PostgreSQL, whose saves cost the server a row for each account they
+// change (at 10,000 accounts a save of 40,000 lines changes 9,800, one of
+// 200,000 all 10,000); --max-batch wins over either.
+func TestMaxBatchByBackend(t *testing.T) {
+	for _, c := range []struct {
+		batch, max int
+		pg         bool
+		want       int
+	}{
+		{0, 0, false, 4 * state.DefaultBatchSize},
+		{0, 0, true, 20 * state.DefaultBatchSize},
+		{500, 0, false, 2000},
+		{500, 0, true, 10000},
+		{500, 700, false, 700},
+		{500, 700, true, 700},
+		{500, 500, true, 500},
+	} {
+		o := RunOptions{Batch: c.batch, MaxBatch: c.max}
+		if got := o.maxBatch(c.pg); got != c.want {
+			t.Errorf("--batch %d --max-batch %d, PostgreSQL %v: MaxBatchSize %d, want %d", c.batch, c.max, c.pg, got, c.want)
 		}
 	}
 }

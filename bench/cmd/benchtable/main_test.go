@@ -215,3 +215,15 @@ func TestVariantsTakeTurnsFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestFixedGoalHasNoLoad: a goal of a fixed rate (fixedRate) ran nothing,
+// so its row gives no load average for it, not 0.0.
+func TestFixedGoalHasNoLoad(t *testing.T) {
+	if got := fixedRate(1e6).loadText(); got != "–" {
+		t.Errorf("the load of a fixed goal: %q, want –", got)
+	}
+	run := &runs{res: []result{{Lines: 10, Seconds: 1, Extra: map[string]float64{"load1": 1.25}}}}
+	if got := run.loadText(); got != "1.2" && got != "1.3" {
+		t.Errorf("the load of a run at 1.25: %q", got)
+	}
+}

@@ -280,7 +280,8 @@ func (x *runs) maxExtra(k string) float64 {
 
 // loadText is the median one-minute load average at the start of x's runs.
 func (x *runs) loadText() string {
-	if !x.ok() {
+	if !x.ok() || x.res[0].Extra == nil {
+		// Nothing measured, or a goal of a fixed rate (fixedRate): no run.
 		return "–"
 	}
 	return fmt.Sprintf("%.1f", x.extra("load1"))
