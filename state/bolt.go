@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -45,6 +46,21 @@ type boltEngine struct {
 	// pageCost is the memory the share counts for each page a commit
 	// changes (Options.boltPageCost).
 	pageCost int64
+	// elems is how many elements the tree's leaf pages hold
+	// (sampleElems; before the first sample, boltDefaultElems), pageSize
+	// the database's page size. sampledElems and sampledLeaves are the
+	// samples' elements and leaf pages, each commit's counted a quarter
+	// less at the next.
+	elems, pageSize             int64
+	sampledElems, sampledLeaves float64
+	// limit is the runtime's soft memory limit when the store counts what
+	// it keeps live once under it (heapFactor 1), 0 otherwise: a commit
+	// then keeps live at most what the limit leaves beside the value cache
+	// (boltLimitShare, its pages counted by boltPageMemory), whose live
+	// bytes vcLive returns (set by the store that holds the engine; nil:
+	// none).
+	limit  int64
+	vcLive func() int64
 	// vouched is set once the file passed its check, or was found as the
 	// store left it checked (boltleft.go), and cleared by damage: a clean
 	// close then records how it left the file.
@@ -169,8 +185,66 @@ func (e *boltEngine) updateKeyCap(written, keys int64) {
 		e.keyCap.Store(math.MaxInt64)
 		return
 	}
-	e.keyCap.Store(boltKeyCap(e.commitShare, e.pageCost, e.pagesInUse(), e.lastWritten, e.lastKeys))
+	pages := e.pagesInUse()
+	keyCap := boltKeyCap(e.commitShare, e.pageCost, pages, e.lastWritten, e.lastKeys)
+	if e.limit > 0 {
+		var vc int64
+		if e.vcLive != nil {
+			vc = e.vcLive()
+		}
+		// At least a byte: boltKeyCap takes a share of none for no cap.
+		share := max(boltLimitShare(e.limit, vc), 1)
+		keyCap = min(keyCap, boltKeyCap(share, boltPageMemory(e.pageSize, e.elems), pages, e.lastWritten, e.lastKeys))
+	}
+	e.keyCap.Store(keyCap)
 }
+
+// boltDefaultElems is the elements a leaf page is taken to hold before a
+// commit sampled the tree (sampleElems): 64, a page of 4 KiB filled with
+// elements of a key and a value of 24 bytes each.
+const boltDefaultElems = 64
+
+// boltSamplePages is how many of the tree's pages, picked at random, a
+// commit reads the header of to learn how many elements its leaf pages
+// hold (sampleElems).
+const boltSamplePages = 32
+
+// sampleElems updates elems from the headers of boltSamplePages pages of
+// the file picked at random (the leaf pages among them; a page of a
+// large value, whose element spills over several, is not counted): the
+// elements a leaf page of all the samples, each commit's counted a quarter
+// less at the next, so that the tree's pages as they are now weigh most
+// and a first sample of a few leaves of a new store soon weighs nothing.
+// Its reads are of the mapped file: the caller guards them (see guard).
+// The committer's.
+func (e *boltEngine) sampleElems() {
+	var n, sum int64
+	_ = e.db.View(func(tx *bolt.Tx) error {
+		hwm := tx.Size() / e.pageSize
+		if hwm <= 2 {
+			return nil
+		}
+		for range boltSamplePages {
+			info, err := tx.Page(int(2 + rand.Int64N(hwm-2)))
+			if err != nil || info == nil || info.Type != "leaf" || info.OverflowCount > 0 {
+				continue
+			}
+			n++
+			// A damaged header says nothing sensible: at most a page of
+			// elements of a one-byte key.
+			sum += min(int64(info.Count), e.pageSize/(boltElemHeader+1))
+		}
+		return nil
+	})
+	if n > 0 {
+		e.sampledElems = e.sampledElems*3/4 + float64(sum)
+		e.sampledLeaves = e.sampledLeaves*3/4 + float64(n)
+		e.elems = int64(e.sampledElems / e.sampledLeaves)
+	}
+}
+
+// boltElemHeader is the header of an element of a bbolt leaf page.
+const boltElemHeader = 16
 
 // pagesInUse is the tree's pages: the file's, less the free ones.
 func (e *boltEngine) pagesInUse() int64 {
@@ -289,7 +363,12 @@ func openBolt(dir string, opts *Options) (_ *boltEngine, err error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("open bbolt %s: create bucket: %w", path, err), db.Close())
 	}
-	e := &boltEngine{db: db, dir: dir, path: path, commitShare: boltCommitShare(opts.cacheSize()), pageCost: opts.boltPageCost(), logger: opts.logger(), hooks: opts.hooks, verifyMax: opts.verifyMaxBytes()}
+	e := &boltEngine{db: db, dir: dir, path: path, commitShare: boltCommitShare(opts.cacheSize()),
+		pageCost: opts.boltPageCost(), elems: boltDefaultElems, pageSize: int64(db.Info().PageSize),
+		logger: opts.logger(), hooks: opts.hooks, verifyMax: opts.verifyMaxBytes()}
+	if opts.heapFactor(Bolt) == 1 {
+		e.limit = debug.SetMemoryLimit(-1)
+	}
 	e.updateKeyCap(0, 0)
 	return e, nil
 }
@@ -354,6 +433,9 @@ func (e *boltEngine) commit(ws []write) (err error) {
 		return nil
 	})
 	if err == nil {
+		if e.commitShare > 0 {
+			e.sampleElems()
+		}
 		e.updateKeyCap(e.pagesWritten()-written, int64(len(ws)))
 	}
 	return err

@@ -686,6 +686,14 @@ func newCore(kind, dir string, o *Options, fsys vfs.FS, eng engine) (*core, erro
 				share: be.commitShare, shareMisses: boltCommitShareMisses(n),
 				vc: c.vc.budget, vcMisses: c.vc.budget * (n - boltCommitShareMisses(n)) / part}
 		}
+		// Under the runtime's memory limit a commit keeps live at most
+		// what the limit leaves beside what the value cache holds.
+		be.vcLive = func() int64 {
+			c.vc.mu.Lock()
+			defer c.vc.mu.Unlock()
+			return c.vc.size
+		}
+		be.updateKeyCap(0, 0)
 	}
 	c.maxKey, c.maxVal = c.eng.limits()
 	if c.maxKey <= 0 {
