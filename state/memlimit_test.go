@@ -120,11 +120,11 @@ func TestMemoryLimit(t *testing.T) {
 		kind   string // the backend whose store counts once under want
 	}{
 		{"bbolt, default budget", "bbolt:" + filepath.Join(dir, "b"), 0, 88 * mib, Bolt},
-		{"pebble, default budget", "pebble:" + filepath.Join(dir, "new"), 0, offHeap(64*mib, 88*mib), Pebble},
+		{"pebble, default budget", "pebble:" + filepath.Join(dir, "new"), 0, offHeap(56*mib, 88*mib), Pebble},
 		{"bbolt, 128 MiB", "bbolt:" + filepath.Join(dir, "b"), 128 * mib, 184 * mib, Bolt},
-		{"pebble, 128 MiB", "pebble:" + filepath.Join(dir, "new"), 128 * mib, offHeap(112*mib, 184*mib), Pebble},
-		{"pebble, 1 MiB: the block cache's least", "pebble:" + filepath.Join(dir, "new"), 1 * mib, offHeap(41*mib, 57*mib), Pebble},
-		{"a folder whose STORE says pebble", filepath.Join(dir, "p"), 0, offHeap(64*mib, 88*mib), Pebble},
+		{"pebble, 128 MiB", "pebble:" + filepath.Join(dir, "new"), 128 * mib, offHeap(104*mib, 184*mib), Pebble},
+		{"pebble, 1 MiB: the block cache's least", "pebble:" + filepath.Join(dir, "new"), 1 * mib, offHeap(33*mib, 57*mib), Pebble},
+		{"a folder whose STORE says pebble", filepath.Join(dir, "p"), 0, offHeap(56*mib, 88*mib), Pebble},
 		{"no budget", "bbolt:" + filepath.Join(dir, "b"), -1, 0, ""},
 		{"postgres", "postgres://u@localhost:5432/db", 0, 0, ""},
 	} {

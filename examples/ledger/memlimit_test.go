@@ -18,8 +18,9 @@ import (
 // TestRunSetsMemoryLimit runs ledger run as a user does, with the runtime's
 // memory limit logged: the default budget sets 64 + 32 - 8 MiB, a budget of
 // 128 MiB 184 MiB; a Pebble store's run leaves out Pebble's block cache and
-// memtables in a build with cgo (64 MiB), also for a data folder made
-// before; a run without a budget sets none, and GOMEMLIMIT is kept.
+// memtables in a build with cgo, and 8 MiB for the C allocator (56 MiB),
+// also for a data folder made before; a run without a budget sets none,
+// and GOMEMLIMIT is kept.
 func TestRunSetsMemoryLimit(t *testing.T) {
 	exe, dir, input := ledgerWithInput(t, "1,alice,10\n2,bob,-3\n")
 	// Pebble's limit leaves out its block cache and memtables in a build
