@@ -353,7 +353,7 @@
 // 5,000,000 lines of 10,000 accounts: 233 saves instead of 529, 27 % less
 // CPU; with PostgreSQL, whose server works a row for each key a batch
 // changes, 20 times: 1,000,000 lines of 10,000 accounts in 7 saves and
-// 0.84 to 0.92 s, against 26 and 1.49 to 1.79 s with 4 times). The last
+// 0.84 to 0.92 s, against 26 and 1.49 to 2.08 s with 4 times). The last
 // batch committed is kept too, as a cache of durable values (a read of a key
 // it holds does not go to the backend), so memory holds the changes of at
 // most three batches. A crash or a power loss loses at most the two batches
