@@ -49,10 +49,11 @@ type boltEngine struct {
 	// elems is how many elements the tree's leaf pages hold
 	// (sampleElems; before the first sample, boltDefaultElems), pageSize
 	// the database's page size. sampledElems and sampledLeaves are the
-	// samples' elements and leaf pages, each commit's counted a quarter
-	// less at the next.
+	// samples' elements and leaf pages, each sample's counted a quarter
+	// less at the next. commits is the commits made.
 	elems, pageSize             int64
 	sampledElems, sampledLeaves float64
+	commits                     int64
 	// limit is the runtime's soft memory limit when the store counts what
 	// it keeps live once under it (heapFactor 1), 0 otherwise: a commit
 	// then keeps live at most what the limit leaves beside the value cache
@@ -206,13 +207,19 @@ const boltDefaultElems = 64
 
 // boltSamplePages is how many of the tree's pages, picked at random, a
 // commit reads the header of to learn how many elements its leaf pages
-// hold (sampleElems).
-const boltSamplePages = 32
+// hold (sampleElems). A commit samples until the samples weigh
+// boltSampleLeaves leaf pages, then one commit in boltSampleEvery: the
+// pages of a tree that is not in the page cache are reads of the disk.
+const (
+	boltSamplePages  = 32
+	boltSampleLeaves = 64
+	boltSampleEvery  = 16
+)
 
 // sampleElems updates elems from the headers of boltSamplePages pages of
 // the file picked at random (the leaf pages among them; a page of a
 // large value, whose element spills over several, is not counted): the
-// elements a leaf page of all the samples, each commit's counted a quarter
+// elements a leaf page of all the samples, each sample's counted a quarter
 // less at the next, so that the tree's pages as they are now weigh most
 // and a first sample of a few leaves of a new store soon weighs nothing.
 // Its reads are of the mapped file: the caller guards them (see guard).
@@ -433,7 +440,8 @@ func (e *boltEngine) commit(ws []write) (err error) {
 		return nil
 	})
 	if err == nil {
-		if e.commitShare > 0 {
+		e.commits++
+		if e.commitShare > 0 && (e.sampledLeaves < boltSampleLeaves || e.commits%boltSampleEvery == 0) {
 			e.sampleElems()
 		}
 		e.updateKeyCap(e.pagesWritten()-written, int64(len(ws)))
