@@ -108,15 +108,15 @@ const boltHeapBase = 16 << 20
 // quarters of the limit leave, at most boltCommitShareMax. The collector
 // needs the rest: the heap it lets grow between collections. Under the
 // ledger's limit with the default budget (88 MiB) and a value cache of 8
-// MiB that is 42 MiB, about 4,300 pages of the balances' tree at
+// MiB that is 42 MiB, about 4,200 pages of the balances' tree at
 // 10,000,000 accounts, more than the commit's part of the budget gives
 // (24 MiB at 6 KiB a page, 4,096). With a budget of 64 MiB, whose part (48
 // MiB, 8,192 pages) took 80 MB of heap, the commits of random keys into
 // 10,000,000 accounts kept 103 MB live under a limit of 120 MiB, and the
 // collector ran without pause: 115 collections in a run of 100,000 lines,
 // 4.3 to 5.4 s, against 3.4 s and 45 collections held to this.
-func boltLimitShare(limit, vcBudget int64) int64 {
-	return min(max(limit/4*3-boltHeapBase-vcBudget, 0), boltCommitShareMax)
+func boltLimitShare(limit, vcLive int64) int64 {
+	return min(max(limit/4*3-boltHeapBase-vcLive, 0), boltCommitShareMax)
 }
 
 // memoryMargin is how far under its ceiling (memoryBase plus the budget)
