@@ -103,9 +103,10 @@ const batchGrowth = 4
 // accounts, runs alternated (2026-12-07): saves of up to 40,000 lines
 // 1.49 to 2.08 s (26 saves, 6 runs), 100,000 0.91 to 1.36 s (12, 5 runs),
 // 200,000 0.84 to 0.92 s (7, the server's CPU 0.57 to 0.68 s; 5 runs),
-// 400,000 0.71 to 0.89 s (6; 5 runs). At 1,000,000 accounts, saves of up to 200,000 lines took no more
-// memory than those of 100,000 (peak anonymous 232 and 273 MiB against
-// 217 and 280): the server's commit bounds them first.
+// 400,000 0.71 to 0.89 s (6; 5 runs). At 1,000,000 accounts, saves of up
+// to 200,000 lines took no more memory than those of 100,000 (peak
+// anonymous 232 and 273 MiB against 217 and 280): the server's commit
+// bounds them first.
 const pgBatchGrowth = 20
 
 // maxBatch returns the store's MaxBatchSize for o: --max-batch, or by
