@@ -79,7 +79,7 @@ func (r *runner) checksumRow(t *table) error {
 				if err := formatStore(l.data, store, f.format); err != nil {
 					return fmt.Errorf("row 19: %w", err)
 				}
-				rr, err := r.runLedger(variantTidemark, store, l, lines, 0)
+				rr, err := r.runLedger(variantTidemark, store, l, lines, 0, 0)
 				if err == nil {
 					err = checkFormat(l.data, store, f.format)
 				}

@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -131,7 +133,32 @@ var (
 	variantTidemarkCheck = ledgerVariant{"tidemark-check", "ledger run (tidemark), its store checked whole at open"}
 	variantMap           = ledgerVariant{"map", "naive, every balance in a map loaded at start"}
 	variantBounded       = ledgerVariant{"bounded", "naive, only the batch's balances in memory, misses read from the database"}
+	// variantBoundedSaves is the bounded naive program with transactions
+	// of as many lines as ledger run's saves in the same rep (saveSize),
+	// where those were fewer than the naive program's 10,000: the two
+	// programs then make as many saves, as durable, each of the same
+	// keys. At 1,000,000 accounts and more with bbolt, the default cache
+	// budget is what makes ledger run's saves smaller (a bbolt commit
+	// holds about 10 KB of heap for each page it changes, so a save of
+	// 10,000 random keys of a large tree about 100 MB): there the two
+	// hold the same memory of the backend a save.
+	variantBoundedSaves = ledgerVariant{"bounded-saves", "naive, bounded, its transactions of ledger run's lines a save"}
 )
+
+// saveSize returns the lines a save of the ledger run res (rounded up),
+// when they are fewer than the naive program's transactions, and 0 when
+// they are not or res gives no count of its saves.
+func saveSize(res result) int64 {
+	saves := res.Extra["saves"]
+	if res.Lines <= 0 || saves <= 0 {
+		return 0
+	}
+	b := int64(math.Ceil(float64(res.Lines) / saves))
+	if nb, _ := strconv.ParseInt(naiveBatch, 10, 64); b >= nb {
+		return 0
+	}
+	return b
+}
 
 // buildPrograms builds the ledger and the naive program into the work
 // directory, in one go build: the packages they share are built once.
@@ -283,15 +310,10 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 			if v.tidemark() {
 				l = tm
 			}
-			if sc.preload {
-				seed++
-				if err := l.appendLines(sc.lines, sc.accounts, seed); err != nil {
-					return err
-				}
-			} else if err := resetLedger(l); err != nil {
+			if err := nextInput(l, sc, &seed); err != nil {
 				return err
 			}
-			rr, err := r.runLedger(v, ls.store, l, sc.lines, cacheFor(ls.store, sc.accounts))
+			rr, err := r.runLedger(v, ls.store, l, sc.lines, cacheFor(ls.store, sc.accounts), 0)
 			if err != nil {
 				x.err = err
 				logf("%s %s: %v", label, v.key, err)
@@ -301,6 +323,40 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 			logf("%-34s run %d: %s in %.3f s (%s), %s, peak anon %.1f MiB, file %.1f MiB, load %.2f", label+" "+v.key, rep+1,
 				fmtCount(rr.Lines), rr.Seconds, fmtRate(rr.rate()), whereTimeGoes(rr), rr.Extra["anon_peak_kib"]/1024, rr.Extra["file_peak_kib"]/1024, rr.Extra["load1"])
 		}
+		// The naive program at this rep's save size of ledger run, where
+		// the cache budget made it smaller than its own.
+		tx := res["tidemark"]
+		if !tx.ok() || len(tx.res) != rep+1 {
+			continue
+		}
+		batch := saveSize(tx.res[rep])
+		if batch == 0 {
+			continue
+		}
+		x := res[variantBoundedSaves.key]
+		if x == nil {
+			x = &runs{spec: spec{label: variantBoundedSaves.label}}
+			res[variantBoundedSaves.key] = x
+		}
+		if x.err != nil {
+			continue
+		}
+		if err := nextInput(nv, sc, &seed); err != nil {
+			return err
+		}
+		rr, err := r.runLedger(variantBoundedSaves, ls.store, nv, sc.lines, 0, batch)
+		if err != nil {
+			x.err = err
+			logf("%s %s: %v", label, variantBoundedSaves.key, err)
+			continue
+		}
+		rr.Extra["batch"] = float64(batch)
+		x.res = append(x.res, rr)
+		logf("%-34s run %d: %s in %.3f s (%s), -batch %d, %s, peak anon %.1f MiB, file %.1f MiB, load %.2f", label+" "+variantBoundedSaves.key, rep+1,
+			fmtCount(rr.Lines), rr.Seconds, fmtRate(rr.rate()), batch, whereTimeGoes(rr), rr.Extra["anon_peak_kib"]/1024, rr.Extra["file_peak_kib"]/1024, rr.Extra["load1"])
+	}
+	if res[variantBoundedSaves.key] != nil {
+		variants = append(variants, variantBoundedSaves)
 	}
 	lines := fmt.Sprintf("%s, %s lines", label, fmtCount(sc.lines))
 	if sc.preload {
@@ -315,6 +371,9 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 	}
 	t.rate(ls.row, mapWhat, tmc, res["map"], "naive, map", 1.0)
 	t.rate(ls.row, what+", default cache budget; against the naive program, misses read from the database", tmr, res["bounded"], "naive, bounded", 1.0)
+	if x := res[variantBoundedSaves.key]; x != nil {
+		t.rate(ls.row, what+", default cache budget; against the naive program, misses read from the database, its transactions of as many lines as ledger run's saves ("+batchesOf(x)+"; not a goal: as many saves, as durable, each of the same keys, and with bbolt from 1,000,000 accounts on the same memory of the backend)", tmr, x, "naive, bounded, ledger run's save size", 0)
+	}
 	growWhat := "ledger run (with output.csv) as it runs by default, saves of up to 40,000 lines while one is written (--max-batch 0), " + lines
 	if ls.store == state.Postgres {
 		growWhat = "ledger run (with output.csv) as it runs by default, saves of up to 200,000 lines while one is written (--max-batch 0: 20 times --batch with PostgreSQL), " + lines
@@ -372,6 +431,17 @@ func (r *runner) ledgerScale(t *table, ls ledgerStore, sc ledgerScale) error {
 	return nil
 }
 
+// nextInput readies l for a measured run at sc: new lines appended to its
+// input (a store holding every account; seed moves on), or its data
+// folder emptied.
+func nextInput(l *ledgerLine, sc ledgerScale, seed *uint64) error {
+	if sc.preload {
+		*seed++
+		return l.appendLines(sc.lines, sc.accounts, *seed)
+	}
+	return resetLedger(l)
+}
+
 // setUp gives each program of a ledger row a store holding every
 // account: a setup run over one line per account (in their order) into a
 // new store, or, with -setups, a copy of the stores an earlier run set up.
@@ -407,7 +477,7 @@ func (r *runner) setUp(t *table, ls ledgerStore, sc ledgerScale, label, dir stri
 			if ls.store == state.Bolt {
 				warm = variantTidemarkCheck
 			}
-			cres, err := r.runLedger(warm, ls.store, tm, 0, 0)
+			cres, err := r.runLedger(warm, ls.store, tm, 0, 0, 0)
 			if err != nil {
 				return fmt.Errorf("%s: the run that checks the copied store of ledger run: %w", label, err)
 			}
@@ -440,14 +510,14 @@ func (r *runner) setUp(t *table, ls ledgerStore, sc ledgerScale, label, dir stri
 		// against the naive program's 70).
 		scache = max(scache, cacheFor(ls.store, sc.accounts))
 	}
-	tres, err := r.runLedger(variantTidemarkCache, ls.store, tm, int64(sc.accounts), scache)
+	tres, err := r.runLedger(variantTidemarkCache, ls.store, tm, int64(sc.accounts), scache, 0)
 	if err != nil {
 		return fmt.Errorf("%s: setup of ledger run: %w", label, err)
 	}
 	// The naive program in its map variant, which reads nothing per line:
 	// the bounded one reads every new key from the database (a Pebble
 	// setup of 10,000,000 accounts took more than 20 minutes so).
-	nres, err := r.runLedger(variantMap, ls.store, nv, int64(sc.accounts), 0)
+	nres, err := r.runLedger(variantMap, ls.store, nv, int64(sc.accounts), 0, 0)
 	if err != nil {
 		return fmt.Errorf("%s: setup of the naive program: %w", label, err)
 	}
@@ -538,7 +608,7 @@ func (r *runner) restartRow(t *table, ls ledgerStore, sc ledgerScale, label stri
 				x.err = err
 				continue
 			}
-			rr, err := r.runLedger(v, ls.store, l, 1, 0)
+			rr, err := r.runLedger(v, ls.store, l, 1, 0, 0)
 			if err != nil {
 				x.err = err
 				continue
@@ -651,8 +721,9 @@ func balancesFor(store string, accounts int) int64 {
 
 // runLedger runs variant v over l's input into l's data folder and
 // checks that it read want new lines. cache is the --cache-size of
-// variantTidemarkCache.
-func (r *runner) runLedger(v ledgerVariant, store string, l *ledgerLine, want, cache int64) (result, error) {
+// variantTidemarkCache; batch, the naive program's -batch (0: its
+// default, naiveBatch).
+func (r *runner) runLedger(v ledgerVariant, store string, l *ledgerLine, want, cache, batch int64) (result, error) {
 	var bin string
 	var args []string
 	// ledger run's --store: the backend, or the lineage's database.
@@ -676,7 +747,14 @@ func (r *runner) runLedger(v ledgerVariant, store string, l *ledgerLine, want, c
 	case variantTidemarkCheck:
 		bin, args = r.ledgerBin, []string{"run", "--input", l.input, "--data", l.data, "--store", db, "--progress", "none", "--verify-max-bytes", strconv.FormatInt(1<<50, 10)}
 	default:
-		bin, args = r.naiveBin, []string{"-input", l.input, "-data", l.data, "-store", store, "-mode", v.key}
+		mode := v.key
+		if v == variantBoundedSaves {
+			mode = variantBounded.key
+		}
+		bin, args = r.naiveBin, []string{"-input", l.input, "-data", l.data, "-store", store, "-mode", mode}
+		if batch > 0 {
+			args = append(args, "-batch", strconv.FormatInt(batch, 10))
+		}
 		if l.dsn != "" {
 			args = append(args, "-dsn", l.dsn)
 		}
@@ -716,9 +794,26 @@ func (r *runner) runLedger(v ledgerVariant, store string, l *ledgerLine, want, c
 		// The naive program saves every naiveBatch lines, and once at
 		// the end.
 		b, _ := strconv.ParseInt(naiveBatch, 10, 64)
+		if batch > 0 {
+			b = batch
+		}
 		res.Extra["saves"] = float64((n + b - 1) / b)
 	}
 	return res, nil
+}
+
+// batchesOf says the -batch of x's runs.
+func batchesOf(x *runs) string {
+	var bs []string
+	for _, r := range x.res {
+		if b := strconv.FormatFloat(r.Extra["batch"], 'f', 0, 64); !slices.Contains(bs, b) {
+			bs = append(bs, b)
+		}
+	}
+	if len(bs) == 0 {
+		return "no run"
+	}
+	return "-batch " + strings.Join(bs, ", ")
 }
 
 func lastLines(s string) string {

@@ -123,14 +123,24 @@ func TestRunProcAndLedgerSummary(t *testing.T) {
 	}
 	r.naiveBin = script
 	l := &ledgerLine{input: filepath.Join(dir, "in.csv"), data: filepath.Join(dir, "d")}
-	if res, err := r.runLedger(variantMap, "bbolt", l, 7, 0); err != nil || res.Lines != 7 {
+	if res, err := r.runLedger(variantMap, "bbolt", l, 7, 0, 0); err != nil || res.Lines != 7 {
 		t.Fatalf("7 lines: %+v, %v", res, err)
 	}
-	if _, err := r.runLedger(variantMap, "bbolt", l, 8, 0); err == nil {
+	if _, err := r.runLedger(variantMap, "bbolt", l, 8, 0, 0); err == nil {
 		t.Fatal("7 lines read taken for the 8 wanted")
 	}
+	// The naive program at ledger run's save size: its -batch given, its
+	// saves counted by it.
+	batched := filepath.Join(dir, "batched")
+	if err := os.WriteFile(batched, []byte("#!/bin/sh\ncase \"$*\" in *'-mode bounded -batch 3') echo 'naiveledger: 7 lines in 1ms' >&2;; esac\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.naiveBin = batched
+	if res, err := r.runLedger(variantBoundedSaves, "bbolt", l, 7, 0, 3); err != nil || res.Lines != 7 || res.Extra["saves"] != 3 {
+		t.Fatalf("-batch 3, 7 lines: %+v, %v; want 3 saves", res, err)
+	}
 	r.ledgerBin = script
-	if _, err := r.runLedger(variantTidemark, "bbolt", l, 7, 0); err == nil {
+	if _, err := r.runLedger(variantTidemark, "bbolt", l, 7, 0, 0); err == nil {
 		t.Fatal("ledger run without its summary taken for a run")
 	}
 }
@@ -212,6 +222,29 @@ func TestVariantsTakeTurnsFirst(t *testing.T) {
 	for _, v := range vs {
 		if first[v.key] != 1 {
 			t.Errorf("%s ran first in %d of %d reps, want 1", v.key, first[v.key], len(vs))
+		}
+	}
+}
+
+// TestSaveSizeOfLedgerRun: the naive program runs at ledger run's save
+// size where the cache budget made ledger run's saves smaller than the
+// naive program's transactions, and only there.
+func TestSaveSizeOfLedgerRun(t *testing.T) {
+	saves := func(n float64) result { return result{Lines: 100_000, Extra: map[string]float64{"saves": n}} }
+	for _, c := range []struct {
+		res  result
+		want int64
+	}{
+		{saves(34), 2942}, // 100,000 lines in 34 saves: 2,941.2 a save
+		{saves(10), 0},    // the naive program's own size
+		{saves(8), 0},     // larger saves
+		{saves(100_000), 1},
+		{saves(0), 0}, // no count
+		{result{Lines: 100_000, Extra: map[string]float64{}}, 0},
+		{result{Lines: 0, Extra: map[string]float64{"saves": 3}}, 0},
+	} {
+		if got := saveSize(c.res); got != c.want {
+			t.Errorf("%d lines in %v saves: %d, want %d", c.res.Lines, c.res.Extra["saves"], got, c.want)
 		}
 	}
 }
