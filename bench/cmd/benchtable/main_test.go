@@ -251,6 +251,29 @@ func TestSaveSizeOfLedgerRun(t *testing.T) {
 	}
 }
 
+// TestRepsByVariant: from 1,000,000 accounts on, the programs that load
+// every balance run once, those whose ratio the row is for (the default
+// budget, the bounded program) as many times as asked; below, every one.
+func TestRepsByVariant(t *testing.T) {
+	big, small := ledgerScale{accounts: 10_000_000, preload: true}, ledgerScale{accounts: 10_000}
+	for _, c := range []struct {
+		sc   ledgerScale
+		v    ledgerVariant
+		want int
+	}{
+		{big, variantMap, 1}, {big, variantTidemarkCache, 1},
+		{big, variantTidemark, 3}, {big, variantBounded, 3}, {big, variantBoundedSaves, 3},
+		{small, variantMap, 3}, {small, variantTidemarkCache, 3}, {small, variantTidemarkGrow, 3},
+	} {
+		if got := c.sc.reps(c.v, 3); got != c.want {
+			t.Errorf("%d accounts, %s: %d runs, want %d", c.sc.accounts, c.v.key, got, c.want)
+		}
+	}
+	if got := big.reps(variantTidemark, 1); got != 1 {
+		t.Errorf("one run asked: %d", got)
+	}
+}
+
 // TestFixedGoalHasNoLoad: a goal of a fixed rate (fixedRate) ran nothing,
 // so its row gives no load average for it, not 0.0.
 func TestFixedGoalHasNoLoad(t *testing.T) {
