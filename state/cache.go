@@ -93,17 +93,18 @@ func (o *Options) valueCacheSize(kind string) int64 {
 // read from its backend or committed, so that reading the key again needs
 // no backend read: a bbolt read transaction and a B+tree search, or a
 // Pebble lookup through its memtables and tables. Without it a line whose
-// key was not changed by the last two batches read the backend on the
+// key was not changed by the last batches read the backend on the
 // group's goroutine (at 10,000 accounts, most lines).
 //
 // It holds durable values only, and stays the backend's mirror for its
 // keys. Each batch committed is folded into it (fold, off the committer's
 // way: see core.startFold), before the batch stops being one a
-// transaction looks in first (the sealed batch, then the last committed
-// until its fold ends, see Tx.getOlder): a key a transaction finds in no
-// batch is either one of the cache, up to date, or one no commit changes
-// while the transaction runs (only the sealed batch commits then, and it
-// does not hold the key), read from the backend and put here. The holder
+// transaction looks in first (the pending and the sealed batches, then the
+// last committed until its fold ends, see Tx.getOlder): a key a
+// transaction finds in no batch is either one of the cache, up to date, or
+// one no commit changes while the transaction runs (only the sealed and
+// the pending batches commit then, and they do not hold the key), read
+// from the backend and put here. The holder
 // of the token (Apply and View) reads and puts; mu serializes it with the
 // folds, which take it for a few hundred keys at a time. A value handed
 // out by get is one that no fold changes while its transaction runs: a

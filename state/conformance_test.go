@@ -417,27 +417,27 @@ func TestBackPressureBlocksApply(t *testing.T) {
 		})
 		select {
 		case <-returned:
-			t.Fatal("Apply returned while two batches were pending")
+			t.Fatal("Apply returned while three batches were pending")
 		default:
 		}
-		if st := s.Stats(); st.Staged != 4 {
-			t.Fatalf("staged = %d, want 4", st.Staged)
+		if st := s.Stats(); st.Staged != 6 {
+			t.Fatalf("staged = %d, want 6", st.Staged)
 		}
 		// A waiting Apply gives up with its context.
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, err := s.Apply(ctx, del("f", 1, 6), func(tx *Tx) error { return nil }); !errors.Is(err, context.Canceled) {
+		if _, err := s.Apply(ctx, del("f", 1, 8), func(tx *Tx) error { return nil }); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Apply with a cancelled context while blocked: %v", err)
 		}
 		g.open()
 		<-returned
 		if !applied {
-			t.Fatal("line 5 not applied")
+			t.Fatal("line 7 not applied")
 		}
 		if err := s.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if l, _ := s.Applied("f"); l.Position != 50 {
+		if l, _ := s.Applied("f"); l.Position != 7*lineLen {
 			t.Fatalf("Applied = %+v", l)
 		}
 	})

@@ -318,7 +318,9 @@ func (b *batchSizes) ObserveCommit(n int, _ time.Duration) {
 
 // A line that waited for a full batch to commit goes into the next batch,
 // not into the full one: the committer cannot cut it while that Apply
-// holds the token, so the Apply cuts it.
+// holds the token, so the Apply cuts it. (The first full batch after the
+// one committing is cut to wait for that commit; the line waits when the
+// batch after that is full too: see TestOverfullBatchIsCutWhileTheOneBeforeCommits.)
 func TestLineAfterBackPressureGoesIntoTheNextBatch(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		g := newGate()
@@ -330,8 +332,9 @@ func TestLineAfterBackPressureGoesIntoTheNextBatch(t *testing.T) {
 		s := mustOpen(t, be, t.TempDir(), o)
 		t.Cleanup(g.open)
 		g.arm()
-		// A full batch committing (held at the gate), a full one staged.
-		for n := 1; n <= 10; n++ {
+		// A full batch committing (held at the gate), a full one waiting
+		// for that commit, a full one staged.
+		for n := 1; n <= 15; n++ {
 			applyLine(t, s, del("f", 1, n))
 		}
 		select {
@@ -341,7 +344,7 @@ func TestLineAfterBackPressureGoesIntoTheNextBatch(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() {
-			_, err := s.Apply(context.Background(), del("f", 1, 11), func(tx *Tx) error {
+			_, err := s.Apply(context.Background(), del("f", 1, 16), func(tx *Tx) error {
 				_, err := tx.AddInt64([]byte("count"), 1)
 				return err
 			})
@@ -350,7 +353,7 @@ func TestLineAfterBackPressureGoesIntoTheNextBatch(t *testing.T) {
 		deadline := time.Now().Add(30 * time.Second)
 		for s.Stats().BackPressure == 0 {
 			if time.Now().After(deadline) {
-				t.Fatal("line 11 never waited for the batch to commit")
+				t.Fatal("line 16 never waited for the batch to commit")
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -370,17 +373,19 @@ func TestLineAfterBackPressureGoesIntoTheNextBatch(t *testing.T) {
 			}
 			total += n
 		}
-		if total != 11 {
-			t.Fatalf("batches of %v lines, want 11 in all", sizes.counts)
+		if total != 16 {
+			t.Fatalf("batches of %v lines, want 16 in all", sizes.counts)
 		}
 	})
 }
 
 // With MaxBatchSize, a batch goes on taking lines past BatchSize while
-// the batch before it commits, up to MaxBatchSize; only then does an
-// Apply wait. Once that commit is done, the grown batch is cut at once,
-// and every line is durable, once, in batches of at most MaxBatchSize.
-// Without it (MaxBatchSize 0) an Apply waits at BatchSize, as before.
+// the batch before it commits, up to MaxBatchSize; then it is cut to wait
+// for that commit, and the next batch grows the same way; only then does
+// an Apply wait. Once that commit is done, the grown batches commit in
+// turn, and every line is durable, once, in batches of at most
+// MaxBatchSize. Without it (MaxBatchSize 0) the batches are cut at
+// BatchSize.
 func TestBatchGrowsWhileTheOneBeforeCommits(t *testing.T) {
 	for _, mx := range []int{0, 6} {
 		t.Run(fmt.Sprintf("MaxBatchSize=%d", mx), func(t *testing.T) {
@@ -399,7 +404,7 @@ func TestBatchGrowsWhileTheOneBeforeCommits(t *testing.T) {
 				<-g.entered
 				limit := max(mx, o.BatchSize)
 				n := 2
-				for ; n < 2+limit; n++ {
+				for ; n < 2+2*limit; n++ {
 					// A line that waits here fails the test rather than hang it.
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					_, err := s.Apply(ctx, del("f", 1, n+1), func(tx *Tx) error {
@@ -408,11 +413,11 @@ func TestBatchGrowsWhileTheOneBeforeCommits(t *testing.T) {
 					})
 					cancel()
 					if err != nil {
-						t.Fatalf("line %d with %d lines in the next batch, MaxBatchSize %d: %v", n+1, n-2, mx, err)
+						t.Fatalf("line %d with %d lines in the next batches, MaxBatchSize %d: %v", n+1, n-2, mx, err)
 					}
 				}
 				if bp := s.Stats().BackPressure; bp != 0 {
-					t.Fatalf("%d Apply calls waited with %d lines in the next batch, MaxBatchSize %d", bp, n-2, mx)
+					t.Fatalf("%d Apply calls waited with %d lines in the next batches, MaxBatchSize %d", bp, n-2, mx)
 				}
 				n++
 				returned := make(chan error, 1)
@@ -420,7 +425,7 @@ func TestBatchGrowsWhileTheOneBeforeCommits(t *testing.T) {
 				waitFor(t, "Apply to wait", func() bool { return s.Stats().BackPressure == 1 })
 				select {
 				case <-returned:
-					t.Fatalf("line %d applied with %d lines in the next batch and one committing", n, limit)
+					t.Fatalf("line %d applied with two batches of %d lines waiting and one committing", n, limit)
 				default:
 				}
 				g.open()
@@ -448,8 +453,8 @@ func TestBatchGrowsWhileTheOneBeforeCommits(t *testing.T) {
 					}
 					total += c
 				}
-				if total != n || sizes.counts[1] != limit {
-					t.Fatalf("batches of %v lines, want %d lines with the second batch of %d", sizes.counts, n, limit)
+				if total != n || len(sizes.counts) < 3 || sizes.counts[1] != limit || sizes.counts[2] != limit {
+					t.Fatalf("batches of %v lines, want %d lines with the second and third batches of %d", sizes.counts, n, limit)
 				}
 			})
 		})

@@ -185,6 +185,10 @@ func (c *core) publish(p *pending) {
 	if (c.full(b) || c.cutWanted.Load()) && c.sealed == nil {
 		c.cut()
 	} else if c.sealed != nil && c.overfull(b) {
-		c.syncAhead(b)
+		if c.canPend(b) {
+			c.cutPending()
+		} else {
+			c.syncAhead(b)
+		}
 	}
 }

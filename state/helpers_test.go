@@ -306,10 +306,11 @@ func (f *file) tailHash(pos int64, n int) (uint64, error) {
 	return fnv64(f.data[pos-int64(n) : pos]), nil
 }
 
-// parkApply applies lines 1 to 4 of feed f to s, a store of batches of
+// parkApply applies lines 1 to 6 of feed f to s, a store of batches of
 // two lines whose committer blocks in the commit of the first batch (the
-// gate g, armed here, until the caller opens it), then the line 5 on a
-// goroutine of its own, which waits for the second batch to be cut; it
+// gate g, armed here, until the caller opens it): the second batch waits
+// for that commit (pending), the third is full. Then it applies line 7 on
+// a goroutine of its own, which waits for the third batch to be cut; it
 // returns once that Apply is parked, with a channel closed once it
 // returned and done was called with what it returned.
 func parkApply(t *testing.T, s Store, g *gate, done func(applied bool, err error)) <-chan struct{} {
@@ -318,12 +319,13 @@ func parkApply(t *testing.T, s Store, g *gate, done func(applied bool, err error
 	applyLine(t, s, del("f", 1, 1))
 	applyLine(t, s, del("f", 1, 2)) // cut: the committer blocks in g
 	<-g.entered
-	applyLine(t, s, del("f", 1, 3))
-	applyLine(t, s, del("f", 1, 4)) // the second batch is full
+	for n := 3; n <= 6; n++ {
+		applyLine(t, s, del("f", 1, n)) // line 5 cuts the second batch
+	}
 	returned := make(chan struct{})
 	go func() {
 		defer close(returned)
-		done(s.Apply(context.Background(), del("f", 1, 5), func(tx *Tx) error { return nil }))
+		done(s.Apply(context.Background(), del("f", 1, 7), func(tx *Tx) error { return nil }))
 	}()
 	waitFor(t, "Apply to wait", func() bool { return s.Stats().BackPressure == 1 })
 	return returned

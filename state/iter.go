@@ -10,18 +10,21 @@ import (
 //
 // A transaction iterates a key range by merging, in key order, a cursor of
 // the backend with the changes staged in memory: the staging batch (the
-// running Apply's writes included) and the batch being committed. The
-// staged changes are few (at most two batches), the backend's keys many:
+// running Apply's writes included), the batch that waits for the commit
+// of the one before it (pending, see core.canPend), and the batch being
+// committed. The staged changes are few (at most three batches), the
+// backend's keys many:
 // the backend is read as the loop goes, never copied, and the staged
 // entries of each batch are kept sorted, lazily, for the iterations that
 // ask (see stagedOrder). Of the same key, the staging batch wins over the
-// sealed one, which wins over the backend; a staged delete hides the key.
+// pending one, which wins over the sealed one, which wins over the
+// backend; a staged delete hides the key.
 //
 // The backend's cursor may read in pages, each from the backend as it is
 // then (bbolt, PostgreSQL): inside Apply and View the token that
-// serializes them is held, so no batch is cut, and the only change the
-// backend can see during the loop is the commit of the sealed batch, which
-// the loop overlays anyway. A snapshot's cursor reads its snapshot, and
+// serializes them is held, so no batch is cut, and the only changes the
+// backend can see during the loop are the commits of the sealed batch and
+// of the pending one, which the loop overlays anyway. A snapshot's cursor reads its snapshot, and
 // has no staged changes to merge.
 
 // cursor iterates the keys of a range of a backend or a snapshot.
@@ -167,9 +170,9 @@ func (r *run) advance() {
 
 // orders returns the stagedOrders of the store, made at the first
 // iteration. The caller holds the token.
-func (ts *txState) orders() *[2]stagedOrder {
+func (ts *txState) orders() *[3]stagedOrder {
 	if ts.ord == nil {
-		ts.ord = new([2]stagedOrder)
+		ts.ord = new([3]stagedOrder)
 	}
 	return ts.ord
 }
@@ -190,12 +193,14 @@ func (tx *Tx) scan(bi *bucketInfo, lo, hi []byte, rev bool) iter.Seq2[[]byte, []
 			return
 		}
 		ts := tx.txState
-		// The staged runs, the staging batch's first (it wins).
-		var runs [3]run
+		// The staged runs, the staging batch's first (it wins), then the
+		// pending one's and the sealed one's. A batch gives two runs at
+		// most (its stagedOrder's main and tail).
+		var runs [6]run
 		nr, ncur := 0, 0 // runs, and those of the staging batch
 		if !ts.snap {
 			ord := ts.orders()
-			for i, b := range []*batch{ts.cur, ts.sealed} {
+			for i, b := range []*batch{ts.cur, ts.pending, ts.sealed} {
 				if i == 1 {
 					ncur = nr
 				}
@@ -223,7 +228,7 @@ func (tx *Tx) scan(bi *bucketInfo, lo, hi []byte, rev bool) iter.Seq2[[]byte, []
 		w := ts.w
 		// The staging batch's entries when the loop began: one made since
 		// (by the loop, in Apply) may change a key of the backend or of the
-		// sealed batch, which newer returns.
+		// pending or sealed batch, which newer returns.
 		var n0 int
 		if w != nil {
 			n0 = len(ts.cur.writes)

@@ -63,14 +63,14 @@ type Options struct {
 	// the batch before it commits. A batch is cut at BatchSize (or
 	// BatchInterval) when nothing is committing; while the committer
 	// writes the batch before, the staging batch goes on taking
-	// deliveries up to MaxBatchSize, and is cut as soon as that commit is
-	// done. So a commit that cannot keep up with the lines gets fewer,
-	// bigger batches, each costing it less a line (a batch changes fewer
-	// keys than it has lines), and Apply waits less. 0, or less than
-	// BatchSize, means BatchSize: an Apply waits for the commit as soon
-	// as the next batch holds BatchSize deliveries. What a crash loses
-	// (and the feed delivers again) is the staged batches: up to
-	// BatchSize plus MaxBatchSize deliveries.
+	// deliveries up to MaxBatchSize, and is then cut to be committed
+	// next, while the batch after it fills the same way; an Apply waits
+	// for the commit only when that one is full too. So a commit that
+	// cannot keep up with the lines gets fewer, bigger batches, each
+	// costing it less a line (a batch changes fewer keys than it has
+	// lines), and Apply waits less. 0, or less than BatchSize, means
+	// BatchSize. What a crash loses (and the feed delivers again) is the
+	// staged batches: up to three times MaxBatchSize deliveries.
 	MaxBatchSize int
 	// BatchInterval is the age at which a batch is cut whatever its size:
 	// the longest a staged change waits for its batch to be cut; 0 means
@@ -139,7 +139,7 @@ type Options struct {
 	// of it at 6 KiB a page, made the collector run without pause at
 	// 10,000,000 accounts). A store's
 	// anonymous memory is about CacheSize plus its staged batches (at most
-	// two batches of BatchSize lines). Set it to what the state takes to
+	// three batches of MaxBatchSize lines). Set it to what the state takes to
 	// serve every read from memory: about 350 bytes a key of 20 bytes with
 	// a value of 8, plus 128 MiB for bbolt's commit (Pebble, whose block
 	// cache takes half: about 700 bytes a key).

@@ -350,8 +350,12 @@ func (c *core) writeAhead(b *batch, sync bool) {
 			bo.sent = len(bo.buf) // the engine keeps it: nothing to write ahead
 			continue
 		}
-		var prev uint64 // the sealed batch, if it holds bytes of o
-		if s := c.sealed; s != nil {
+		var prev uint64 // the batch before b, if it holds bytes of o
+		s := c.sealed
+		if c.pending != nil && c.pending != b {
+			s = c.pending
+		}
+		if s != nil {
 			for j := range s.outs {
 				if s.outs[j].name == bo.name {
 					prev = s.seq

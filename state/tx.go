@@ -74,7 +74,7 @@ type txState struct {
 	// into the staging batch, Apply and View are serialized, and a cut
 	// needs their token. A batch that commits meanwhile holds the same
 	// values as the backend.
-	cur, sealed, recent *batch
+	cur, pending, sealed, recent *batch
 	// ow is the last output writer handed out; owTaken is set once the
 	// Tx's own (Tx.ow) is.
 	ow      *OutputWriter
@@ -96,7 +96,7 @@ type txState struct {
 	// tk and tv are the scratch space of the tables' keys and values.
 	tk, tv []byte
 	// ord keeps the staged batches sorted for iteration (see iter.go).
-	ord *[2]stagedOrder
+	ord *[3]stagedOrder
 	// schemas are the buckets whose table schema this run has recorded
 	// (see Table).
 	schemas map[[2]string]bool
@@ -521,7 +521,7 @@ func (tx *Tx) put(q *bkey, e *entry, v []byte, del bool) *entry {
 }
 
 // getOlder returns the value of q, which the current batch does not
-// hold, as staged in the sealed batch, or durable.
+// hold, as staged in the pending batch or the sealed one, or durable.
 //
 // The durable value is looked for in the value cache before the last
 // committed batch once the batch is folded into the cache (see
@@ -531,6 +531,11 @@ func (tx *Tx) put(q *bkey, e *entry, v []byte, del bool) *entry {
 // for a value the cache has. While the fold runs, the batch is asked
 // first: the cache may hold older values of its keys.
 func (tx *Tx) getOlder(q *bkey) ([]byte, bool, error) {
+	if tx.pending != nil {
+		if e := tx.pending.get(q); e != nil {
+			return e.val[:len(e.val):len(e.val)], !e.del, nil
+		}
+	}
 	if tx.sealed != nil {
 		if e := tx.sealed.get(q); e != nil {
 			return e.val[:len(e.val):len(e.val)], !e.del, nil
@@ -564,8 +569,9 @@ func (tx *Tx) getOlder(q *bkey) ([]byte, bool, error) {
 			return e.val[:len(e.val):len(e.val)], !e.del, nil
 		}
 	}
-	// Not staged: the durable state holds the latest value. A batch that
-	// commits meanwhile held no change of the key, so cannot change it.
+	// Not staged: the durable state holds the latest value. The batches
+	// that commit meanwhile (the sealed one, the pending one) held no
+	// change of the key, so cannot change it.
 	if h := c.opts.hooks; h != nil && h.engineRead != nil {
 		h.engineRead(c.kbuf)
 	}

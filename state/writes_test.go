@@ -78,9 +78,10 @@ func TestBatchWritesOnlyChangedKeys(t *testing.T) {
 	})
 }
 
-// A batch that waits, overfull, for the one before to commit has its keys
-// put in order meanwhile (core.presort); its commit writes every key once,
-// with its value as the batch holds it then, all in key order.
+// A batch cut to wait for the commit of the one before (pending: full
+// while that one commits) has its keys put in order meanwhile
+// (core.presort); its commit writes every key once, with its value as the
+// batch holds it then, all in key order.
 func TestPresortedBatchCommitsInKeyOrder(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		t.Run("sorted ahead", func(t *testing.T) { testPresorted(t, be, false) })
@@ -94,7 +95,7 @@ func TestPresortedBatchCommitsInKeyOrder(t *testing.T) {
 func testPresorted(t *testing.T, be backend, stale bool) {
 	{
 		// Once armed, the first batch's commit waits until the second is
-		// overfull and parked, so that the second is sorted ahead.
+		// cut to wait for it, so that the second is sorted ahead.
 		release := make(chan struct{})
 		var armed atomic.Bool
 		var once sync.Once
@@ -107,6 +108,8 @@ func testPresorted(t *testing.T, be backend, stale bool) {
 		}}
 		dir := t.TempDir()
 		s := mustOpen(t, be, dir, o)
+		var released sync.Once
+		t.Cleanup(func() { released.Do(func() { close(release) }) }) // before Close
 		c := s.(*nsStore).c
 		c.stopPreload()
 		// The output is declared before the engine is wrapped: whether
@@ -140,35 +143,50 @@ func testPresorted(t *testing.T, be backend, stale bool) {
 			}
 			done <- nil
 		}()
-		// Wait for the second batch to park.
-		for parked := false; !parked; {
+		// Wait for the second batch to be cut, to wait for the first's
+		// commit (line 6000 fills it; line 6001 goes into the third).
+		pending := func() *batch {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.pending
+		}
+		var b *batch
+		var applied error
+		applyDone := false
+		for b == nil {
+			if b = pending(); b == nil && applyDone {
+				t.Fatalf("the lines were applied (%v) and no batch was cut to wait for the one before: %+v", applied, s.Stats())
+			}
 			select {
-			case err := <-done:
-				t.Fatalf("the lines were applied (%v) and no batch waited for the one before", err)
+			case applied = <-done:
+				applyDone = true
+				if applied != nil {
+					t.Fatal(applied)
+				}
 			default:
 			}
-			c.mu.Lock()
-			parked = c.parked
-			c.mu.Unlock()
 			runtime.Gosched()
 		}
 		c.mu.Lock()
-		b := c.cur
 		presorted := b.sortDone != nil
 		c.mu.Unlock()
 		if presorted && stale {
 			<-b.sortDone
+			c.mu.Lock()
 			b.writes[0], b.writes[1] = b.writes[1], b.writes[0]
+			c.mu.Unlock()
 		}
-		close(release)
-		if err := <-done; err != nil {
-			t.Fatal(err)
+		released.Do(func() { close(release) })
+		if !applyDone {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := s.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if !presorted {
-			t.Fatalf("the parked batch was not sorted ahead")
+			t.Fatalf("the batch that waited for the one before was not sorted ahead")
 		}
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
