@@ -327,9 +327,10 @@ func (o *Output) append(seq uint64, p []byte) (int64, error) {
 // cut off at the next open, as those of a batch whose commit failed), and
 // the commit writes only the rest before its sync, off the way of the
 // Applies that wait for it. The bytes of a batch are given only once the
-// batch before it, if it holds bytes of the output, is being written
-// (their offset is known then), and only those of Applies that returned:
-// a rollback never cuts them. c.mu and the token held, in Apply.
+// last batch before it that holds bytes of the output, if one is in
+// flight, is being written (their offset is known then), and only those of
+// Applies that returned: a rollback never cuts them. c.mu and the token
+// held, in Apply.
 //
 // With sync, b is overfull (see core.syncAhead): the writer is given the
 // rest of its bytes, however few, and syncs the file after them.
@@ -350,12 +351,16 @@ func (c *core) writeAhead(b *batch, sync bool) {
 			bo.sent = len(bo.buf) // the engine keeps it: nothing to write ahead
 			continue
 		}
-		var prev uint64 // the batch before b, if it holds bytes of o
-		s := c.sealed
-		if c.pending != nil && c.pending != b {
-			s = c.pending
-		}
-		if s != nil {
+		// prev: the last batch before b that holds bytes of o, if one is
+		// in flight (the pending one, then the sealed one): b's bytes go
+		// after its, which are placed once it is staged. Not only the
+		// batch just before b: one without bytes of o (a pending batch)
+		// says nothing of where they go (TestWriteAheadWaitsForEveryBatchBefore).
+		var prev uint64
+		for _, s := range [...]*batch{c.pending, c.sealed} {
+			if s == nil || s == b || prev != 0 {
+				continue
+			}
 			for j := range s.outs {
 				if s.outs[j].name == bo.name {
 					prev = s.seq

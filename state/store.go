@@ -2416,7 +2416,8 @@ func (c *core) write(b *batch) error {
 		c.mu.Lock()
 		if c.pending != nil {
 			c.syncAhead(c.pending)
-		} else if c.parked && c.cur != b {
+		}
+		if c.parked && c.cur != b {
 			c.syncAhead(c.cur)
 		}
 		c.mu.Unlock()
