@@ -1426,7 +1426,10 @@ func (c *core) beforeApply(ctx context.Context, d tidemark.Delivery) error {
 // 1.0 to 1.5, examples/ledger's run, --max-batch 10000): bbolt, 10,000
 // accounts, 2.97 to 3.71 s (median 3.12) against 3.16 to 3.90 (3.71);
 // 20 accounts 0.85 to 1.17 (0.99) against 1.01 to 1.26 (1.06); Pebble,
-// 20 accounts, 0.86 to 1.15 (0.87) against 1.14 to 1.43 (1.24). c.mu held.
+// 20 accounts, 0.86 to 1.15 (0.87) against 1.14 to 1.43 (1.24); again
+// at 17:07 (load 1.7 to 2.3): bbolt, 10,000 accounts, medians 3.55 s
+// against 4.05 (8 rounds) and 3.07 against 3.03 (5), 20 accounts 1.01
+// against 1.15; Pebble, 20 accounts, 0.92 against 1.02. c.mu held.
 func (c *core) canPend(b *batch) bool {
 	return c.pending == nil && !c.opts.Sync && !c.fullBytes(b)
 }
