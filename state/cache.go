@@ -245,7 +245,14 @@ const preloadEntryMin = cacheEntryOverhead + 32
 // map for: the backend's estimate of its keys (est, 0 when it gives none),
 // at most the entries budget bytes have room for.
 func preloadHint(est, budget int64) int64 {
-	return max(min(est, budget/preloadEntryMin), 0)
+	return entriesHint(est, budget, preloadEntryMin)
+}
+
+// entriesHint is the entries a map of a cache is made for: est, at most
+// the entries of entry bytes each that budget has room for, none for an
+// estimate below zero.
+func entriesHint(est, budget, entry int64) int64 {
+	return max(min(est, budget/entry), 0)
 }
 
 // presize gives the cache a map sized for hint entries, with the entries

@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"slices"
@@ -188,6 +190,9 @@ type pgRows struct {
 	// preloadPage reads a page of the preload (see preloadPage): the keys
 	// after $2, output chunks aside, in key order.
 	preloadPage string
+	// estimate is the server's plan of a read of every row of the store,
+	// whose estimate of its rows sizes the preload's map (estimateRows).
+	estimate string
 }
 
 func newPGRows(table, col string) *pgRows {
@@ -202,6 +207,7 @@ func newPGRows(table, col string) *pgRows {
 		scan:        f(`SELECT k, v FROM TABLE WHERE COL = $1 AND k >= $2 ORDER BY k`),
 		scanTo:      f(`SELECT k, v FROM TABLE WHERE COL = $1 AND k >= $2 AND k < $3 ORDER BY k`),
 		preloadPage: f(`SELECT k, v FROM TABLE WHERE COL = $1 AND k > $2 AND (k < $3 OR k >= $4) ORDER BY k LIMIT $5`),
+		estimate:    f(`EXPLAIN (FORMAT JSON) SELECT 1 FROM TABLE WHERE COL = $1`),
 	}
 }
 
@@ -951,7 +957,8 @@ func (e *pgEngine) close() error {
 // (pgCache.loading), and the preload puts no key the cache holds or a
 // commit wrote. Each page's query has the store's statement timeout; the
 // whole fill has none (a cache= that holds a store of 10,000,000 keys
-// takes longer than one).
+// takes longer than one). It first sizes the cache's map for the rows
+// the server estimates the store holds (estimateRows, pgCache.presize).
 func (e *pgEngine) startPreload() {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stopPreload, e.preloaded = cancel, make(chan struct{})
@@ -964,12 +971,49 @@ func (e *pgEngine) startPreload() {
 	go func() {
 		defer close(e.preloaded)
 		defer cancel()
+		e.cache.presize(pgPreloadHint(e.estimateRows(ctx), int64(e.cache.max)))
 		fit, err := e.preload(ctx)
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("postgres store: reading the store into the read cache failed; reads go to the server until the cache holds the keys they ask for", "store", e.store, "err", err)
 		}
 		e.cache.endLoading(fit && err == nil)
 	}()
+}
+
+// estimateRows returns the server's estimate of the rows the store holds:
+// its planner's, from the table's statistics (a store's share of it where
+// the table holds several), without reading a row; 0 when it gives none.
+// The statistics are those autovacuum last gathered: a store that grew
+// since is underestimated, and the map then grows as it would have.
+func (e *pgEngine) estimateRows(ctx context.Context) int64 {
+	ctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	var out string
+	if err := e.pool.QueryRow(ctx, e.rows.estimate, e.id).Scan(&out); err != nil {
+		return 0
+	}
+	var plan []struct {
+		Plan struct {
+			Rows float64 `json:"Plan Rows"`
+		}
+	}
+	if json.Unmarshal([]byte(out), &plan) != nil || len(plan) == 0 {
+		return 0
+	}
+	return int64(plan[0].Plan.Rows)
+}
+
+// pgPreloadEntryMin is the least an entry of the read cache costs of its
+// budget (pgCacheOverhead and a short key and value): a map sized for the
+// budget over it never holds more entries than the budget has room for.
+const pgPreloadEntryMin = pgCacheOverhead + 32
+
+// pgPreloadHint is the entries the preload's map is made for: the rows
+// the server estimates est, at most what the cache's budget has room for
+// (statistics of another store's rows, or of rows since deleted, do not
+// take more of the memory than the budget gives).
+func pgPreloadHint(est, budget int64) int64 {
+	return entriesHint(est, budget, pgPreloadEntryMin)
 }
 
 // pgPreloadPage is the most rows one query of the preload reads: the
@@ -1056,6 +1100,8 @@ type pgCache struct {
 	loading bool
 	skip    map[string]struct{}
 	lost    bool
+	// sized is the entries the map was last made for (presize).
+	sized int
 }
 
 type pgCached struct {
@@ -1126,6 +1172,24 @@ func (c *pgCache) startLoading() {
 	c.mu.Lock()
 	c.loading, c.skip, c.lost = true, make(map[string]struct{}), false
 	c.mu.Unlock()
+}
+
+// presize gives the cache a map made for hint entries, with the entries it
+// holds (commits may have put some since the preload began), when the one
+// it has is made for fewer than a quarter of them: the preload then puts
+// its rows without the map growing as they come. Measured: ledger run,
+// 300,000 lines into a store of 1,000,000 keys with a cache for all of
+// them, 6 rounds alternated (2026-12-07): 6.25 to 7.20 s against 6.60 to
+// 7.53 s (growing the map was 0.6 s of the run's 3.3 s of CPU).
+func (c *pgCache) presize(hint int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if hint <= int64(4*max(c.sized, len(c.m))) {
+		return
+	}
+	m := make(map[string]pgCached, hint)
+	maps.Copy(m, c.m)
+	c.m, c.sized = m, int(hint)
 }
 
 // load adds a key the preload read, unless the cache holds it or a commit
@@ -1245,5 +1309,5 @@ func (c *pgCache) trim() {
 		}
 		m[k] = e
 	}
-	c.m = m
+	c.m, c.sized = m, 0
 }
