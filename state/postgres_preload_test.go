@@ -290,7 +290,8 @@ func TestPostgresPreloadSizesItsMap(t *testing.T) {
 	if _, err := pgConn(t, dir).Exec(t.Context(), "ANALYZE tidemark_data"); err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(pgSpec(t, dir), &Options{Logger: quietLogger(), Unbound: true, BatchInterval: time.Hour, CacheSize: -1})
+	// Pages of 100 rows: the map is sized once ten of them came in.
+	s, err := Open(pgSpec(t, dir), &Options{Logger: quietLogger(), Unbound: true, BatchInterval: time.Hour, CacheSize: -1, hooks: &hooks{pgPreloadPage: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,5 +341,27 @@ func TestPgCachePresize(t *testing.T) {
 	c.presize(1000) // fewer than made for: the map stays
 	if c.sized != 5000 {
 		t.Errorf("a smaller hint made the map again for %d entries", c.sized)
+	}
+}
+
+// TestPostgresPreloadStoppedEarlyMakesNoMap: a store closed while its
+// preload reads its first pages (a restart that applies a few lines) does
+// not make the read cache's map for the whole store, which its close
+// would wait for.
+func TestPostgresPreloadStoppedEarlyMakesNoMap(t *testing.T) {
+	dir := t.TempDir()
+	pgPreloadStore(t, dir, 300)
+	if _, err := pgConn(t, dir).Exec(t.Context(), "ANALYZE tidemark_data"); err != nil {
+		t.Fatal(err)
+	}
+	_, e, release := openHeld(t, dir) // held at the first row of its first page
+	e.stopPreload()                   // as the store's close does first
+	release()
+	<-e.preloaded
+	e.cache.mu.Lock()
+	sized := e.cache.sized
+	e.cache.mu.Unlock()
+	if sized != 0 {
+		t.Errorf("a preload stopped at its first page made the map for %d entries; want none made ahead", sized)
 	}
 }
