@@ -1058,10 +1058,10 @@ func (e *pgEngine) preload(ctx context.Context) (fit bool, err error) {
 // cache's map for the whole store (100,000 rows at pgPreloadPage): a store
 // that holds fewer keys fills a map that grows as they come, at little
 // cost, and a run that closes the store before, such as a restart that
-// applies a few lines, does not pay for the map of a large one (made for
-// 880,000 entries at the first page, the default cache's room, it took a
-// restart on a store of 1,000,000 keys with one new line from 29 to 57 ms
-// to 65 to 79 ms: its close waited for the allocation).
+// applies a few lines, does not pay for the map of a large one (made at
+// the preload's start for 880,000 entries, the default cache's room, the
+// map took a restart on a store of 1,000,000 keys with one new line from
+// 29 to 57 ms to 65 to 79 ms: its close waited for the allocation).
 const pgPresizePages = 10
 
 // preloadPage reads the page of at most limit keys after *after into the
