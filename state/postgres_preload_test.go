@@ -305,7 +305,7 @@ func TestPostgresPreloadSizesItsMap(t *testing.T) {
 		t.Fatalf("the preload read %d entries (complete %v), want every one of %d keys", n, complete, keys)
 	}
 	if sized < keys/2 || sized > 2*keys {
-		t.Errorf("the read cache's map was made for %d entries before the preload of %d keys; want it sized for them (within a factor of two)", sized, keys)
+		t.Errorf("the read cache's map was made for %d entries in the preload of %d keys; want it sized for them (within a factor of two) once ten pages came in", sized, keys)
 	}
 }
 
